@@ -1,0 +1,40 @@
+# Two commands for a new user: `make demo` and `make test`. Each creates or
+# reuses .venv, installs torch first (TORCH_SPEC; the default is the CPU build,
+# set e.g. TORCH_SPEC='torch==2.13.0 --index-url ...' on a GPU machine) so that
+# pip never pulls a CUDA build as a side effect, then installs rightsize itself.
+# A second run skips the installs: the stamp file is newer than pyproject.toml.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.rightsize-installed
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+# The main job on its embedded defaults: profile a zoo model on this machine and
+# print its Srift compute model and the predicted step time per batch.
+demo: $(STAMP)
+	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 512Mi \
+		--out demo-output/resnet18-synthetic-cifar-cpu.json
+	$(BIN)/rightsize predict demo-output/resnet18-synthetic-cifar-cpu.json --batches 8,32,128
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/compute_model.py --out benchmarks/results/compute_model.json
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache

@@ -1,0 +1,3 @@
+from rightsize.cli.main import main
+
+raise SystemExit(main())

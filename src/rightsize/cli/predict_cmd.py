@@ -1,0 +1,101 @@
+"""``rightsize predict``: the compute model of a saved profile and its predicted step times."""
+
+from __future__ import annotations
+
+import argparse
+
+from rightsize.cli.args import parse_batch_list
+from rightsize.cli.output import format_table, print_json
+from rightsize.core.units import format_duration
+from rightsize.perf.compute import METHODS, ComputeModel
+from rightsize.profiling.profile import Profile
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "predict",
+        help="predict step time per batch from a saved profile",
+        description="Fit Srift's piecewise-linear compute model (§4.1) to a saved profile and "
+        "predict forward, backward and total time per training step at given batch sizes.",
+    )
+    parser.add_argument("profile", help="a profile JSON written by `rightsize profile`")
+    parser.add_argument(
+        "--batches",
+        default="",
+        metavar="B1,B2",
+        help="batch sizes to predict (default powers of two up to B_max)",
+    )
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="auto",
+        help="srift: Srift's 4 samples; dense: every measured sample; auto (default): dense "
+        "when the profile has more than Srift's samples",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(run=run)  # fmt: skip
+
+
+def default_batches(bmax: int) -> list[int]:
+    """Powers of two up to B_max, and B_max itself."""
+    batches, b = [], 1
+    while b < bmax:
+        batches.append(b)
+        b *= 2
+    return batches + [bmax]
+
+
+def prediction_report(
+    profile: Profile, batches: list[int] | None = None, method: str = "auto"
+) -> dict:
+    model = ComputeModel.from_profile(profile, method)
+    segments = [
+        {
+            "from_batch": model.total.xs[i],
+            "to_batch": model.total.xs[i + 1],
+            "alpha_s_per_sample": model.total.slope_intercept(i)[0],
+            "beta_s": model.total.slope_intercept(i)[1],
+        }
+        for i in range(model.total.segments)
+    ]
+    predictions = []
+    for batch in batches or default_batches(profile.bmax):
+        time = model.predict(batch)
+        predictions.append({
+            "batch": batch,
+            "forward_s": time.forward_s,
+            "backward_s": time.backward_s,
+            "total_s": time.total_s,
+            "samples_per_s": batch / time.total_s if time.total_s > 0 else None,
+        })  # fmt: skip
+    return {
+        "compute_model": {"method": model.method, "segments": segments},
+        "predictions": predictions,
+    }
+
+
+def print_prediction_report(report: dict) -> None:
+    model = report["compute_model"]
+    print(f"compute model ({model['method']}): t(B) = alpha*B + beta per segment")
+    for seg in model["segments"]:
+        print(f"  B in [{seg['from_batch']:g}, {seg['to_batch']:g}]: "
+              f"alpha = {format_duration(seg['alpha_s_per_sample'])}/sample, "
+              f"beta = {format_duration(seg['beta_s'])}")  # fmt: skip
+    print()
+    print(format_table(
+        ["batch", "forward", "backward", "fwd+bwd", "samples/s"],
+        [[p["batch"], format_duration(p["forward_s"]), format_duration(p["backward_s"]),
+          format_duration(p["total_s"]), f"{p['samples_per_s']:.1f}"] for p in report["predictions"]],
+    ))  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    batches = parse_batch_list(args.batches, "--batches") or None
+    profile = Profile.load(args.profile)
+    report = prediction_report(profile, batches, args.method)
+    if args.json:
+        print_json({"profile": args.profile, "workload": profile.workload, **report})
+    else:
+        print(f"{profile.workload} on {profile.dataset} ({profile.device.name})")
+        print_prediction_report(report)
+    return 0

@@ -1,0 +1,162 @@
+"""``rightsize profile``: measure a workload on this machine's device and save its Profile."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from rightsize.cli.args import parse_batch_list, parse_options
+from rightsize.cli.output import print_json, progress_printer
+from rightsize.cli.predict_cmd import prediction_report, print_prediction_report
+from rightsize.core.errors import SpecError
+from rightsize.core.units import format_bytes, format_duration, parse_memory
+from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.device import resolve_device
+from rightsize.profiling.profile import SAMPLINGS, Profile
+from rightsize.profiling.profiler import Profiler, ProfilerSettings
+from rightsize.workloads.registry import WorkloadRegistry
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="measure a workload: B_max, latency per batch, layers, memory",
+        description="Measure a workload on a real device (Srift §4.1): binary-search the largest "
+        "batch whose training step fits in memory, time forward and backward at batch 1, "
+        "B_max/3, 2·B_max/3 and B_max, record each layer's gradient-ready time, and write a "
+        "versioned JSON profile. Prints the fitted compute model and predicted step times.",
+    )
+    parser.add_argument(
+        "workload", help="zoo name (see `rightsize workloads`) or package.module:function"
+    )
+    parser.add_argument("--dataset", help="dataset name (default: the workload's own)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model option, e.g. activation=tanh (repeatable)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="search B_max under this memory instead of the device's, e.g. 8Gi",
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=BmaxSearch.max_batch,
+        help="largest batch the search tries (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=ProfilerSettings.warmup,
+        help="untimed steps per batch (default %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=ProfilerSettings.repeats,
+        help="timed rounds, each one step of every sampled batch; medians are kept "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--sampling",
+        choices=SAMPLINGS,
+        default=ProfilerSettings.sampling,
+        help="batches to time: srift = 1, B_max/3, 2*B_max/3, B_max; dense = those and the "
+        "powers of two between them (default %(default)s)",
+    )
+    parser.add_argument(
+        "--extra-batches", default="", metavar="B1,B2", help="time these batch sizes too"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch intra-op threads while profiling (default: torch's, one per core)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        help="where to write the profile (default profiles/WORKLOAD-DATASET-DEVICE.json)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the profile and predictions as JSON"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(run=run)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    limit = parse_memory(args.memory_limit, "--memory-limit") if args.memory_limit else None
+    device = resolve_device(args.device)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpecError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    settings = ProfilerSettings(
+        warmup=args.warmup,
+        repeats=args.repeats,
+        search=BmaxSearch(max_batch=args.max_batch),
+        sampling=args.sampling,
+        extra_batches=tuple(parse_batch_list(args.extra_batches, "--extra-batches")),
+        seed=args.seed,
+    )
+    workload = WorkloadRegistry().get(
+        args.workload, args.dataset, parse_options(args.option), seed=args.seed
+    )
+    out = (
+        Path(args.out)
+        if args.out
+        else _default_path(workload.name, workload.dataset.name, device.type)
+    )
+    progress = progress_printer(args.quiet)
+    progress(f"profiling {workload.label} on {device}")
+    profile = Profiler(device, settings, progress).run(workload, limit)
+    profile.save(out)
+    report = prediction_report(profile)
+    if args.json:
+        print_json(
+            {"profile_path": str(out), "profile": profile.model_dump(by_alias=True), **report}
+        )
+        return 0
+    print_summary(profile)
+    print()
+    print_prediction_report(report)
+    print(f"\nprofile written to {out}")
+    return 0
+
+
+def _default_path(workload: str, dataset: str, device: str) -> Path:
+    safe = workload.replace(":", "_").replace("/", "_")
+    return Path("profiles") / f"{safe}-{dataset}-{device}.json"
+
+
+def print_summary(profile: Profile) -> None:
+    memory = profile.memory
+    print(
+        f"{profile.workload} on {profile.dataset} — {profile.device.kind}: {profile.device.name} "
+        f"({profile.device.threads} threads)"
+    )
+    print(
+        f"  parameters       {sum(layer.param_count for layer in profile.layers):,} "
+        f"in {len(profile.layers)} layers ({format_bytes(profile.param_bytes)})"
+    )
+    print(
+        f"  B_max            {profile.bmax} (limited by {profile.bmax_limited_by}; "
+        f"limit {format_bytes(memory.limit_bytes)} from {memory.limit_source})"
+    )
+    print(
+        f"  resident memory  {format_bytes(memory.resident_bytes)}; activations "
+        f"{format_bytes(memory.activation_bytes_per_sample)} per sample"
+    )
+    print(f"  latency spread   {profile.compute_cv:.1%} (median std/mean of fwd+bwd)")
+    print("  measured         " + "; ".join(
+        f"B={s.batch}: fwd {format_duration(s.forward_s)} bwd {format_duration(s.backward_s)}"
+        for s in profile.samples))  # fmt: skip

@@ -1,0 +1,58 @@
+"""``rightsize workloads``: list the model zoo and the datasets."""
+
+from __future__ import annotations
+
+import argparse
+
+from rightsize.cli.output import format_table, print_json
+from rightsize.workloads.datasets import builtin_datasets
+from rightsize.workloads.registry import WorkloadRegistry
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "workloads",
+        help="list the model zoo and datasets",
+        description="List the zoo models (with the data they take and their options) and the "
+        "datasets. A workload is a zoo name or your own package.module:function returning a "
+        "rightsize.workloads.Workload.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = WorkloadRegistry()
+    models = [
+        {
+            "name": m.name,
+            "description": m.description,
+            "data": list(m.kinds),
+            "default_dataset": m.default_dataset,
+            "options": m.option_names(),
+        }
+        for m in registry.models()
+    ]
+    datasets = [
+        {
+            "name": d.name,
+            "kind": d.info.kind,
+            "samples": d.default_samples,
+            "description": d.description,
+        }
+        for d in builtin_datasets().values()
+    ]
+    if args.json:
+        print_json({"models": models, "datasets": datasets})
+        return 0
+    print(format_table(
+        ["workload", "data", "default dataset", "options", "description"],
+        [[m["name"], "/".join(m["data"]), m["default_dataset"], ",".join(m["options"]), m["description"]]
+         for m in models],
+    ))  # fmt: skip
+    print()
+    print(format_table(
+        ["dataset", "kind", "samples", "description"],
+        [[d["name"], d["kind"], d["samples"], d["description"]] for d in datasets],
+    ))  # fmt: skip
+    return 0

@@ -1,0 +1,1 @@
+"""Performance predictors: small objects with predict() (and fit() where they learn)."""

@@ -1,0 +1,121 @@
+"""Srift's compute-latency model: piecewise-linear forward/backward time in the batch size (§4.1).
+
+Srift fits ``t(B) = αB + β`` in pieces: it samples the latency at four batch
+sizes ``1, B_max/3, 2·B_max/3, B_max`` and joins them into a 3-segment linear
+model, because small batches have a different slope from large ones. Between
+samples the model interpolates; outside them it extends the nearest segment.
+Forward, backward and total (forward + backward measured together) each get
+their own curve.
+
+``method="srift"`` uses exactly those four samples (faithful). ``method="dense"``
+joins every latency sample in the profile (the profiler's default sampling adds
+powers of two), the improvement measured side by side in
+``benchmarks/compute_model.py``. ``auto`` picks dense when the profile has more
+than Srift's samples.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rightsize.core.errors import SpecError
+from rightsize.profiling.profile import LatencySample, Profile, srift_sample_batches
+
+METHODS = ("auto", "srift", "dense")
+
+
+@dataclass(frozen=True)
+class PiecewiseLinear:
+    """A continuous piecewise-linear function through points ``(xs[i], ys[i])``."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+
+    @classmethod
+    def through(cls, points: Sequence[tuple[float, float]]) -> PiecewiseLinear:
+        """Join the points in x order; repeated x values are averaged."""
+        if not points:
+            raise ValueError("a piecewise-linear model needs at least one point")
+        merged: dict[float, list[float]] = {}
+        for x, y in points:
+            merged.setdefault(float(x), []).append(float(y))
+        xs = tuple(sorted(merged))
+        return cls(xs, tuple(sum(merged[x]) / len(merged[x]) for x in xs))
+
+    @property
+    def segments(self) -> int:
+        return max(0, len(self.xs) - 1)
+
+    def slope_intercept(self, segment: int) -> tuple[float, float]:
+        """``(α, β)`` of segment ``i`` (between points i and i+1), as in ``t = αB + β``."""
+        x0, x1 = self.xs[segment], self.xs[segment + 1]
+        y0, y1 = self.ys[segment], self.ys[segment + 1]
+        alpha = (y1 - y0) / (x1 - x0)
+        return alpha, y0 - alpha * x0
+
+    def __call__(self, x: float) -> float:
+        if len(self.xs) == 1:
+            return self.ys[0]
+        segment = min(max(bisect.bisect_right(self.xs, x) - 1, 0), self.segments - 1)
+        alpha, beta = self.slope_intercept(segment)
+        return alpha * x + beta
+
+
+@dataclass(frozen=True)
+class ComputeTime:
+    """Predicted compute time of one step at one batch size, in seconds."""
+
+    forward_s: float
+    backward_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Forward, backward and total latency curves, plus the optimizer step time."""
+
+    forward: PiecewiseLinear
+    backward: PiecewiseLinear
+    total: PiecewiseLinear
+    optimizer_s: float
+    method: str
+
+    @classmethod
+    def fit(cls, samples: Sequence[LatencySample], method: str = "srift") -> ComputeModel:
+        """Fit from latency samples. With ``srift``, only the four Srift batches are used.
+
+        Raises:
+            SpecError: unknown method, or the samples lack Srift's batches.
+        """
+        if method not in METHODS[1:]:
+            raise SpecError(f"unknown compute model {method!r}; choose one of {', '.join(METHODS)}")
+        chosen = list(samples)
+        if method == "srift":
+            batch_sizes = [s.batch for s in samples]
+            wanted = set(srift_sample_batches(max(batch_sizes), min(batch_sizes)))
+            chosen = [s for s in samples if s.batch in wanted]
+            if {s.batch for s in chosen} != wanted:
+                raise SpecError(f"profile lacks Srift's sample batches {sorted(wanted)}")
+        optimizer = sorted(s.optimizer_s for s in chosen)[len(chosen) // 2]
+        return cls(
+            forward=PiecewiseLinear.through([(s.batch, s.forward_s) for s in chosen]),
+            backward=PiecewiseLinear.through([(s.batch, s.backward_s) for s in chosen]),
+            total=PiecewiseLinear.through([(s.batch, s.total_s) for s in chosen]),
+            optimizer_s=optimizer,
+            method=method,
+        )
+
+    @classmethod
+    def from_profile(cls, profile: Profile, method: str = "auto") -> ComputeModel:
+        if method == "auto":
+            srift = srift_sample_batches(profile.bmax, profile.min_batch)
+            method = "dense" if len(profile.samples) > len(srift) else "srift"
+        return cls.fit(profile.samples, method)
+
+    def predict(self, batch: float) -> ComputeTime:
+        """Predicted forward, backward and total time at per-device batch ``batch``."""
+        if batch <= 0:
+            raise SpecError(f"batch must be positive, got {batch}")
+        return ComputeTime(self.forward(batch), self.backward(batch), self.total(batch))

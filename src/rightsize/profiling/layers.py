@@ -1,0 +1,110 @@
+"""Trainable layers of a model, and their static costs: parameter bytes, FLOPs, output bytes.
+
+A *layer* is a module that owns parameters directly (``layer1.0.conv1``); a
+parameter shared by several modules (tied embeddings) belongs to the first that
+registers it, so every parameter is counted once. These are the units whose
+gradient-ready times Srift's simulator overlaps with communication (§4.1, §4.3),
+and whose FLOPs and bytes a roofline scales to another device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from rightsize.workloads.datasets import Batch
+from rightsize.workloads.workload import Workload
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One parameter-owning module and its parameters."""
+
+    name: str
+    params: tuple[nn.Parameter, ...]
+
+    @property
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.params)
+
+
+def trainable_layers(model: nn.Module) -> list[Layer]:
+    """Parameter-owning modules in registration order, each parameter counted once."""
+    grouped: dict[str, list[nn.Parameter]] = {}
+    for full_name, param in model.named_parameters():  # de-duplicates shared tensors
+        if param.requires_grad:
+            owner = full_name.rpartition(".")[0] or "(root)"
+            grouped.setdefault(owner, []).append(param)
+    return [Layer(name, tuple(params)) for name, params in grouped.items()]
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Per-sample FLOPs (forward and backward) and output bytes of one layer."""
+
+    forward_flops: float
+    backward_flops: float
+    output_bytes: float
+
+
+def layer_costs(
+    model: nn.Module, workload: Workload, layers: list[Layer], batch: Batch
+) -> list[LayerCosts]:
+    """Count FLOPs with PyTorch's FlopCounterMode and output sizes with forward hooks.
+
+    Args:
+        batch: the batch to count on; results are divided by its size.
+    """
+    batch_size = batch[1].shape[0]
+    modules = dict(model.named_modules())
+    outputs: dict[str, float] = {}
+
+    def record_output(name: str):
+        def hook(_module, _inputs, output):
+            tensors = output if isinstance(output, (tuple, list)) else (output,)
+            size = sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t))
+            outputs[name] = outputs.get(name, 0.0) + size
+
+        return hook
+
+    handles = [
+        modules[layer.name].register_forward_hook(record_output(layer.name))
+        for layer in layers
+        if layer.name in modules
+    ]
+    # the counter attributes backward ops to modules only when it also saw their
+    # forward, so count forward alone, then forward + backward, and subtract
+    try:
+        forward = FlopCounterMode(display=False)
+        with forward:
+            workload.loss(model, batch)
+        outputs.clear()
+        both = FlopCounterMode(display=False)
+        with both:
+            workload.loss(model, batch).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    fwd, total = _per_module(forward), _per_module(both)
+    root = type(model).__name__
+    costs = []
+    for layer in layers:
+        key = f"{root}.{layer.name}"
+        costs.append(LayerCosts(
+            forward_flops=fwd.get(key, 0.0) / batch_size,
+            backward_flops=(total.get(key, 0.0) - fwd.get(key, 0.0)) / batch_size,
+            output_bytes=outputs.get(layer.name, 0.0) / batch_size,
+        ))  # fmt: skip
+    return costs
+
+
+def _per_module(mode: FlopCounterMode) -> dict[str, float]:
+    return {name: float(sum(ops.values())) for name, ops in mode.get_flop_counts().items()}

@@ -1,0 +1,193 @@
+"""The Profile: what the profiler measured about one workload on one device, as versioned JSON.
+
+It holds what Srift's performance models need (§4.1): B_max, forward/backward
+latency at the sampled batches with their spread, each layer's parameter bytes
+and gradient-ready time (normalised to the backward pass), activation bytes per
+sample; plus per-layer FLOPs and output bytes for scaling to other devices. A
+profile is written atomically and re-loaded with validation; a file from a newer
+schema version is refused with a message rather than misread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rightsize.core.errors import SpecError
+from rightsize.core.spec import describe_validation_error
+
+PROFILE_SCHEMA = "rightsize.profile"
+PROFILE_VERSION = 1
+
+
+def srift_sample_batches(bmax: int, min_batch: int = 1) -> list[int]:
+    """Srift's sampled batch sizes: 1, B_max/3, 2·B_max/3, B_max (rounded, distinct).
+
+    ``min_batch`` replaces 1 for models that cannot train on one sample.
+    """
+    thirds = (round(bmax / 3), round(2 * bmax / 3))
+    return sorted({min_batch, bmax, *(max(min_batch, b) for b in thirds)})
+
+
+SAMPLINGS = ("srift", "dense")
+
+
+def sample_batches(sampling: str, bmax: int, min_batch: int = 1) -> list[int]:
+    """The batch sizes a profile times.
+
+    ``srift``: Srift's four. ``dense``: those plus every power of two between
+    them — the denser curve that ``benchmarks/compute_model.py`` measured to
+    follow models whose per-sample cost is not piecewise-linear in three pieces
+    (docs/benchmarks.md).
+    """
+    batches = set(srift_sample_batches(bmax, min_batch))
+    if sampling == "dense":
+        batches |= {2**k for k in range(bmax.bit_length()) if min_batch < 2**k < bmax}
+    elif sampling != "srift":
+        raise SpecError(f"unknown sampling {sampling!r}; choose one of {', '.join(SAMPLINGS)}")
+    return sorted(batches)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DeviceInfo(_Frozen):
+    """The device a profile was measured on."""
+
+    kind: str  # "cpu" or "cuda"
+    name: str  # CPU model or GPU name
+    threads: int  # torch intra-op threads (CPU) or SM count (CUDA)
+    memory_bytes: int  # the device's memory capacity as seen by the profiler
+    torch_version: str
+
+
+class LatencySample(_Frozen):
+    """Latency at one batch size: medians over repetitions, their spread, and raw runs."""
+
+    batch: int = Field(ge=1)
+    forward_s: float
+    backward_s: float
+    total_s: float  # forward + backward, per repetition then median
+    optimizer_s: float
+    forward_cv: float
+    backward_cv: float
+    total_cv: float
+    peak_memory_bytes: int
+    grad_ready: tuple[float, ...]  # per layer: gradient-ready time / backward time
+    forward_runs_s: tuple[float, ...]
+    backward_runs_s: tuple[float, ...]
+
+
+class LayerProfile(_Frozen):
+    """Static costs of one trainable layer (per sample where it scales with the batch)."""
+
+    name: str
+    param_count: int
+    param_bytes: int
+    forward_flops_per_sample: float
+    backward_flops_per_sample: float
+    output_bytes_per_sample: float
+
+
+class MemoryProfile(_Frozen):
+    """Memory facts: the limit searched under, and what a step needs."""
+
+    limit_bytes: int
+    limit_source: str  # "--memory-limit" or "device"
+    resident_bytes: int  # parameters + optimizer state + framework buffers held between steps
+    activation_bytes_per_sample: float  # tensors saved for backward, per sample
+    probes: tuple[tuple[int, int], ...]  # (batch, measured peak bytes) of the B_max search
+
+
+class Profile(_Frozen):
+    """Everything measured about one workload on one device."""
+
+    schema_: str = Field(default=PROFILE_SCHEMA, alias="schema")
+    version: int = PROFILE_VERSION
+    workload: str
+    dataset: str
+    options: dict[str, Any] = {}
+    device: DeviceInfo
+    bmax: int = Field(ge=1)
+    min_batch: int = Field(default=1, ge=1)  # 2 when BatchNorm cannot train on one sample
+    bmax_limited_by: str  # "memory" or "cap"
+    memory: MemoryProfile
+    samples: tuple[LatencySample, ...] = Field(min_length=1)
+    layers: tuple[LayerProfile, ...]
+    settings: dict[str, Any] = {}
+    created_at: str
+    rightsize_version: str
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @property
+    def compute_cv(self) -> float:
+        """Median spread (std/mean) of the compute latency: Srift's straggler scale."""
+        return statistics.median(s.total_cv for s in self.samples)
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(layer.param_bytes for layer in self.layers)
+
+    def sample_nearest(self, batch: int) -> LatencySample:
+        """The measured sample whose batch is closest to ``batch``."""
+        return min(self.samples, key=lambda s: (abs(s.batch - batch), s.batch))
+
+    # -- persistence ---------------------------------------------------------------------
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=1)
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically (temp file + rename) so a crash never leaves half a profile."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(self.to_json())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, label: str = "profile") -> Profile:
+        if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
+            raise SpecError(f'{label} is not a rightsize profile (no "schema": "{PROFILE_SCHEMA}")')
+        version = data.get("version")
+        if not isinstance(version, int) or version > PROFILE_VERSION:
+            raise SpecError(
+                f"{label} has profile version {version!r}; this rightsize reads up to "
+                f"{PROFILE_VERSION} — upgrade rightsize or re-run rightsize profile"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(f"{label}: {describe_validation_error(exc, cls)}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        """Read and validate a profile JSON file.
+
+        Raises:
+            SpecError: unreadable, not JSON, not a profile, or a newer version.
+        """
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(
+                f"profile {path} is not valid JSON (line {exc.lineno}: {exc.msg})"
+            ) from None
+        return cls.from_dict(data, f"profile {path}")

@@ -1,0 +1,260 @@
+"""The profiler: measure a workload on a real device and produce a Profile (Srift §4.1).
+
+Steps: binary-search B_max on measured peak memory under the device's memory
+(or a given limit); time forward, backward and optimizer at Srift's four batch
+sizes ``1, B_max/3, 2·B_max/3, B_max`` (warm-up, then repetitions interleaved
+round-robin across the batch sizes so drift on a shared machine bends no part
+of the curve; medians and spread);
+record each layer's gradient-ready time in separate instrumented passes; count
+activation bytes, parameter bytes and per-layer FLOPs. Progress goes to a
+callback because profiling a large model on a CPU takes minutes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+import torch
+
+from rightsize import __version__
+from rightsize.core.errors import ResourceError
+from rightsize.core.units import format_bytes, format_duration
+from rightsize.profiling.bmax import BmaxSearch, find_max_batch
+from rightsize.profiling.device import describe_device
+from rightsize.profiling.layers import layer_costs, trainable_layers
+from rightsize.profiling.memory import meter_for, saved_activation_bytes, tensor_bytes
+from rightsize.profiling.profile import (
+    LatencySample,
+    LayerProfile,
+    MemoryProfile,
+    Profile,
+    sample_batches,
+)
+from rightsize.profiling.timing import (
+    StepRuns,
+    Stopwatch,
+    coefficient_of_variation,
+    grad_ready_fractions,
+    time_interleaved,
+)
+from rightsize.workloads.workload import Workload
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    """How hard the profiler measures.
+
+    Attributes:
+        warmup: untimed steps before each batch's timed repetitions.
+        repeats: timed rounds; each round times one step of every sampled batch
+            (medians are reported).
+        hook_repeats: instrumented backward passes for gradient-ready times.
+        search: the B_max search settings.
+        sampling: ``dense`` (default: Srift's four batches plus powers of two) or
+            ``srift`` (the four only); see :func:`sample_batches`.
+        extra_batches: further batch sizes to time.
+        lr, momentum: the SGD optimizer the steps use.
+        seed: model initialisation seed.
+    """
+
+    warmup: int = 2
+    repeats: int = 5
+    hook_repeats: int = 3
+    search: BmaxSearch = field(default_factory=BmaxSearch)
+    sampling: str = "dense"
+    extra_batches: tuple[int, ...] = ()
+    lr: float = 0.01
+    momentum: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.warmup < 0 or self.hook_repeats < 1:
+            raise ResourceError("repeats and hook_repeats must be >= 1 and warmup >= 0")
+        sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
+
+
+class _Session:
+    """One workload's model and optimizer on the device, and the measurements made on them."""
+
+    def __init__(self, profiler: Profiler, workload: Workload) -> None:
+        self.profiler, self.workload = profiler, workload
+        self.device = profiler.device
+        settings = profiler.settings
+        self.model = workload.make_model(settings.seed, self.device)
+        self.model.train()
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=settings.lr, momentum=settings.momentum
+        )
+        self.layers = trainable_layers(self.model)
+        self.min_batch = self._find_min_batch()  # also creates the optimizer's state
+
+    def step(self, batch) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.workload.loss(self.model, batch).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _find_min_batch(self) -> int:
+        """1, or 2 when a training step on one sample is impossible (BatchNorm over 1x1 maps)."""
+        try:
+            self.step(self.workload.example_batch(1, self.device))
+            return 1
+        except (ValueError, RuntimeError) as exc:
+            self.step(self.workload.example_batch(2, self.device))
+            reason = str(exc).splitlines()[0]
+            self.profiler.progress(f"batch 1 cannot train ({reason}); smallest batch is 2")
+            return 2
+
+    def resident_bytes(self, batch=None) -> int:
+        """Bytes of tensors held between steps: parameters, buffers, optimizer state, the batch."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        for state in self.optimizer.state.values():
+            tensors += [v for v in state.values() if torch.is_tensor(v)]
+        if batch is not None:
+            inputs, target = batch
+            tensors += [*inputs, target]
+        return tensor_bytes(tensors)
+
+    def peak_bytes(self, batch_size: int) -> int:
+        batch = self.workload.example_batch(batch_size, self.device)
+        peak = self.profiler.meter.measure(lambda: self.step(batch), self.resident_bytes(batch))
+        self.profiler.progress(f"peak memory at batch {batch_size}: {format_bytes(peak)}")
+        return peak
+
+    def samples(self, batches: list[int], peaks: dict[int, int]) -> list[LatencySample]:
+        """Latency samples of ``batches``, timed interleaved; peaks measured where missing."""
+        settings, stopwatch, progress = (
+            self.profiler.settings,
+            self.profiler.stopwatch,
+            self.profiler.progress,
+        )
+        peaks = {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
+        examples = {b: self.workload.example_batch(b, self.device) for b in batches}
+        progress(f"timing batches {', '.join(map(str, batches))} ({settings.repeats} rounds)")
+        runs = time_interleaved(
+            self.workload, self.model, self.optimizer, examples, stopwatch,
+            settings.warmup, settings.repeats, settings.seed,
+        )  # fmt: skip
+        samples = []
+        for size in batches:
+            ready = grad_ready_fractions(
+                self.workload, self.model, self.layers, examples[size], stopwatch,
+                settings.hook_repeats,
+            )  # fmt: skip
+            samples.append(_latency_sample(size, runs[size], ready, peaks[size]))
+            progress(f"  batch {size}: {format_duration(samples[-1].total_s)} per step")
+        return samples
+
+    def activation_bytes_per_sample(self, bmax: int) -> float:
+        """Slope of saved-for-backward bytes between two batch sizes (constant terms cancel)."""
+        small, large = (bmax, bmax) if bmax < 4 else (max(2, bmax // 8), max(3, bmax // 4))
+        exclude = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+
+        def saved(batch_size: int) -> int:
+            batch = self.workload.example_batch(batch_size, self.device)
+            skip = exclude | {t.untyped_storage().data_ptr() for t in (*batch[0], batch[1])}
+            return saved_activation_bytes(lambda: self.workload.loss(self.model, batch), skip)
+
+        if large == small:
+            return saved(small) / small
+        return (saved(large) - saved(small)) / (large - small)
+
+
+def _latency_sample(
+    batch_size: int, runs: StepRuns, ready: tuple[float, ...], peak: int
+) -> LatencySample:
+    median = statistics.median
+    return LatencySample(
+        batch=batch_size,
+        forward_s=median(runs.forward_s),
+        backward_s=median(runs.backward_s),
+        total_s=median(runs.total_s),
+        optimizer_s=median(runs.optimizer_s),
+        forward_cv=coefficient_of_variation(runs.forward_s),
+        backward_cv=coefficient_of_variation(runs.backward_s),
+        total_cv=coefficient_of_variation(runs.total_s),
+        peak_memory_bytes=peak,
+        grad_ready=ready,
+        forward_runs_s=tuple(runs.forward_s),
+        backward_runs_s=tuple(runs.backward_s),
+    )
+
+
+class Profiler:
+    """Measures workloads on one device. Construct once, call :meth:`run` per workload."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        settings: ProfilerSettings = ProfilerSettings(),
+        progress: Progress = lambda _message: None,
+    ) -> None:
+        self.device = device
+        self.settings = settings
+        self.progress = progress
+        self.stopwatch = Stopwatch(device)
+        self.meter = meter_for(device)
+
+    def run(self, workload: Workload, memory_limit_bytes: int | None = None) -> Profile:
+        """Profile ``workload``; ``memory_limit_bytes`` overrides the device's capacity.
+
+        Raises:
+            ResourceError: the workload does not fit even at its smallest batch.
+        """
+        settings = self.settings
+        device_info = describe_device(self.device)
+        limit = memory_limit_bytes if memory_limit_bytes is not None else device_info.memory_bytes
+        session = _Session(self, workload)
+        self.progress(f"searching B_max under {format_bytes(limit)}")
+        search = find_max_batch(session.peak_bytes, limit, settings.search, session.min_batch)
+        self.progress(f"B_max = {search.bmax} (limited by {search.limited_by})")
+        batches = sorted(set(sample_batches(settings.sampling, search.bmax, session.min_batch)) | {
+            b for b in settings.extra_batches if session.min_batch <= b <= search.bmax
+        })  # fmt: skip
+        samples = session.samples(batches, dict(search.probes))
+        count_batch = workload.example_batch(min(4, search.bmax), self.device)
+        costs = layer_costs(session.model, workload, session.layers, count_batch)
+        return Profile(
+            workload=workload.name,
+            dataset=workload.dataset.name,
+            options=dict(workload.options),
+            device=device_info,
+            bmax=search.bmax,
+            min_batch=session.min_batch,
+            bmax_limited_by=search.limited_by,
+            memory=MemoryProfile(
+                limit_bytes=limit,
+                limit_source="--memory-limit" if memory_limit_bytes is not None else "device",
+                resident_bytes=session.resident_bytes(),
+                activation_bytes_per_sample=session.activation_bytes_per_sample(search.bmax),
+                probes=tuple(sorted(search.probes)),
+            ),
+            samples=tuple(samples),
+            layers=tuple(
+                LayerProfile(
+                    name=layer.name,
+                    param_count=layer.param_count,
+                    param_bytes=layer.param_bytes,
+                    forward_flops_per_sample=cost.forward_flops,
+                    backward_flops_per_sample=cost.backward_flops,
+                    output_bytes_per_sample=cost.output_bytes,
+                )
+                for layer, cost in zip(session.layers, costs, strict=True)
+            ),
+            settings={
+                **asdict(settings),
+                "extra_batches": list(settings.extra_batches),  # as JSON will read it back
+                "threads": torch.get_num_threads(),
+            },
+            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            rightsize_version=__version__,
+        )
+
+    def time_batches(self, workload: Workload, batches: list[int]) -> list[LatencySample]:
+        """Time ``batches`` exactly as :meth:`run` times its samples (for accuracy checks)."""
+        return _Session(self, workload).samples(sorted(batches), {})

@@ -1,0 +1,65 @@
+import pytest
+
+from rightsize.core.errors import ResourceError
+from rightsize.profiling.bmax import BmaxSearch, find_max_batch
+
+MB = 2**20
+
+
+def linear_memory(base_mb: float, per_sample_mb: float):
+    calls = []
+
+    def measure(batch: int) -> int:
+        calls.append(batch)
+        return int((base_mb + per_sample_mb * batch) * MB)
+
+    return measure, calls
+
+
+def test_exact_bmax_on_a_linear_memory_curve():
+    # 100 MB + 3 MB/sample under 1000 MB -> largest fitting batch is floor(900/3) = 300
+    measure, calls = linear_memory(100, 3)
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=0))
+    assert result.bmax == 300 and result.limited_by == "memory"
+    assert calls[:9] == [1, 2, 4, 8, 16, 32, 64, 128, 256]  # doubling; 512 is skipped (see below)
+    assert all(peak <= 1000 * MB for batch, peak in result.probes if batch <= 300)
+
+
+def test_relative_tolerance_stops_early_but_never_overshoots():
+    measure, _ = linear_memory(100, 3)
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=1 / 16))
+    assert 300 - 300 / 16 <= result.bmax <= 300
+
+
+def test_cap_limits_the_search():
+    measure, calls = linear_memory(1, 0.001)
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(max_batch=100))
+    assert result.bmax == 100 and result.limited_by == "cap"
+    assert max(calls) == 100
+
+
+def test_batches_far_beyond_the_limit_are_not_run():
+    # 512 extrapolates to 100 + 3*512 = 1636 MB > 1.5 x 1000 MB: judged without running it
+    measure, calls = linear_memory(100, 3)
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=0, skip_factor=1.5))
+    assert 512 not in calls and 512 in result.skipped
+    assert result.bmax == 300
+
+
+def test_a_limit_below_one_sample_is_a_clear_error():
+    measure, _ = linear_memory(100, 3)
+    with pytest.raises(ResourceError, match="below a training step at batch 1 .needs 103Mi"):
+        find_max_batch(measure, 50 * MB)
+
+
+def test_min_batch_two_starts_the_search_at_two():
+    measure, calls = linear_memory(100, 3)
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=0), min_batch=2)
+    assert calls[0] == 2 and result.bmax == 300
+
+
+def test_bad_settings():
+    with pytest.raises(ResourceError):
+        BmaxSearch(max_batch=0)
+    with pytest.raises(ResourceError):
+        BmaxSearch(rel_tolerance=1.5)

@@ -1,0 +1,118 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rightsize.cli.main import main
+from rightsize.core.catalog import INSTANCE_COLUMNS
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, fragment):
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_help_lists_each_capability(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("workloads", "catalog", "profile", "predict"):
+        assert command in out
+
+
+def test_workloads_json(capsys):
+    code, out, _ = run(capsys, "workloads", "--json")
+    data = json.loads(out)
+    assert code == 0 and {m["name"] for m in data["models"]} >= {
+        "resnet50",
+        "wide-deep",
+        "gpt-small",
+    }
+    assert "digits" in {d["name"] for d in data["datasets"]}
+
+
+def test_catalog_table_and_json(capsys):
+    code, out, _ = run(capsys, "catalog", "--cloud", "aws", "--gpu", "V100")
+    assert code == 0 and "p3.8xlarge" in out and "4xV100" in out
+    code, out, _ = run(capsys, "catalog", "--cloud", "srift-2020", "--json")
+    rows = json.loads(out)
+    assert {r["instance_type"] for r in rows} >= {"p3.8xlarge", "g3.8xlarge", "g4dn.8xlarge"}
+    code, out, _ = run(capsys, "catalog", "--accelerators", "--json")
+    assert any(a["name"] == "T4" and a["memory_gib"] == 16 for a in json.loads(out))
+
+
+def test_profile_and_predict_end_to_end(capsys, tmp_path):
+    out_file = tmp_path / "mlp3.json"
+    code, out, err = run(capsys, "profile", "mlp3", "--max-batch", "64", "--repeats", "2", "--warmup", "1",
+                         "--memory-limit", "128Mi", "--out", str(out_file), "--json")  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["profile"]["bmax"] == 64 and out_file.exists()
+    assert [p["batch"] for p in data["predictions"]] == [1, 2, 4, 8, 16, 32, 64]
+    assert "B_max" in err  # progress goes to stderr
+    code, out, _ = run(capsys, "predict", str(out_file), "--batches", "10,20", "--json")
+    assert code == 0 and [p["batch"] for p in json.loads(out)["predictions"]] == [10, 20]
+    code, out, _ = run(capsys, "predict", str(out_file))
+    assert code == 0 and "compute model (dense)" in out and "samples/s" in out
+    code, out, _ = run(capsys, "predict", str(out_file), "--method", "srift", "--json")
+    assert json.loads(out)["compute_model"]["method"] == "srift"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["profile", "resnet05"], "unknown workload 'resnet05'; did you mean 'resnet50'?"),
+        (["profile", "mlp3", "--memory-limit", "4XB"], "--memory-limit '4XB': expected a size"),
+        (
+            ["profile", "mlp3", "--memory-limit", "1Ki", "--quiet"],
+            "is below a training step at batch 1",
+        ),
+        (["profile", "mlp3", "--device", "cuda"], "no CUDA GPU is available"),
+        (["profile", "mlp3", "--option", "activation"], "must look like KEY=VALUE"),
+        (["catalog", "--cloud", "ibm"], "unknown cloud catalog"),
+        (["catalog", "--gpu", "T5"], "unknown accelerator 'T5'"),
+        (["predict", "/nonexistent.json"], "cannot read profile"),
+        (["predict", "x.json", "--batches", "a,b"], "--batches 'a,b' must be comma-separated"),
+        (["profile"], "the following arguments are required: workload"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_inputs_give_one_line_and_exit_2(capsys, argv, fragment):
+    code, _, err = run(capsys, *argv)
+    assert_one_line_error(code, err, fragment)
+
+
+def test_catalog_csv_with_a_missing_column(capsys, tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(",".join(c for c in INSTANCE_COLUMNS if c != "Price") + "\nx,,0,4,16,10,,r\n")
+    code, _, err = run(capsys, "catalog", "--file", str(path))
+    assert_one_line_error(code, err, "missing column(s) Price")
+
+
+def test_console_script_exit_code_and_no_traceback():
+    result = subprocess.run(
+        [sys.executable, "-m", "rightsize", "profile", "nosuchmodel"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: unknown workload") and "Traceback" not in result.stderr
+
+
+def test_core_never_imports_torch():
+    code = (
+        "import sys, rightsize.core.catalog, rightsize.core.spec, rightsize.core.shape, "
+        "rightsize.core.units, rightsize.profiling.profile, rightsize.perf.compute; "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

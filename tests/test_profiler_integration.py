@@ -1,0 +1,88 @@
+"""Profiles real models on this machine's CPU (small settings, a few seconds)."""
+
+import pytest
+import torch
+
+from rightsize.core.errors import ResourceError
+from rightsize.perf.compute import ComputeModel
+from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.memory import CpuPeakMeter
+from rightsize.profiling.profile import Profile
+from rightsize.profiling.profiler import Profiler, ProfilerSettings
+from rightsize.workloads import WorkloadRegistry
+
+pytestmark = pytest.mark.integration
+FAST = ProfilerSettings(
+    warmup=1, repeats=3, hook_repeats=2, search=BmaxSearch(max_batch=256), sampling="srift"
+)
+
+
+@pytest.fixture(scope="module")
+def mlp3_profile(tmp_path_factory):
+    workload = WorkloadRegistry().get("mlp3")
+    profile = Profiler(torch.device("cpu"), FAST).run(workload, memory_limit_bytes=256 * 2**20)
+    path = profile.save(tmp_path_factory.mktemp("profiles") / "mlp3.json")
+    return profile, path
+
+
+def test_profile_of_mlp3_measures_what_srift_needs(mlp3_profile):
+    profile, _ = mlp3_profile
+    assert profile.bmax == 256 and profile.bmax_limited_by == "cap"
+    assert [s.batch for s in profile.samples] == [1, 85, 171, 256]
+    assert [layer.name for layer in profile.layers] == ["fc1", "fc2", "fc3", "head"]
+    assert [layer.param_count for layer in profile.layers] == [
+        64 * 256 + 256,
+        256 * 256 + 256,
+        256 * 256 + 256,
+        256 * 10 + 10,
+    ]
+    # FLOPs by hand: a Linear(i, o) costs 2*i*o per sample forward; backward twice that,
+    # except the first layer, whose input needs no gradient
+    assert profile.layers[0].forward_flops_per_sample == 2 * 64 * 256
+    assert profile.layers[0].backward_flops_per_sample == 2 * 64 * 256
+    assert profile.layers[1].backward_flops_per_sample == 2 * 2 * 256 * 256
+    # saved for backward per sample: three hidden activations of 256 floats plus ~10 logits
+    assert 3 * 256 * 4 <= profile.memory.activation_bytes_per_sample <= (3 * 256 + 64) * 4
+    for s in profile.samples:
+        assert s.forward_s > 0 and s.backward_s > 0 and len(s.forward_runs_s) == 3
+        assert len(s.grad_ready) == 4 and all(0 < f <= 1 for f in s.grad_ready)
+    big = profile.samples[-1]
+    # backward runs from the head to the input: the first layer's gradient is ready last
+    assert big.grad_ready[0] >= big.grad_ready[-1]
+    probes = dict(profile.memory.probes)
+    assert probes[256] > probes[1]  # a bigger batch needs more memory
+
+
+def test_profile_reloads_and_drives_the_compute_model(mlp3_profile):
+    profile, path = mlp3_profile
+    loaded = Profile.load(path)
+    assert loaded == profile
+    model = ComputeModel.from_profile(loaded)
+    for s in loaded.samples:
+        assert model.predict(s.batch).total_s == pytest.approx(s.total_s)
+
+
+def test_batchnorm_model_on_tiny_maps_starts_at_batch_two():
+    # ResNet-18 on 8x8 digits ends in 1x1 maps: BatchNorm cannot train on one sample
+    workload = WorkloadRegistry().get("resnet18", dataset="digits")
+    settings = ProfilerSettings(warmup=0, repeats=1, hook_repeats=1, search=BmaxSearch(max_batch=8))
+    profile = Profiler(torch.device("cpu"), settings).run(workload, memory_limit_bytes=2**30)
+    assert profile.min_batch == 2 and profile.samples[0].batch == 2
+    assert ComputeModel.from_profile(profile).predict(4).total_s > 0
+
+
+def test_memory_limit_below_one_sample_is_a_resource_error():
+    workload = WorkloadRegistry().get("mlp3")
+    with pytest.raises(ResourceError, match="below a training step at batch 1"):
+        Profiler(torch.device("cpu"), FAST).run(workload, memory_limit_bytes=1024)
+
+
+def test_cpu_meter_sees_a_real_allocation():
+    meter = CpuPeakMeter()
+
+    def allocate() -> None:
+        block = torch.ones(25 * 2**20)  # 100 MiB, touched so it is resident
+        del block
+
+    peak = meter.measure(allocate, resident_bytes=0)
+    assert 0.98 * 100 * 2**20 <= peak < 1.3 * 100 * 2**20  # page-level slack around the RSS
