@@ -3,7 +3,7 @@
 For each workload: profile it with the profiler's dense sampling (B_max under a
 memory limit; latency at Srift's four batches 1, B_max/3, 2·B_max/3, B_max and
 at every power of two between them). Then time all those batches again together
-with held-out batch sizes the models never saw (3·2^k, never a power of two), in
+with held-out batch sizes the models never saw (3·2^k or 5·2^k, or 7·2^k under a small B_max; never a power of two), in
 one interleaved session, and report the mean absolute percentage error (MAPE)
 of forward, backward and total (forward + backward) time on the held-out
 batches, for the faithful ``srift`` model (four samples) and the ``dense`` one:
@@ -55,16 +55,26 @@ CASES = {
     "small-cnn": Case("small-cnn", "synthetic-cifar", "256Mi"),
     "resnet18": Case("resnet18", "synthetic-cifar", "384Mi"),
     "mobilenetv2": Case("mobilenetv2", "synthetic-cifar", "384Mi"),
-    "gpt-small": Case("gpt-small", "synthetic-text", "1Gi"),
-    "bilstm": Case("bilstm", "synthetic-reviews", "512Mi"),
+    "gpt-small": Case("gpt-small", "synthetic-text", "512Mi"),
+    "bilstm": Case("bilstm", "synthetic-reviews", "384Mi"),
     "wide-deep": Case("wide-deep", "synthetic-criteo", "512Mi"),
     "deepfm": Case("deepfm", "synthetic-criteo", "512Mi"),
 }
 
 
 def held_out_batches(bmax: int, train: set[int], count: int) -> list[int]:
-    """Up to ``count`` batches of the form 3·2^k below B_max, spread over the range."""
-    candidates = [3 * 2**k for k in range(20) if 3 * 2**k < bmax and 3 * 2**k not in train]
+    """Up to ``count`` batches below B_max, spread over the range, that the models never saw.
+
+    Candidates are 3·2^k and 5·2^k, then 7·2^k if those are too few (a small B_max):
+    none is a power of two, so no held-out batch is a dense training point.
+    """
+    candidates: list[int] = []
+    for multipliers in ((3, 5), (7,)):
+        forms = {m * 2**k for m in multipliers for k in range(20)}
+        candidates += [b for b in forms if b < bmax and b not in train]
+        if len(candidates) >= count:
+            break
+    candidates.sort()
     if len(candidates) <= count:
         return candidates
     step = (len(candidates) - 1) / (count - 1)
@@ -92,6 +102,13 @@ def split_half_noise(samples: list[LatencySample]) -> float:
         odd, even = statistics.median(totals[1::2]), statistics.median(totals[::2])
         diffs.append(abs(odd - even) / even)
     return 100 * statistics.fmean(diffs)
+
+
+def drift(first: list[LatencySample], second: list[LatencySample]) -> dict[str, float]:
+    """Max and median relative change of the same batch's median total time between sessions."""
+    later = {s.batch: s.total_s for s in second}
+    changes = [100 * abs(later[s.batch] - s.total_s) / s.total_s for s in first if s.batch in later]
+    return {"max": max(changes), "median": statistics.median(changes)}
 
 
 def fit_models(
@@ -138,6 +155,7 @@ def run_case(case: Case, repeats: int, held_out: int, log) -> dict:
         "same_session_mape_percent": {m: errors(model, measured) for m, model in same.items()},
         "cross_session_mape_percent": {m: errors(model, measured) for m, model in cross.items()},
         "split_half_noise_total_mape_percent": split_half_noise(session),
+        "profile_vs_session_same_batch_percent": drift(list(profile.samples), session),
         "compute_cv": profile.compute_cv,
         "held_out": [
             {

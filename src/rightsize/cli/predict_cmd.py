@@ -36,9 +36,9 @@ def register(subparsers) -> None:
     parser.set_defaults(run=run)  # fmt: skip
 
 
-def default_batches(bmax: int) -> list[int]:
-    """Powers of two up to B_max, and B_max itself."""
-    batches, b = [], 1
+def default_batches(bmax: int, min_batch: int = 1) -> list[int]:
+    """Powers of two from the smallest trainable batch up to B_max, and B_max itself."""
+    batches, b = [], min_batch
     while b < bmax:
         batches.append(b)
         b *= 2
@@ -59,7 +59,7 @@ def prediction_report(
         for i in range(model.total.segments)
     ]
     predictions = []
-    for batch in batches or default_batches(profile.bmax):
+    for batch in batches or default_batches(profile.bmax, profile.min_batch):
         time = model.predict(batch)
         predictions.append({
             "batch": batch,

@@ -1,0 +1,1 @@
+"""Autoscaling policies: pure decisions from observations of one job (see api.py)."""

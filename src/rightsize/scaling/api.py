@@ -1,0 +1,219 @@
+"""The contract between autoscaling policies and the mechanisms that carry out their decisions.
+
+A :class:`Policy` is pure: ``decide(observation) -> Plan | None``. It gets a
+frozen :class:`Observation` of one job — its current shape, its budget, what
+the cluster has free, and the metrics since its last decision — and answers
+with a frozen :class:`Plan` (a target shape and the reason) or ``None`` to keep
+the shape. It never sleeps, reads a clock, touches processes or imports
+``runtime``, ``cluster`` or ``service``; everything it needs to remember
+(samples since the last decision, the (n_ps, n_wk) -> speed history Optimus
+fits) is handed to it in the observation. The same policy object therefore
+drives a real job (``runtime``'s master builds observations from measured
+metrics) and a simulated one (``cluster``'s simulator builds them from a
+performance model), and its tests are tables of observations and expected
+plans.
+
+Mechanisms own time and state: they collect samples, keep the history, apply
+plans, and record every change with its reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """One node's measurements over one metric interval.
+
+    Attributes:
+        name: the node's name in the shape (``ps-0``, ``worker-2``).
+        role: parameter server or worker.
+        cpu_used_cores: average CPU cores used over the interval (u_i).
+        cpu_allocated_cores: CPU cores allocated (a_i).
+        memory_used_bytes: resident memory at the end of the interval.
+        memory_allocated_bytes: the node's memory limit.
+        net_in_bytes_per_s: received bytes per second.
+        net_out_bytes_per_s: sent bytes per second.
+        net_capacity_bytes_per_s: the node's link capacity, if known.
+        steps_per_s: training steps per second this node took (workers) or
+            served (parameter servers: updates applied per second).
+    """
+
+    name: str
+    role: NodeRole
+    cpu_used_cores: float
+    cpu_allocated_cores: float
+    memory_used_bytes: int = 0
+    memory_allocated_bytes: int = 0
+    net_in_bytes_per_s: float = 0.0
+    net_out_bytes_per_s: float = 0.0
+    net_capacity_bytes_per_s: float | None = None
+    steps_per_s: float = 0.0
+
+    @property
+    def cpu_efficiency(self) -> float:
+        """``e_i = u_i / a_i`` (NEARCHUS §IV); 0 for a node with nothing allocated."""
+        return self.cpu_used_cores / self.cpu_allocated_cores if self.cpu_allocated_cores else 0.0
+
+    @property
+    def net_utilization(self) -> float | None:
+        """Busier direction of the link over its capacity, if the capacity is known."""
+        if not self.net_capacity_bytes_per_s:
+            return None
+        busiest = max(self.net_in_bytes_per_s, self.net_out_bytes_per_s)
+        return busiest / self.net_capacity_bytes_per_s
+
+
+@dataclass(frozen=True)
+class MetricSample:
+    """Every node's metrics for one interval ending at ``time_s``, and the job's speed."""
+
+    time_s: float
+    nodes: tuple[NodeMetrics, ...]
+    steps_per_s: float  # job-wide training steps per second
+    samples_per_s: float = 0.0
+
+    def node(self, name: str) -> NodeMetrics | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def role(self, role: NodeRole) -> tuple[NodeMetrics, ...]:
+        return tuple(n for n in self.nodes if n.role == role)
+
+    @property
+    def cpu_used_cores(self) -> float:
+        return sum(n.cpu_used_cores for n in self.nodes)
+
+    @property
+    def cpu_allocated_cores(self) -> float:
+        return sum(n.cpu_allocated_cores for n in self.nodes)
+
+    @property
+    def e_job(self) -> float:
+        """NEARCHUS's job resource efficiency ``sum(u_i) / sum(a_i)``."""
+        allocated = self.cpu_allocated_cores
+        return self.cpu_used_cores / allocated if allocated else 0.0
+
+
+class EventKind(StrEnum):
+    """Things that happened to nodes, which a policy may react to (DLRover §4.2)."""
+
+    OOM_KILLED = "oom_killed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    time_s: float
+    node: str
+    kind: EventKind
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ShapeRecord:
+    """A shape the job ran with, and the speed it reached there (for model-fitting policies)."""
+
+    shape: ClusterShape
+    steps_per_s: float
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything a policy may know about one job at one decision point.
+
+    Attributes:
+        job: the job's name.
+        time_s: now, on the mechanism's clock (seconds since the job started).
+        shape: the current shape.
+        budget: the job's resource budget ``R_max``.
+        free: resources the cluster can still give this job now, beyond its shape.
+        window: metric samples since the last applied decision (oldest first),
+            taken every metric interval; a shape change empties it.
+        events: node events since the last applied decision.
+        history: one record per shape the job has run with so far, oldest first.
+        decisions: how many plans have been applied to this job (restarts).
+        steps_done: training steps completed so far.
+        steps_total: steps the job will run in all, if known.
+    """
+
+    job: str
+    time_s: float
+    shape: ClusterShape
+    budget: Resources
+    free: Resources
+    window: tuple[MetricSample, ...] = ()
+    events: tuple[NodeEvent, ...] = ()
+    history: tuple[ShapeRecord, ...] = ()
+    decisions: int = 0
+    steps_done: int = 0
+    steps_total: int | None = None
+
+    @property
+    def headroom(self) -> Resources:
+        """What the job may still grow by: the smaller of budget left and cluster free."""
+        left = Resources(
+            max(0.0, self.budget.cpu_cores - self.shape.total().cpu_cores),
+            max(0, self.budget.memory_bytes - self.shape.total().memory_bytes),
+            max(0, self.budget.gpus - self.shape.total().gpus),
+        )
+        return left.clipped_to(self.free)
+
+    def mean_speed(self, last: int | None = None) -> float:
+        """Mean job steps/s over the window (or its last ``last`` samples)."""
+        samples = self.window[-last:] if last else self.window
+        return statistics.fmean(s.steps_per_s for s in samples) if samples else 0.0
+
+
+class Action(StrEnum):
+    """The kind of change a plan makes (for reports and for the mechanism's fast paths)."""
+
+    LAUNCH = "launch"
+    SCALE_UP = "scale_up"
+    ADD_PS = "add_ps"
+    ADD_WORKER = "add_worker"
+    REMOVE_WORKER = "remove_worker"
+    REBALANCE = "rebalance"
+    REPLACE_PS = "replace_ps"
+    RELAUNCH_OOM = "relaunch_oom"
+    RESHAPE = "reshape"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A policy's decision: run the job with ``shape`` from now on, because ``reason``."""
+
+    shape: ClusterShape
+    action: Action
+    reason: str
+    details: dict[str, float | str] = field(default_factory=dict)
+
+
+class Policy(ABC):
+    """An autoscaling policy. Subclasses validate their parameters in ``__init__``."""
+
+    name: str = "policy"
+
+    @abstractmethod
+    def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
+        """The shape to launch with under ``budget`` when ``free`` is available, or
+        ``None`` if the job cannot start yet (the scheduler keeps it waiting)."""
+
+    @abstractmethod
+    def decide(self, observation: Observation) -> Plan | None:
+        """A new shape for the job, or ``None`` to keep the current one."""
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Population std / mean (0 for an empty or all-zero sequence)."""
+    if not values:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.pstdev(values) / mean if mean else 0.0

@@ -1,0 +1,37 @@
+"""Policies by name, for the command line (``--policy static``) and job files.
+
+One table from name to constructor; each policy validates its own parameters.
+Add a policy by adding a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rightsize.core.errors import SpecError, unknown_name
+from rightsize.scaling.api import Policy
+from rightsize.scaling.static import StaticPolicy
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "static": StaticPolicy,
+}
+
+
+def policy_names() -> list[str]:
+    return sorted(POLICIES)
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """A new policy ``name`` built with ``params``.
+
+    Raises:
+        UnknownNameError: no such policy (with a close match).
+        SpecError: the policy rejects a parameter.
+    """
+    if name not in POLICIES:
+        raise unknown_name("policy", name, POLICIES)
+    try:
+        return POLICIES[name](**params)
+    except TypeError as exc:  # an unexpected keyword for this policy
+        raise SpecError(f"policy {name}: {exc}") from None
