@@ -88,8 +88,9 @@ class MLPTower(nn.Module):
         return self.layers(x).squeeze(1)
 
 
-class WideAndDeep(nn.Module):
-    """``wide`` (first-order) + ``deep`` (MLP over dense features and ``embeddings``)."""
+class _ClickModel(nn.Module):
+    """What both click models share: a first-order ``linear`` part over the raw features,
+    per-field ``embeddings``, and a ``deep`` MLP over dense features and embeddings."""
 
     def __init__(
         self,
@@ -100,42 +101,36 @@ class WideAndDeep(nn.Module):
         sparse: bool = False,
     ):
         super().__init__()
-        self.wide = LinearPart(num_dense, cardinalities, sparse)
+        self.linear = LinearPart(num_dense, cardinalities, sparse)
         self.embeddings = FieldEmbeddings(cardinalities, embed_dim, sparse=sparse)
         self.deep = MLPTower(num_dense + len(cardinalities) * embed_dim, hidden)
+
+    def _deep(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        return self.deep(torch.cat([dense, emb.flatten(1)], dim=1))
+
+
+class WideAndDeep(_ClickModel):
+    """``linear`` (the wide part) + ``deep`` (MLP over dense features and ``embeddings``)."""
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """``dense [N, num_dense]`` float, ``sparse [N, fields]`` long -> logits ``[N]``."""
         emb = self.embeddings(sparse)
-        deep = self.deep(torch.cat([dense, emb.flatten(1)], dim=1))
-        return self.wide(dense, sparse) + deep
+        return self.linear(dense, sparse) + self._deep(dense, emb)
 
 
-class DeepFM(nn.Module):
-    """``first_order`` + FM over shared ``embeddings`` + ``deep`` MLP on the same embeddings."""
+class DeepFM(_ClickModel):
+    """``linear`` (first order) + FM over the shared ``embeddings`` + ``deep`` on the same.
 
-    def __init__(
-        self,
-        num_dense: int,
-        cardinalities: Sequence[int],
-        embed_dim: int,
-        hidden: Sequence[int],
-        sparse: bool = False,
-    ):
-        super().__init__()
-        self.first_order = LinearPart(num_dense, cardinalities, sparse)
-        self.embeddings = FieldEmbeddings(cardinalities, embed_dim, sparse=sparse)
-        # Dense features join the deep input (and the first-order term) but not
-        # the FM, which in the paper is defined over categorical fields only.
-        self.deep = MLPTower(num_dense + len(cardinalities) * embed_dim, hidden)
+    Dense features join the deep input and the first-order term but not the FM,
+    which in the paper is defined over categorical fields only.
+    """
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """``dense [N, num_dense]`` float, ``sparse [N, fields]`` long -> logits ``[N]``."""
         emb = self.embeddings(sparse)  # [N, F, D]
         # Sum of pairwise dot products in O(F * D): 0.5 * ((sum e)^2 - sum e^2).
         fm = 0.5 * (emb.sum(dim=1).pow(2) - emb.pow(2).sum(dim=1)).sum(dim=1)
-        deep = self.deep(torch.cat([dense, emb.flatten(1)], dim=1))
-        return self.first_order(dense, sparse) + fm + deep
+        return self.linear(dense, sparse) + fm + self._deep(dense, emb)
 
 
 def wide_and_deep(
