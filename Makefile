@@ -20,12 +20,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The main job on its embedded defaults: profile a zoo model on this machine and
-# print its Srift compute model and the predicted step time per batch.
+# The main job on its embedded defaults: profile a zoo model on this machine,
+# print its Srift compute model, and plan its training on the AWS catalog.
 demo: $(STAMP)
 	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 512Mi \
 		--out demo-output/resnet18-synthetic-cifar-cpu.json
 	$(BIN)/rightsize predict demo-output/resnet18-synthetic-cifar-cpu.json --batches 8,32,128
+	$(BIN)/rightsize plan --profile demo-output/resnet18-synthetic-cifar-cpu.json \
+		--global-batch 1024 --iterations 20000 --deadline 1h --cloud aws --top 5
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -24,6 +24,7 @@ BUILDER_NAMES = (
     "mlp3",
     "small_cnn",
     "resnet18",
+    "resnet18_cifar",
     "resnet50",
     "mobilenet_v2",
     "densenet121",
@@ -71,6 +72,7 @@ FORWARD_CASES: dict[str, tuple[Callable[[], tuple[torch.Tensor, ...]], tuple[int
     "mlp3": (lambda: (torch.randn(BATCH, 64),), (BATCH, 10)),
     "small_cnn": (_images, (BATCH, 10)),
     "resnet18": (_images, (BATCH, 1000)),
+    "resnet18_cifar": (_images, (BATCH, 10)),
     "resnet50": (_images, (BATCH, 1000)),
     # At 32x32 MobileNetV2's last stages are 1x1 spatially, where every consumer
     # of the residual stream is conv -> train-mode BN, which cancels a constant
@@ -87,6 +89,13 @@ FORWARD_CASES: dict[str, tuple[Callable[[], tuple[torch.Tensor, ...]], tuple[int
 
 def test_every_builder_has_a_forward_case():
     assert set(FORWARD_CASES) == set(BUILDER_NAMES)
+
+
+def test_cifar_resnet18_matches_the_published_cifar_variant():
+    # the kuangliu/pytorch-cifar ResNet-18 that Pollux measures: 11,173,962 params at 10 classes
+    with torch.device("meta"):
+        model = models.resnet18_cifar()
+    assert n_params(model) == 11_173_962
 
 
 @pytest.mark.parametrize("name", sorted(IMAGENET_PARAM_COUNTS))

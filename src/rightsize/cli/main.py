@@ -13,10 +13,26 @@ import sys
 from collections.abc import Sequence
 
 from rightsize import __version__
-from rightsize.cli import catalog_cmd, predict_cmd, profile_cmd, workloads_cmd
+from rightsize.cli import (
+    catalog_cmd,
+    plan_cmd,
+    predict_cmd,
+    probe_cmd,
+    profile_cmd,
+    replan_cmd,
+    workloads_cmd,
+)
 from rightsize.core.errors import RightsizeError
 
-COMMANDS = (workloads_cmd, catalog_cmd, profile_cmd, predict_cmd)
+COMMANDS = (
+    workloads_cmd,
+    catalog_cmd,
+    profile_cmd,
+    predict_cmd,
+    plan_cmd,
+    replan_cmd,
+    probe_cmd,
+)
 USAGE_ERROR = 2
 
 

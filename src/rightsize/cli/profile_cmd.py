@@ -10,6 +10,7 @@ import torch
 from rightsize.cli.args import parse_batch_list, parse_options
 from rightsize.cli.output import print_json, progress_printer
 from rightsize.cli.predict_cmd import prediction_report, print_prediction_report
+from rightsize.cli.profiles import default_profile_path
 from rightsize.core.errors import SpecError
 from rightsize.core.units import format_bytes, format_duration, parse_memory
 from rightsize.profiling.bmax import BmaxSearch
@@ -108,13 +109,12 @@ def run(args: argparse.Namespace) -> int:
         extra_batches=tuple(parse_batch_list(args.extra_batches, "--extra-batches")),
         seed=args.seed,
     )
-    workload = WorkloadRegistry().get(
-        args.workload, args.dataset, parse_options(args.option), seed=args.seed
-    )
+    options = parse_options(args.option)
+    workload = WorkloadRegistry().get(args.workload, args.dataset, options, seed=args.seed)
     out = (
         Path(args.out)
         if args.out
-        else _default_path(workload.name, workload.dataset.name, device.type)
+        else default_profile_path(workload.name, workload.dataset.name, device.type, options)
     )
     progress = progress_printer(args.quiet)
     progress(f"profiling {workload.label} on {device}")
@@ -131,11 +131,6 @@ def run(args: argparse.Namespace) -> int:
     print_prediction_report(report)
     print(f"\nprofile written to {out}")
     return 0
-
-
-def _default_path(workload: str, dataset: str, device: str) -> Path:
-    safe = workload.replace(":", "_").replace("/", "_")
-    return Path("profiles") / f"{safe}-{dataset}-{device}.json"
 
 
 def print_summary(profile: Profile) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from rightsize.core.errors import ResourceError
+from rightsize.profiling.peaks import measure_peaks
 from rightsize.profiling.profile import DeviceInfo
 
 CPU_HEADROOM_BYTES = 1 * 2**30  # kept free for Python, torch's libraries and the OS
@@ -35,19 +36,22 @@ def resolve_device(name: str) -> torch.device:
 
 
 def describe_device(device: torch.device) -> DeviceInfo:
+    """Name, parallelism, memory, and the measured peak rates of ``device``."""
+    peaks = measure_peaks(device)
+    rates = {"peak_flops_per_s": peaks.flops_per_s, "peak_mem_bytes_per_s": peaks.mem_bytes_per_s}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return DeviceInfo(
             kind="cuda", name=props.name, threads=props.multi_processor_count,
-            memory_bytes=props.total_memory, torch_version=torch.__version__,
+            memory_bytes=props.total_memory, torch_version=torch.__version__, **rates,
         )  # fmt: skip
     return DeviceInfo(
-        kind="cpu", name=_cpu_model(), threads=torch.get_num_threads(),
-        memory_bytes=cpu_memory_capacity(), torch_version=torch.__version__,
+        kind="cpu", name=cpu_model(), threads=torch.get_num_threads(),
+        memory_bytes=cpu_memory_capacity(), torch_version=torch.__version__, **rates,
     )  # fmt: skip
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -59,14 +63,14 @@ def _cpu_model() -> str:
 
 def cpu_memory_capacity() -> int:
     """Bytes this process could use for tensors on the CPU (see module docstring)."""
-    available = _meminfo("MemAvailable") or _meminfo("MemTotal") or 0
+    available = meminfo("MemAvailable") or meminfo("MemTotal") or 0
     limit = _cgroup_memory_limit()
     if limit is not None:
         available = min(available, limit - _cgroup_memory_usage())
     return max(0, available - CPU_HEADROOM_BYTES)
 
 
-def _meminfo(key: str) -> int | None:
+def meminfo(key: str) -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith(key + ":"):

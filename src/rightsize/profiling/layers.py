@@ -54,9 +54,18 @@ class LayerCosts:
     output_bytes: float
 
 
+@dataclass(frozen=True)
+class ModelCosts:
+    """Per-layer costs, and the whole model's FLOPs per sample (ops outside layers included)."""
+
+    layers: list[LayerCosts]
+    forward_flops: float
+    backward_flops: float
+
+
 def layer_costs(
     model: nn.Module, workload: Workload, layers: list[Layer], batch: Batch
-) -> list[LayerCosts]:
+) -> ModelCosts:
     """Count FLOPs with PyTorch's FlopCounterMode and output sizes with forward hooks.
 
     Args:
@@ -95,7 +104,7 @@ def layer_costs(
         model.zero_grad(set_to_none=True)
     fwd, total = _per_module(forward), _per_module(both)
     root = type(model).__name__
-    costs = []
+    costs: list[LayerCosts] = []
     for layer in layers:
         key = f"{root}.{layer.name}"
         costs.append(LayerCosts(
@@ -103,7 +112,9 @@ def layer_costs(
             backward_flops=(total.get(key, 0.0) - fwd.get(key, 0.0)) / batch_size,
             output_bytes=outputs.get(layer.name, 0.0) / batch_size,
         ))  # fmt: skip
-    return costs
+    forward_total = fwd.get("Global", 0.0)
+    backward_total = total.get("Global", 0.0) - forward_total
+    return ModelCosts(costs, forward_total / batch_size, backward_total / batch_size)
 
 
 def _per_module(mode: FlopCounterMode) -> dict[str, float]:

@@ -11,15 +11,14 @@ schema version is refused with a message rather than misread.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rightsize.core.errors import SpecError
+from rightsize.core.files import atomic_write_text
 from rightsize.core.spec import describe_validation_error
 
 PROFILE_SCHEMA = "rightsize.profile"
@@ -66,6 +65,8 @@ class DeviceInfo(_Frozen):
     threads: int  # torch intra-op threads (CPU) or SM count (CUDA)
     memory_bytes: int  # the device's memory capacity as seen by the profiler
     torch_version: str
+    peak_flops_per_s: float | None = None  # measured fp32 matmul rate (profiling/peaks.py)
+    peak_mem_bytes_per_s: float | None = None  # measured copy bandwidth
 
 
 class LatencySample(_Frozen):
@@ -121,6 +122,8 @@ class Profile(_Frozen):
     memory: MemoryProfile
     samples: tuple[LatencySample, ...] = Field(min_length=1)
     layers: tuple[LayerProfile, ...]
+    forward_flops_per_sample: float = 0.0  # whole model, including ops outside parameter layers
+    backward_flops_per_sample: float = 0.0
     settings: dict[str, Any] = {}
     created_at: str
     rightsize_version: str
@@ -146,17 +149,7 @@ class Profile(_Frozen):
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (temp file + rename) so a crash never leaves half a profile."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(self.to_json())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_text(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any, label: str = "profile") -> Profile:

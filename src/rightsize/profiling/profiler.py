@@ -244,8 +244,10 @@ class Profiler:
                     backward_flops_per_sample=cost.backward_flops,
                     output_bytes_per_sample=cost.output_bytes,
                 )
-                for layer, cost in zip(session.layers, costs, strict=True)
+                for layer, cost in zip(session.layers, costs.layers, strict=True)
             ),
+            forward_flops_per_sample=costs.forward_flops,
+            backward_flops_per_sample=costs.backward_flops,
             settings={
                 **asdict(settings),
                 "extra_batches": list(settings.extra_batches),  # as JSON will read it back

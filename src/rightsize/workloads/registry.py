@@ -79,6 +79,7 @@ ZOO = (
     ModelEntry("mlp3", "MLP with 3 hidden layers (packing paper's MLP-3)", ("image",), "digits", "mlp", "mlp3", _flat),
     ModelEntry("small-cnn", "small CNN without BatchNorm, for packing", ("image",), "synthetic-cifar", "cnn", "small_cnn", _image),
     ModelEntry("resnet18", "ResNet-18 (11.7M params on ImageNet)", ("image",), "synthetic-imagenet", "resnet", "resnet18", _image),
+    ModelEntry("resnet18-cifar", "ResNet-18 with a 3x3 stem for 32x32 images (11.2M params)", ("image",), "synthetic-cifar", "resnet", "resnet18_cifar", _image),
     ModelEntry("resnet50", "ResNet-50 (25.6M params on ImageNet)", ("image",), "synthetic-imagenet", "resnet", "resnet50", _image),
     ModelEntry("mobilenetv2", "MobileNetV2 (3.5M params on ImageNet)", ("image",), "synthetic-imagenet", "mobilenet", "mobilenet_v2", _image),
     ModelEntry("densenet121", "DenseNet-121 (8.0M params on ImageNet)", ("image",), "synthetic-imagenet", "densenet", "densenet121", _image),

@@ -15,7 +15,7 @@ from .lstm import bilstm_classifier
 from .mlp import mlp3
 from .mobilenet import mobilenet_v2
 from .recsys import DEFAULT_CRITEO_CARDINALITIES, deepfm, wide_and_deep
-from .resnet import resnet18, resnet50
+from .resnet import resnet18, resnet18_cifar, resnet50
 from .vgg import vgg19
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "mlp3",
     "mobilenet_v2",
     "resnet18",
+    "resnet18_cifar",
     "resnet50",
     "small_cnn",
     "vgg19",

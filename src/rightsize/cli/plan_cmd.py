@@ -1,0 +1,194 @@
+"""``rightsize plan``: predicted time and cost of cloud configurations, and the best ones."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rightsize.cli.output import format_table, print_json, progress_printer
+from rightsize.cli.profiles import add_profile_arguments, resolve_profiles
+from rightsize.core.catalog import load_catalogs
+from rightsize.core.errors import SpecError
+from rightsize.core.files import atomic_write_text
+from rightsize.core.spec import Constraints, Objective
+from rightsize.core.units import format_duration, format_money, parse_duration, parse_money
+from rightsize.perf.comm import AnalyticCommModel, CommModel
+from rightsize.perf.comm_learned import LearnedCommModel
+from rightsize.planning.estimate import PlanRequest
+from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
+from rightsize.planning.plan import CloudPlan
+from rightsize.planning.planner import build_options, parse_instances, plan
+from rightsize.planning.skypilot import task_yaml
+
+FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="predict time and cost of cloud configurations and pick the best",
+        description="Predict the iteration time, total time and total cost of cloud configurations "
+        "for a workload (Srift: profile + comm model + iteration simulator) and search for the "
+        "cheapest or fastest one that meets a deadline and/or budget, with the CAP and TAP "
+        "baselines beside it. --strategy ps runs FC2's recommenders instead.",
+    )
+    add_request_arguments(parser)
+    parser.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
+    parser.add_argument(
+        "--mode",
+        choices=["auto", "exhaustive", "eager"],
+        default="auto",
+        help="search mode (auto: exhaustive up to 4 instance types)",
+    )
+    parser.add_argument(
+        "--ps-types", default=FC2_PS_TYPES, help="parameter-server candidates for --strategy ps"
+    )
+    parser.add_argument(
+        "--budget-per-hour", help="FC2's indicative hourly budget C for --strategy ps"
+    )
+    parser.add_argument(
+        "--max-workers", type=int, help="worker limit for --strategy ps (instead of a budget)"
+    )
+    parser.add_argument(
+        "--worker-type", help="Scala-Opt-M's manually chosen worker type (--strategy ps)"
+    )
+    parser.add_argument(
+        "--skypilot-yaml",
+        metavar="FILE",
+        help="write a SkyPilot task for the best (homogeneous) plan",
+    )
+    parser.set_defaults(run=run)  # fmt: skip
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by plan and replan: the workload, the request, the instances."""
+    add_profile_arguments(parser)
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        required=True,
+        help="samples per step over all VMs (per worker with --strategy ps)",
+    )
+    parser.add_argument("--iterations", type=int, required=True, help="training steps N")
+    parser.add_argument("--deadline", help="time limit, e.g. 2h or 1h30m")
+    parser.add_argument("--budget", help="money limit for the whole job, e.g. 30 or $30")
+    parser.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        default="cost",
+        help="what to minimise (default cost)",
+    )
+    parser.add_argument(
+        "--cloud", action="append", metavar="NAME", help="catalog(s) to plan on (default aws)"
+    )
+    parser.add_argument("--region", help="region (default: the catalog's main region)")
+    parser.add_argument(
+        "--instances",
+        default="",
+        metavar="TYPE[:COUNT],...",
+        help="instance types and how many of each are available (default: every GPU type, 16 each)",
+    )
+    parser.add_argument(
+        "--spot", action="store_true", help="use spot prices (types without one are skipped)"
+    )
+    parser.add_argument(
+        "--comm-model",
+        metavar="FILE",
+        help="learned comm model from rightsize probe (for hosts it was probed on)",
+    )
+    parser.add_argument(
+        "--exchange",
+        choices=["per-layer", "ddp-buckets"],
+        default="per-layer",
+        help="how gradients overlap backward in the simulator",
+    )
+    parser.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def comm_model(path: str | None) -> CommModel:
+    return LearnedCommModel.load(path) if path else AnalyticCommModel()
+
+
+def request_from(args: argparse.Namespace) -> PlanRequest:
+    constraints = Constraints(
+        deadline_s=parse_duration(args.deadline, "--deadline") if args.deadline else None,
+        budget_usd=parse_money(args.budget, "--budget") if args.budget else None,
+    )
+    if args.top < 1:
+        raise SpecError("--top must be at least 1")
+    return PlanRequest(
+        args.global_batch, args.iterations, constraints, Objective(args.objective), args.exchange
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    progress = progress_printer(args.quiet)
+    catalog = load_catalogs(args.cloud or ["aws"])
+    caps = parse_instances(args.instances, catalog)
+    request = request_from(args)
+    profiles = resolve_profiles(args, progress)
+    if args.strategy == "ps":
+        return _run_fc2(args, profiles, catalog, caps, request)
+    options = build_options(profiles, catalog, caps, args.spot, args.region)
+    progress(f"searching {len(options)} instance types")
+    result = plan(options, comm_model(args.comm_model), request, args.mode, args.top)
+    if args.skypilot_yaml:
+        _write_skypilot(args, result.plans)
+    rows = result.plans + result.baselines
+    if args.json:
+        print_json([p.to_dict() for p in rows])
+        return 0
+    print(f"{request.iterations} iterations at global batch {request.global_batch}, "
+          f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
+    print_plans(rows)
+    return 0
+
+
+def print_plans(plans: list[CloudPlan]) -> None:
+    print(format_table(
+        ["policy", "configuration", "s/iter", "total time", "total cost", "$/h", "models"],
+        [[p.policy, str(p.config), f"{p.seconds_per_iter:.4g}", format_duration(p.total_seconds),
+          format_money(p.total_cost), f"{p.price_per_hour:.4g}",
+          "; ".join(f"{k}: {v}" for k, v in p.models.items())] for p in plans],
+    ))  # fmt: skip
+
+
+def _write_skypilot(args: argparse.Namespace, plans: list[CloudPlan]) -> None:
+    homogeneous = [p for p in plans if len(p.config.slots) == 1]
+    if not homogeneous:
+        raise SpecError(
+            "no homogeneous plan among the best ones to export; SkyPilot tasks use one instance type"
+        )
+    best = homogeneous[0]
+    cloud = (args.cloud or ["aws"])[0]
+    path = atomic_write_text(Path(args.skypilot_yaml), task_yaml(best, cloud, args.spot))
+    note = (
+        ""
+        if best is plans[0]
+        else " (the best homogeneous plan; the best overall is heterogeneous)"
+    )
+    print(f"SkyPilot task for {best.config} written to {path}{note}")
+
+
+def _run_fc2(args, profiles, catalog, caps, request: PlanRequest) -> int:
+    budget = (
+        parse_money(args.budget_per_hour, "--budget-per-hour") if args.budget_per_hour else None
+    )
+    fc2 = Fc2Request(request.global_batch, request.iterations, budget, args.max_workers)
+    if not caps:
+        raise SpecError("--strategy ps needs the worker candidates in --instances (FC2's list L^w)")
+    workers = build_options(profiles, catalog, caps, args.spot, args.region)
+    ps = choose_ps([catalog.get(name, args.region) if args.region else catalog.get(name)
+                    for name in parse_instances(args.ps_types, catalog)], budget)  # fmt: skip
+    planner = Fc2Planner(profiles[0], workers, ps, fc2)
+    names = ["cost-opt", "time-opt", "scala-opt"] + (["scala-opt-m"] if args.worker_type else [])
+    plans = [planner.recommend(name, args.worker_type) for name in names]
+    if args.json:
+        print_json([p.to_dict() for p in plans])
+        return 0
+    print(f"FC2 recommendations: parameter server {ps.name} ({ps.network_gbps:g} Gbps), "
+          f"worker batch {fc2.worker_batch}, {fc2.iterations} global steps")  # fmt: skip
+    print_plans(plans)
+    return 0

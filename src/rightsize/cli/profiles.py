@@ -1,0 +1,75 @@
+"""Finding the profiles a command plans with: given files, a saved profile, or a quick new one.
+
+``--profile FILE`` (repeatable: one per device measured) wins. Otherwise the
+workload's saved profile from ``rightsize profile`` (``profiles/W-DATASET-cpu.json``)
+is used, and if there is none the workload is profiled now, quickly, on this
+machine's CPU and saved there for next time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from rightsize.cli.args import parse_options
+from rightsize.core.errors import SpecError
+from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.profile import Profile
+from rightsize.profiling.profiler import Profiler, ProfilerSettings
+from rightsize.workloads.registry import WorkloadRegistry
+
+PROFILE_DIR = Path("profiles")
+QUICK_SETTINGS = ProfilerSettings(
+    repeats=3, search=BmaxSearch(max_batch=256)
+)  # planning needs the curve's shape
+QUICK_MEMORY_LIMIT = 4 * 2**30
+
+
+def default_profile_path(
+    workload: str, dataset: str, device: str, options: dict | None = None
+) -> Path:
+    """Model options are part of the name: ``mlp3`` with tanh is another model than with relu."""
+    parts = [workload, *(f"{k}={v}" for k, v in sorted((options or {}).items())), dataset, device]
+    safe = "-".join(parts).replace(":", "_").replace("/", "_")
+    return PROFILE_DIR / f"{safe}.json"
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workload", help="zoo name or package.module:function (profiled if no saved profile)"
+    )
+    parser.add_argument("--dataset", help="dataset for --workload (default: the workload's own)")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="model option"
+    )
+    parser.add_argument("--profile", action="append", default=[], metavar="FILE",
+                        help="a saved profile (repeatable: measured profiles for other devices are used for them)")  # fmt: skip
+
+
+def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) -> list[Profile]:
+    """The profiles named, or the workload's saved or freshly measured one.
+
+    Raises:
+        SpecError: neither --profile nor --workload given.
+    """
+    if args.profile:
+        return [Profile.load(path) for path in args.profile]
+    if not args.workload:
+        raise SpecError("give --workload NAME or --profile FILE (from rightsize profile)")
+    options = parse_options(args.option)
+    workload = WorkloadRegistry().get(args.workload, args.dataset, options)
+    path = default_profile_path(workload.name, workload.dataset.name, "cpu", options)
+    if path.exists():
+        progress(f"using the saved profile {path}")
+        return [Profile.load(path)]
+    progress(
+        f"no saved profile at {path}: profiling {workload.label} now (rightsize profile measures more)"
+    )
+    profile = Profiler(torch.device("cpu"), QUICK_SETTINGS, progress).run(
+        workload, QUICK_MEMORY_LIMIT
+    )
+    profile.save(path)
+    return [profile]

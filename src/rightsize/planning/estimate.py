@@ -1,0 +1,136 @@
+"""Predicting one configuration's iteration time and cost (Srift's SIM, §4.3), fast enough to search.
+
+The search evaluates thousands of configurations, so the expensive parts are
+shared: for every (instance type, per-VM batch) the straggler draws are made
+once — ``iterations × cap`` normal samples with a running maximum over VMs, so
+the compute phase of any VM count is a lookup — and the event-queue exchange
+simulation is cached by (world size, link, backward time). A compute-only lower
+bound, which needs no exchange simulation, lets the solver skip configurations
+that cannot beat the best found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rightsize.core.spec import Constraints, Objective
+from rightsize.perf.comm import CommModel
+from rightsize.perf.iteration import ddp_buckets, exchange_time
+from rightsize.planning.options import InstanceOption
+from rightsize.planning.plan import CloudPlan, Config
+
+STRAGGLER_ITERATIONS = 200  # Srift samples one draw per iteration; 200 draws settle the mean
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan for.
+
+    Attributes:
+        global_batch: ``B_global``, samples per step summed over all VMs.
+        iterations: ``N``, training steps.
+        constraints: deadline and/or budget (either may be absent).
+        objective: minimise total cost or total time.
+        exchange: ``per-layer`` (Srift) or ``ddp-buckets`` (see perf/iteration.py).
+        include_optimizer: add the optimizer step to ``t_iter`` (Srift's form has none).
+        launch_s: startup time of a configuration that launches new VMs.
+        warm: VMs already running, by instance type; a configuration within them
+            needs no launch (re-planning after a preemption, Srift §4.5).
+        restart_s: time every configuration loses before training resumes.
+        seed: seed of the straggler draws.
+    """
+
+    global_batch: int
+    iterations: int
+    constraints: Constraints = Constraints()
+    objective: Objective = Objective.COST
+    exchange: str = "per-layer"
+    include_optimizer: bool = False
+    launch_s: float = 0.0
+    warm: tuple[tuple[str, int], ...] = ()
+    restart_s: float = 0.0
+    seed: int = 0
+
+    def startup_s(self, config: Config) -> float:
+        running = dict(self.warm)
+        new = any(s.count > running.get(s.instance, 0) for s in config.slots)
+        return self.restart_s + (self.launch_s if new else 0.0)
+
+
+class Estimator:
+    """Predicts :class:`CloudPlan` numbers for configurations over one set of options."""
+
+    def __init__(
+        self, options: dict[str, InstanceOption], comm: CommModel, request: PlanRequest
+    ) -> None:
+        self.options, self.comm, self.request = options, comm, request
+        self._draws: dict[tuple[str, int], np.ndarray] = {}
+        self._exchange: dict[tuple[int, str, float], float] = {}
+        self._rng = np.random.default_rng(request.seed)
+
+    def _running_max(self, name: str, batch: int) -> np.ndarray:
+        """``[c-1, i]``: slowest of ``c`` VMs in iteration ``i`` (one set of draws per type and batch)."""
+        key = (name, batch)
+        if key not in self._draws:
+            option = self.options[name]
+            mean = option.vm_compute(batch).total_s
+            draws = self._rng.normal(
+                mean, option.cv * mean, size=(option.cap, STRAGGLER_ITERATIONS)
+            )
+            self._draws[key] = np.maximum.accumulate(np.maximum(draws, 0.0), axis=0)
+        return self._draws[key]
+
+    def compute_s(self, config: Config) -> float:
+        """Mean over iterations of the slowest VM's compute time (Srift §4.3)."""
+        slowest = np.zeros(STRAGGLER_ITERATIONS)
+        for slot in config.slots:
+            slowest = np.maximum(
+                slowest, self._running_max(slot.instance, slot.batch)[slot.count - 1]
+            )
+        return float(slowest.mean())
+
+    def price_per_hour(self, config: Config) -> float:
+        return sum(self.options[s.instance].price_per_hour * s.count for s in config.slots)
+
+    def objective_value(self, seconds_per_iter: float, config: Config) -> float:
+        total = self.request.startup_s(config) + self.request.iterations * seconds_per_iter
+        if self.request.objective == Objective.TIME:
+            return total
+        return total / 3600 * self.price_per_hour(config)
+
+    def lower_bound(self, config: Config) -> float:
+        """The objective if parameter exchange were free: no real plan does better."""
+        return self.objective_value(self.compute_s(config), config)
+
+    def estimate(self, config: Config, policy: str = "srift") -> CloudPlan:
+        """Full prediction: stragglers, then ``t_fw + max(t_bw, t_pe)``."""
+        compute = self.compute_s(config)
+        slowest = max(
+            config.slots, key=lambda s: self.options[s.instance].vm_compute(s.batch).total_s
+        )
+        option = self.options[slowest.instance]
+        mean = option.vm_compute(slowest.batch)
+        backward = compute * mean.backward_s / mean.total_s
+        link = min(
+            (self.options[s.instance].link for s in config.slots), key=lambda k: k.rated_gbps
+        )
+        key = (config.vms, link.name, round(backward, 9))
+        if key not in self._exchange:
+            grads = option.layers
+            if self.request.exchange == "ddp-buckets":
+                grads = tuple(ddp_buckets(grads))
+            self._exchange[key] = exchange_time(grads, backward, config.vms, self.comm, link)
+        optimizer = option.compute.optimizer_s if self.request.include_optimizer else 0.0
+        seconds = compute - backward + max(backward, self._exchange[key]) + optimizer
+        models = {s.instance: self.options[s.instance].provenance for s in config.slots}
+        models["comm"] = self.comm.kind_for(link)
+        return CloudPlan(config, seconds, self.request.iterations, self.price_per_hour(config),
+                         policy, models, self.request.startup_s(config))  # fmt: skip
+
+    def feasible(self, plan: CloudPlan) -> bool:
+        limits = self.request.constraints
+        return (limits.deadline_s is None or plan.total_seconds <= limits.deadline_s) and (
+            limits.budget_usd is None or plan.total_cost <= limits.budget_usd
+        )

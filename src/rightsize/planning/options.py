@@ -1,0 +1,164 @@
+"""Instance types as the planner sees them: compute per VM, memory-bound batches, price, availability.
+
+For each candidate instance type the planner needs the step time of one VM at a
+per-VM batch. A VM with k accelerators splits its batch k ways (data parallel
+inside the VM; the intra-VM reduction over NVLink/PCIe is taken as hidden by the
+inter-VM one). The compute model comes from a measured profile of the workload
+on that accelerator when the user gave one (``measured``), else from the best
+profile scaled by the roofline (``roofline``, an estimate) — the option says
+which. Per-VM batches are powers of two from a saturating batch up to the
+largest that fits the device's memory (Srift §4.4 insight 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rightsize.core.catalog import InstanceType
+from rightsize.core.errors import SpecError
+from rightsize.perf.comm import Link
+from rightsize.perf.compute import ComputeModel, ComputeTime
+from rightsize.perf.iteration import LayerGrad
+from rightsize.perf.roofline import DeviceRates, RooflineCompute
+from rightsize.profiling.profile import Profile
+
+SATURATION = 0.5  # a batch saturates the device when it reaches half the best throughput
+MEMORY_USABLE = 0.9  # of an accelerator's memory, after CUDA context and fragmentation
+
+
+@dataclass(frozen=True)
+class InstanceOption:
+    """One instance type, ready to be counted and given a batch.
+
+    Attributes:
+        instance: the catalog row.
+        compute: per-device compute model (measured or roofline-scaled).
+        devices: accelerators per VM (1 for CPU-only VMs).
+        bmax_per_device: the largest per-device batch that fits in memory.
+        cv: spread of the compute time (std/mean), Srift's straggler scale.
+        provenance: ``measured (<device>)`` or ``roofline from <device>``.
+        price_per_hour: on-demand or spot, as the request asked.
+        cap: how many VMs of this type may be used (CAPS[i]).
+    """
+
+    instance: InstanceType
+    compute: ComputeModel | RooflineCompute
+    devices: int
+    bmax_per_device: int
+    cv: float
+    provenance: str
+    price_per_hour: float
+    cap: int
+    layers: tuple[LayerGrad, ...]
+
+    @property
+    def name(self) -> str:
+        return self.instance.name
+
+    @property
+    def bmax(self) -> int:
+        return self.devices * self.bmax_per_device
+
+    @property
+    def link(self) -> Link:
+        i = self.instance
+        return Link(i.name, i.network_gbps, i.vcpus, i.memory_gib, i.accelerator_name or "")
+
+    def vm_compute(self, vm_batch: int) -> ComputeTime:
+        """Forward and backward time of one VM whose devices share ``vm_batch``."""
+        return self.compute.predict(vm_batch / self.devices)
+
+    def batches(self, minimum: int = 1) -> list[int]:
+        """Per-VM batches worth trying: powers of two from the saturating batch up to B_max."""
+        saturating = saturating_batch(self.compute, self.bmax_per_device) * self.devices
+        low = max(minimum, saturating)
+        return [2**k for k in range(self.bmax.bit_length()) if low <= 2**k <= self.bmax]
+
+
+def saturating_batch(compute, bmax: int, saturation: float = SATURATION) -> int:
+    """Smallest power of two whose throughput reaches ``saturation`` of the best up to B_max."""
+    candidates = [2**k for k in range(bmax.bit_length()) if 2**k <= bmax] or [bmax]
+    speed = {b: b / compute.predict(b).total_s for b in candidates}
+    best = max(speed.values())
+    return next(b for b in candidates if speed[b] >= saturation * best)
+
+
+def bmax_on(profile: Profile, memory_bytes: int, usable: float = MEMORY_USABLE) -> int:
+    """Largest batch whose predicted peak fits ``usable`` of ``memory_bytes``.
+
+    The peak is the line through the profile's measured (batch, peak memory)
+    probes: resident bytes plus a per-sample slope.
+    """
+    probes = np.array(profile.memory.probes, dtype=float)
+    if len(probes) < 2 or np.ptp(probes[:, 0]) == 0:
+        slope = profile.memory.activation_bytes_per_sample
+        base = float(profile.memory.resident_bytes)
+    else:
+        slope, base = np.polyfit(probes[:, 0], probes[:, 1], 1)
+    return max(0, int((usable * memory_bytes - base) // max(slope, 1.0)))
+
+
+def grads_of(profile: Profile, batch: int) -> tuple[LayerGrad, ...]:
+    ready = profile.sample_nearest(batch).grad_ready
+    return tuple(
+        LayerGrad(layer.param_bytes, f) for layer, f in zip(profile.layers, ready, strict=True)
+    )
+
+
+def _measured_for(profiles: Sequence[Profile], instance: InstanceType) -> Profile | None:
+    acc = instance.accelerator_name
+    for profile in profiles:
+        on_gpu = profile.device.kind == "cuda"
+        if acc and on_gpu and acc.lower() in profile.device.name.lower():
+            return profile
+        if not acc and not on_gpu and instance.name in profile.device.name:
+            return profile
+    return None
+
+
+def make_option(
+    profiles: Sequence[Profile],
+    instance: InstanceType,
+    cap: int,
+    spot: bool = False,
+    method: str = "ratio",
+) -> InstanceOption:
+    """Resolve how one instance type computes, and what it may hold.
+
+    Raises:
+        SpecError: no profile given, or the workload does not fit the device even at batch 1.
+    """
+    if not profiles:
+        raise SpecError("planning needs at least one profile of the workload (rightsize profile)")
+    measured = _measured_for(profiles, instance)
+    devices = max(1, instance.accelerator_count)
+    if measured is not None:
+        compute = ComputeModel.from_profile(measured)
+        profile, provenance, bmax = measured, f"measured ({measured.device.name})", measured.bmax
+    else:
+        profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
+        target = (
+            DeviceRates.of_accelerator(instance.accelerator)
+            if instance.accelerator
+            else DeviceRates.of_cpu_instance(instance)
+        )
+        compute = RooflineCompute(
+            profile,
+            ComputeModel.from_profile(profile),
+            DeviceRates.of_profile(profile),
+            target,
+            method,
+        )
+        provenance = f"roofline from {profile.device.kind} ({method})"
+        bmax = bmax_on(profile, target.memory_bytes)
+    if bmax < 1:
+        raise SpecError(f"{profile.workload} does not fit one {instance.describe_accelerators()} "
+                        f"of {instance.name} even at batch 1")  # fmt: skip
+    return InstanceOption(
+        instance=instance, compute=compute, devices=devices, bmax_per_device=bmax,
+        cv=profile.compute_cv, provenance=provenance, price_per_hour=instance.price(spot),
+        cap=cap, layers=grads_of(profile, bmax),
+    )  # fmt: skip

@@ -1,0 +1,106 @@
+"""One call from "profiles, instances, request" to ranked plans with the baselines beside them.
+
+The seam SkyPilot keeps between estimating and solving is kept here too:
+:func:`build_options` turns catalog rows into plannable options (compute,
+memory, price, availability), the :class:`Estimator` predicts, ``search``
+solves, and the front doors only format what :func:`plan` returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rightsize.core.catalog import Catalog
+from rightsize.core.errors import ResourceError, SpecError
+from rightsize.core.units import format_money
+from rightsize.perf.comm import CommModel
+from rightsize.planning.baselines import cap_plan, tap_plan
+from rightsize.planning.estimate import Estimator, PlanRequest
+from rightsize.planning.options import InstanceOption, make_option
+from rightsize.planning.plan import CloudPlan
+from rightsize.planning.search import SearchSettings, search
+from rightsize.profiling.profile import Profile
+
+DEFAULT_CAP = 16  # VMs of one type assumed available when the user gives no availability
+EXHAUSTIVE_MAX_TYPES = 4  # auto mode searches exhaustively up to this many instance types
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plans: list[CloudPlan]
+    baselines: list[CloudPlan]
+    mode: str
+
+
+def parse_instances(text: str, catalog: Catalog) -> dict[str, int]:
+    """``"g4dn.8xlarge:16,g3.8xlarge"`` -> availability per type (``DEFAULT_CAP`` when omitted).
+
+    Raises:
+        UnknownNameError: an instance type the catalog does not have.
+        SpecError: a count that is not a positive whole number.
+    """
+    caps: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition(":")
+        catalog.get(name)
+        try:
+            caps[name] = int(count) if count else DEFAULT_CAP
+        except ValueError:
+            raise SpecError(
+                f"--instances {item!r}: the count after ':' must be a whole number"
+            ) from None
+        if caps[name] < 1:
+            raise SpecError(f"--instances {item!r}: the count must be at least 1")
+    return caps
+
+
+def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str, int],
+                  spot: bool, region: str | None = None) -> list[InstanceOption]:  # fmt: skip
+    """Plannable options for the given instance types (all GPU types of the catalog if none)."""
+    if not caps:
+        rows = catalog.filter(gpus_only=True, region=region or _main_region(catalog))
+        caps = {i.name: DEFAULT_CAP for i in rows}
+    options = []
+    for name, cap in caps.items():
+        instance = catalog.get(name, region) if region else catalog.get(name)
+        if spot and instance.spot_price_usd_per_hour is None:
+            continue  # a type without a spot market cannot be rented as spot
+        options.append(make_option(profiles, instance, cap, spot))
+    if not options:
+        raise SpecError(
+            "no instance type is left to plan with (with --spot, none has a spot price)"
+        )
+    return options
+
+
+def _main_region(catalog: Catalog) -> str:
+    regions = [i.region for i in catalog]
+    return max(set(regions), key=regions.count)
+
+
+def check_budget(options: Sequence[InstanceOption], budget_usd: float | None) -> None:
+    """Reject a budget below one hour of the cheapest instance — almost always a unit mistake."""
+    if budget_usd is None:
+        return
+    cheapest = min(options, key=lambda o: o.price_per_hour)
+    if budget_usd < cheapest.price_per_hour:
+        raise ResourceError(
+            f"budget {format_money(budget_usd)} is below one instance-hour of the cheapest "
+            f"instance ({cheapest.name} at {format_money(cheapest.price_per_hour)}/h); "
+            "give the whole job's budget in dollars"
+        )
+
+
+def plan(options: Sequence[InstanceOption], comm: CommModel, request: PlanRequest,
+         mode: str = "auto", top: int = 5) -> PlanResult:  # fmt: skip
+    """Srift's search over ``options`` (exhaustive when few types, else eager) and CAP/TAP beside it."""
+    if request.global_batch < 1 or request.iterations < 1:
+        raise SpecError("the global batch and the number of iterations must be at least 1")
+    check_budget(options, request.constraints.budget_usd)
+    if mode == "auto":
+        mode = "exhaustive" if len(options) <= EXHAUSTIVE_MAX_TYPES else "eager"
+    estimator = Estimator({o.name: o for o in options}, comm, request)
+    plans = search(options, estimator, SearchSettings(mode=mode, top=top))
+    baselines = [p for p in (cap_plan(options, estimator), tap_plan(options, estimator)) if p]
+    return PlanResult(plans, baselines, mode)

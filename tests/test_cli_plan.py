@@ -1,0 +1,125 @@
+"""plan, replan and probe from the command line, including the bad inputs of issue 3."""
+
+import json
+
+import pytest
+import yaml
+
+from profile_factory import linear_profile
+from test_cli import assert_one_line_error, run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def profile_file(tmp_path_factory):
+    return str(linear_profile().save(tmp_path_factory.mktemp("p") / "toy.json"))
+
+
+def plan_args(profile_file, *extra):
+    return ["plan", "--profile", profile_file, "--global-batch", "512", "--iterations", "1000",
+            "--cloud", "srift-2020", "--instances", "g4dn.8xlarge:16,g3.8xlarge:16", "--quiet", *extra]  # fmt: skip
+
+
+def test_plan_table_and_json(capsys, profile_file):
+    code, out, _ = run(capsys, *plan_args(profile_file, "--objective", "time"))
+    assert code == 0 and "srift" in out and "cap" in out and "tap" in out and "roofline" in out
+    code, out, _ = run(capsys, *plan_args(profile_file, "--json", "--spot"))
+    rows = json.loads(out)
+    assert {
+        "config",
+        "counts",
+        "batches",
+        "seconds_per_iter",
+        "total_seconds",
+        "total_cost",
+        "policy",
+    } <= set(rows[0])
+    assert {r["policy"] for r in rows} == {"srift", "cap", "tap"}
+    for row in rows:
+        assert sum(row["counts"][k] * row["batches"][k] for k in row["counts"]) == 512
+
+
+def test_plan_writes_a_skypilot_task(capsys, profile_file, tmp_path):
+    path = tmp_path / "task.yaml"
+    code, out, _ = run(capsys, *plan_args(profile_file, "--skypilot-yaml", str(path), "--spot"))
+    assert code == 0 and "SkyPilot task" in out
+    task = yaml.safe_load(path.read_text())
+    assert task["resources"]["use_spot"] is True and task["num_nodes"] >= 1
+
+
+def test_fc2_strategy(capsys, profile_file):
+    code, out, _ = run(capsys, "plan", "--profile", profile_file, "--global-batch", "64", "--iterations",
+                       "100", "--cloud", "fc2-2018", "--strategy", "ps", "--instances",
+                       "m4.xlarge,t2.xlarge,c4.xlarge,c4.8xlarge", "--budget-per-hour", "2",
+                       "--ps-types", "m4.large",
+                       "--worker-type", "t2.xlarge", "--quiet", "--json")  # fmt: skip
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["policy"] for r in rows] == ["cost-opt", "time-opt", "scala-opt", "scala-opt-m"]
+    assert rows[0]["counts"]["c4.xlarge"] == 8 and rows[1]["counts"]["c4.8xlarge"] == 1
+
+
+def test_replan(capsys, profile_file):
+    code, out, _ = run(capsys, "replan", "--profile", profile_file, "--global-batch", "512",
+                       "--iterations", "400", "--deadline", "1h", "--cloud", "srift-2020",
+                       "--instances", "p3.8xlarge:2,g3.8xlarge:8", "--done", "200", "--elapsed", "222s",
+                       "--lost", "p3.8xlarge", "--running", "p3.8xlarge:1", "--quiet", "--json")  # fmt: skip
+    assert code == 0
+    for row in json.loads(out):
+        assert row["counts"].get("p3.8xlarge", 0) <= 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (
+            ["--instances", "g4dn.8xlarg:4"],
+            "unknown instance type 'g4dn.8xlarg'; did you mean 'g4dn.8xlarge'?",
+        ),
+        (["--deadline", "1s"], "deadline 1s cannot be met: the fastest plan"),
+        (["--budget", "0.1"], "below one instance-hour of the cheapest instance"),
+        (["--deadline", "two hours"], "--deadline 'two hours': expected a duration"),
+        (["--cloud", "ibm"], "unknown cloud catalog"),
+    ],
+)
+def test_plan_bad_inputs(capsys, profile_file, extra, fragment):
+    args = plan_args(profile_file)
+    if extra[0] in args:  # replace the default value
+        i = args.index(extra[0])
+        args[i + 1] = extra[1]
+    else:
+        args += extra
+    code, _, err = run(capsys, *args)
+    assert_one_line_error(code, err, fragment)
+
+
+def test_plan_global_batch_not_divisible(capsys, profile_file):
+    args = plan_args(profile_file)
+    args[args.index("--global-batch") + 1] = "1001"  # odd: every per-VM batch here is even
+    code, _, err = run(capsys, *args)
+    assert_one_line_error(code, err, "no configuration adds up to global batch 1001")
+
+
+def test_plan_needs_a_workload_or_profile(capsys):
+    code, _, err = run(capsys, "plan", "--global-batch", "8", "--iterations", "1")
+    assert_one_line_error(code, err, "give --workload NAME or --profile FILE")
+
+
+def test_probe_trains_a_model_from_real_allreduces(capsys, tmp_path):
+    out, model = tmp_path / "probes.json", tmp_path / "model.json"
+    code, stdout, err = run(capsys, "probe", "--world-sizes", "2", "--max-size", "256Ki",
+                            "--concurrency", "1,2", "--repeats", "1", "--rounds", "2", "--min-seconds", "0", "--out", str(out),
+                            "--model-out", str(model), "--quiet", "--json")  # fmt: skip
+    assert code == 0, err
+    data = json.loads(stdout)
+    records = json.loads(out.read_text())
+    # rounds x sizes 4 B..256 KiB x concurrency
+    assert data["records"] == len(records) == 2 * 17 * 2
+    assert all(r["bus_bytes_per_s"] > 0 and r["world"] == 2 for r in records)
+    assert set(data["halves"]) == {"small", "large"}
+
+
+def test_probe_bad_inputs(capsys):
+    code, _, err = run(capsys, "probe", "--world-sizes", "1")
+    assert_one_line_error(code, err, "world sizes must be at least 2")

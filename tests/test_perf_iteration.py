@@ -1,0 +1,122 @@
+import math
+
+import numpy as np
+import pytest
+
+from rightsize.perf.comm import (
+    GBPS,
+    AnalyticCommModel,
+    CommModel,
+    Link,
+    allreduce_time,
+    bus_bandwidth_from_time,
+    round_up_pow2,
+)
+from rightsize.perf.iteration import (
+    ComputeDraw,
+    LayerGrad,
+    ddp_buckets,
+    exchange_time,
+    simulate_iteration,
+    straggler_compute,
+)
+from rightsize.perf.ps import PSSpec, WorkerSpec, ps_throughput
+
+LINK = Link("test", rated_gbps=8.0)
+
+
+class FlatComm(CommModel):
+    """Every transfer alone gets 1 GB/s of bus bandwidth; the link carries 1 GB/s in all."""
+
+    kind = "flat"
+
+    def bus_bandwidth(self, size_bytes, world, link, concurrent=1):
+        return 1e9
+
+
+def test_bus_bandwidth_formula_round_trips():
+    # 1 GB among 4 peers in 1.5 s: b_bus = 2 * 1e9 * 3 / (4 * 1.5) = 1e9 B/s
+    assert bus_bandwidth_from_time(1e9, 4, 1.5) == pytest.approx(1e9)
+    assert allreduce_time(1e9, 4, 1e9) == pytest.approx(1.5)
+    assert allreduce_time(1e9, 1, 1e9) == 0
+    assert [round_up_pow2(s) for s in (1, 3, 4, 5, 1000, 1024)] == [1, 4, 4, 8, 1024, 1024]
+
+
+def test_analytic_ring_model_by_hand():
+    # 8 Gbps rated = 1e9 B/s, efficiency 0.5 -> 5e8 usable; n = 2, s = 1e8 B, alpha = 1 ms:
+    # t = 2*1*1e-3 + 2*(1/2)*1e8/5e8 = 0.002 + 0.2 = 0.202 s -> b_bus = 2e8*1/(2*0.202)
+    model = AnalyticCommModel(latency_s=1e-3, efficiency=0.5)
+    assert model.bus_bandwidth(10**8, 2, LINK) == pytest.approx(1e8 / 0.202)
+    assert LINK.rated_gbps * GBPS == 1e9
+    assert model.bus_bandwidth(4, 2, LINK) < model.bus_bandwidth(2**20, 2, LINK)  # latency-bound
+    assert math.isinf(model.bus_bandwidth(10, 1, LINK))
+    with pytest.raises(ValueError):
+        AnalyticCommModel(efficiency=0)
+
+
+def test_two_layer_exchange_by_hand():
+    # world 2: each transfer moves s bytes of bus work. t_bw = 1 s.
+    # layer A (1e9 B) ready at 0.5 s: alone at 1 GB/s until 1.0 s -> 0.5e9 left.
+    # layer B (1e9 B) ready at 1.0 s: two transfers share 1 GB/s -> 0.5 GB/s each;
+    #   A finishes its 0.5e9 at 2.0 s; B has 0.5e9 left, alone again -> done at 2.5 s.
+    layers = [LayerGrad(10**9, 1.0), LayerGrad(10**9, 0.5)]
+    assert exchange_time(
+        layers, backward_s=1.0, world=2, comm=FlatComm(), link=LINK
+    ) == pytest.approx(2.5)
+    t = simulate_iteration(0.3, 1.0, layers, world=2, comm=FlatComm(), link=LINK)
+    assert t.iteration_s == pytest.approx(0.3 + max(1.0, 2.5))
+    assert t.exchange_s == pytest.approx(2.5)
+    # one process: nothing to exchange, t_iter = t_fw + t_bw (+ optimizer when asked)
+    alone = simulate_iteration(
+        0.3, 1.0, layers, world=1, comm=FlatComm(), link=LINK, optimizer_s=0.1
+    )
+    assert alone.iteration_s == pytest.approx(1.4)
+
+
+def test_exchange_hidden_behind_a_long_backward():
+    # a 1e8-byte layer ready at 0.1 of a 10 s backward finishes at 1.1 s: fully overlapped
+    t = simulate_iteration(1.0, 10.0, [LayerGrad(10**8, 0.1)], world=2, comm=FlatComm(), link=LINK)
+    assert t.exchange_s == pytest.approx(1.1) and t.iteration_s == pytest.approx(11.0)
+
+
+def test_ddp_buckets_group_in_ready_order():
+    mib = 2**20
+    layers = [LayerGrad(mib // 2, 0.1), LayerGrad(mib, 0.2), LayerGrad(20 * mib, 0.5),
+              LayerGrad(10 * mib, 0.7), LayerGrad(3 * mib, 0.9)]  # fmt: skip
+    buckets = ddp_buckets(layers)
+    # first bucket closes at >= 1 MiB (0.5 + 1), then 25 MiB buckets: (20 + 10), then the rest
+    assert [(b.param_bytes // (mib // 2), b.ready_fraction) for b in buckets] == [
+        (3, 0.2),
+        (60, 0.7),
+        (6, 0.9),
+    ]
+    assert sum(b.param_bytes for b in buckets) == sum(g.param_bytes for g in layers)
+
+
+def test_stragglers_take_the_max_over_vms():
+    rng = np.random.default_rng(0)
+    # no spread: the slowest type decides (heterogeneous configurations wait for it)
+    assert straggler_compute([ComputeDraw(1.0, 0, 4), ComputeDraw(2.0, 0, 1)], 10, rng) == 2.0
+    # with spread, the expected max of 16 normals exceeds the mean by ~1.77 sigma
+    mean = straggler_compute([ComputeDraw(1.0, 0.05, 16)], 4000, np.random.default_rng(1))
+    assert mean == pytest.approx(1 + 1.766 * 0.05, rel=0.01)
+    assert straggler_compute(
+        [ComputeDraw(1.0, 0.05, 1)], 4000, np.random.default_rng(1)
+    ) == pytest.approx(1.0, rel=0.005)
+
+
+def test_ps_model_by_hand():
+    # model 1e8 B; worker: 0.5 s compute, link 1e9 B/s; one PS: link 1e9 B/s, 4 cores, 0.4 core-s/update
+    # step = io 0 + transfer 2e8/1e9 = 0.2 + compute 0.5 + update 0.4/4 = 0.1 -> 0.8 s
+    ps = PSSpec(count=1, update_core_s=0.4, cores=4, link_bytes_per_s=1e9)
+    w = WorkerSpec(batch=32, compute_s=0.5, link_bytes_per_s=1e9)
+    one = ps_throughput([w], ps, 10**8)
+    assert one.worker_step_s == pytest.approx((0.8,)) and one.steps_per_s == pytest.approx(1.25)
+    assert one.bottleneck == "workers" and one.samples_per_s == pytest.approx(40)
+    assert one.ps_bytes_per_s_per_worker[0] == pytest.approx(2e8 * 1.25)
+    # 8 workers would want 10 steps/s = 2e9 B/s through the PS; the cap is 0.95e9 / 2e8 = 4.75
+    eight = ps_throughput([w] * 8, ps, 10**8)
+    assert eight.bottleneck == "ps-network" and eight.steps_per_s == pytest.approx(4.75)
+    # PS compute: 4 cores / 0.4 core-s = 10 steps/s caps 16 workers on a fat link
+    fat = PSSpec(count=1, update_core_s=0.4, cores=4, link_bytes_per_s=1e12)
+    assert ps_throughput([w] * 16, fat, 10**8).bottleneck == "ps-compute"

@@ -1,0 +1,243 @@
+"""The planner on hand-made profiles and 3-4-row catalogs, with hand-computed picks."""
+
+import textwrap
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profile_factory import linear_profile
+from rightsize.core.catalog import load_catalog
+from rightsize.core.errors import ResourceError, SpecError
+from rightsize.core.spec import Constraints, Objective
+from rightsize.perf.comm import CommModel
+from rightsize.planning.baselines import cap_plan, greedy_config, tap_plan
+from rightsize.planning.estimate import Estimator, PlanRequest
+from rightsize.planning.options import bmax_on, make_option
+from rightsize.planning.plan import Config, Slot
+from rightsize.planning.planner import check_budget, parse_instances, plan
+from rightsize.planning.replan import Interruption, Progress, remaining_request, replan
+from rightsize.planning.search import InfeasiblePlanError, SearchSettings, configurations, search
+from rightsize.planning.skypilot import task_yaml
+
+# Three GPU types. FAST: 1 V100 at $3/h; SLOW: 1 T4 at $1/h; QUAD: 4 T4 at $4/h.
+CATALOG = textwrap.dedent("""\
+    InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,NetworkGbps,Price,SpotPrice,Region
+    fast.x,V100,1,8,61,10,3.0,1.0,r
+    slow.x,T4,1,8,32,10,1.0,0.3,r
+    quad.x,T4,4,48,192,50,4.0,,r
+""")
+
+
+class FreeComm(CommModel):
+    """A network so fast that parameter exchange always hides behind backward."""
+
+    kind = "free"
+
+    def bus_bandwidth(self, size_bytes, world, link, concurrent=1):
+        return 1e15
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cat") / "mine.csv"
+    path.write_text(CATALOG)
+    return load_catalog(path)
+
+
+def profiles():
+    # measured on each accelerator, without spread so the numbers are exact:
+    # V100: t(b) = 0.02 + 0.01 b per step; T4: t(b) = 0.02 + 0.03 b
+    v100 = linear_profile(0.01, 0.02, device_kind="cuda", device_name="Tesla V100-SXM2-16GB")
+    t4 = linear_profile(0.03, 0.02, device_kind="cuda", device_name="Tesla T4")
+    return [p.model_copy(update={"samples": tuple(s.model_copy(update={"total_cv": 0.0}) for s in p.samples)})
+            for p in (v100, t4)]  # fmt: skip
+
+
+def options_for(catalog, caps, spot=False):
+    return [make_option(profiles(), catalog.get(name), cap, spot) for name, cap in caps.items()]
+
+
+def run(catalog, caps, request, **kw):
+    options = options_for(catalog, caps)
+    estimator = Estimator({o.name: o for o in options}, FreeComm(), request)
+    return search(options, estimator, SearchSettings(**kw)), options, estimator
+
+
+def test_measured_profiles_are_used_for_their_accelerators(catalog):
+    fast, slow = options_for(catalog, {"fast.x": 8, "slow.x": 8})
+    assert fast.provenance.startswith("measured (Tesla V100")
+    assert slow.vm_compute(10).total_s == pytest.approx(0.02 + 0.03 * 10)
+    # saturating batch: throughput b/(0.02+0.01b) reaches half of its best (at 256) at b = 2
+    assert fast.batches()[0] == 2 and fast.batches()[-1] == 256
+
+
+def test_time_objective_spreads_the_batch_cost_objective_concentrates_it(catalog):
+    request = PlanRequest(256, 1000, objective=Objective.TIME)
+    best = run(catalog, {"fast.x": 8}, request)[0][0]
+    # 8 VMs x 32: t_iter = 0.02 + 0.01*32 = 0.34 s, the fastest the cap allows
+    assert str(best.config) == "8×fast.x@32" and best.seconds_per_iter == pytest.approx(0.34)
+    assert best.total_seconds == pytest.approx(340) and best.total_cost == pytest.approx(
+        340 / 3600 * 24
+    )
+    # cost = N t_iter c price = N (0.02 c + 2.56) $3/h: 1 x 256 costs $2.150, 2 x 128 $2.167.
+    # Within 1% they tie, and the tie goes to the faster plan (1.30 s against 2.58 s per step).
+    plans = run(catalog, {"fast.x": 8}, PlanRequest(256, 1000, objective=Objective.COST))[0]
+    assert [str(p.config) for p in plans[:2]] == ["2×fast.x@128", "1×fast.x@256"]
+    assert plans[0].total_cost == pytest.approx(1.30 * 1000 / 3600 * 6)
+    assert plans[1].total_cost == pytest.approx(2.58 * 1000 / 3600 * 3)
+
+
+def test_a_deadline_rules_out_slow_plans(catalog):
+    # deadline 500 s for 1000 iterations -> t_iter <= 0.5: 0.02 + 2.56/c <= 0.5 needs c = 8
+    request = PlanRequest(256, 1000, Constraints(deadline_s=500), Objective.COST)
+    assert str(run(catalog, {"fast.x": 8}, request)[0][0].config) == "8×fast.x@32"
+
+
+def test_heterogeneous_when_one_type_cannot_hold_the_batch(catalog):
+    # each type holds at most 2 x 256 = 512 of the 1024: only both together can
+    request = PlanRequest(1024, 100, objective=Objective.TIME)
+    plans = run(catalog, {"fast.x": 2, "slow.x": 2}, request)[0]
+    assert [str(p.config) for p in plans] == ["2×fast.x@256 + 2×slow.x@256"]
+    # the slower T4 sets the pace: t_iter = 0.02 + 0.03 * 256
+    assert plans[0].seconds_per_iter == pytest.approx(7.70)
+
+
+def test_ties_prefer_homogeneous_and_larger_instances(catalog):
+    request = PlanRequest(64, 10, objective=Objective.COST)
+    plans = run(catalog, {"slow.x": 8, "quad.x": 2}, request)[0]
+    assert len(plans[0].config.slots) == 1
+
+
+def test_infeasible_deadline_names_the_fastest_plan(catalog):
+    request = PlanRequest(256, 1000, Constraints(deadline_s=60), Objective.COST)
+    with pytest.raises(
+        InfeasiblePlanError,
+        match=r"deadline 1m00s cannot be met: the fastest plan, 8×fast.x@32, takes 5m40s",
+    ):
+        run(catalog, {"fast.x": 8}, request)
+    request = PlanRequest(256, 1000, Constraints(budget_usd=0.5), Objective.TIME)
+    with pytest.raises(
+        InfeasiblePlanError,
+        match=r"budget \$0.50 is too small: the cheapest plan, 1×fast.x@256, costs \$2.15",
+    ):
+        run(catalog, {"fast.x": 8}, request)
+
+
+def test_a_global_batch_no_configuration_adds_up_to(catalog):
+    with pytest.raises(InfeasiblePlanError, match="no configuration adds up to global batch 1000"):
+        run(catalog, {"fast.x": 8}, PlanRequest(1000, 10))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch_exp=st.integers(4, 10),
+    fast_cap=st.integers(1, 8),
+    slow_cap=st.integers(1, 8),
+    objective=st.sampled_from(list(Objective)),
+    deadline=st.one_of(st.none(), st.floats(50, 5000)),
+    budget=st.one_of(st.none(), st.floats(0.5, 20)),
+)
+def test_every_plan_respects_the_constraints_and_exhaustive_is_optimal(
+    catalog, batch_exp, fast_cap, slow_cap, objective, deadline, budget
+):
+    request = PlanRequest(
+        2**batch_exp, 1000, Constraints(deadline_s=deadline, budget_usd=budget), objective
+    )
+    options = options_for(catalog, {"fast.x": fast_cap, "slow.x": slow_cap})
+    estimator = Estimator({o.name: o for o in options}, FreeComm(), request)
+    caps = {o.name: o.cap for o in options}
+    try:
+        plans = search(options, estimator, SearchSettings(top=3))
+    except InfeasiblePlanError:
+        plans = []
+    brute = [estimator.estimate(c) for c in configurations(options, request.global_batch, 3)]
+    feasible = [p for p in brute if estimator.feasible(p)]
+    assert bool(plans) == bool(feasible)
+    for p in plans:
+        assert p.config.global_batch == request.global_batch
+        assert all(s.count <= caps[s.instance] for s in p.config.slots)
+        assert deadline is None or p.total_seconds <= deadline
+        assert budget is None or p.total_cost <= budget
+    if feasible:
+        best = min(estimator.objective_value(p.seconds_per_iter, p.config) for p in feasible)
+        found = estimator.objective_value(plans[0].seconds_per_iter, plans[0].config)
+        assert found <= best * 1.01 + 1e-12  # ties within 1% may be broken by preference
+
+
+def test_cap_and_tap(catalog):
+    options = options_for(catalog, {"fast.x": 2, "slow.x": 8})
+    request = PlanRequest(1024, 100)
+    estimator = Estimator({o.name: o for o in options}, FreeComm(), request)
+    # CAP: cheapest first -> slow.x, 4 x 256 holds it all
+    assert str(cap_plan(options, estimator).config) == "4×slow.x@256"
+    # TAP: fastest first -> fast.x 2 x 256, then slow.x for the other 512
+    assert str(tap_plan(options, estimator).config) == "2×fast.x@256 + 2×slow.x@256"
+    assert greedy_config(options[:1], 3) is None  # fast.x batches start at 2: 2 + nothing = 3 fails
+
+
+def test_budget_below_one_instance_hour_and_instance_parsing(catalog):
+    options = options_for(catalog, {"fast.x": 2, "slow.x": 2})
+    with pytest.raises(
+        ResourceError, match="below one instance-hour of the cheapest instance .slow.x at \\$1.00/h"
+    ):
+        check_budget(options, 0.5)
+    assert parse_instances("fast.x:4, slow.x", catalog) == {"fast.x": 4, "slow.x": 16}
+    with pytest.raises(SpecError, match="count must be at least 1"):
+        parse_instances("fast.x:0", catalog)
+    with pytest.raises(Exception, match="did you mean 'fast.x'"):
+        parse_instances("fast.y:2", catalog)
+    result = plan(options, FreeComm(), PlanRequest(256, 100, objective=Objective.TIME))
+    assert result.mode == "exhaustive" and {p.policy for p in result.baselines} == {"cap", "tap"}
+
+
+def test_replan_keeps_survivors_never_asks_for_the_lost_type_and_pays_launch(catalog):
+    # Srift §5.4 in miniature: 2 fast.x were running, one was preempted at iteration 200 of 400
+    options = options_for(catalog, {"fast.x": 8, "slow.x": 8})
+    original = PlanRequest(512, 400, Constraints(deadline_s=2000), Objective.COST)
+    lost = Interruption(frozenset({"fast.x"}), {"fast.x": 1}, launch_s=150, detach_s=5)
+    request = remaining_request(original, Progress(200, 222, 1.0), lost)
+    assert (request.iterations, request.constraints.deadline_s) == (200, 1778)
+    plans = replan(options, FreeComm(), original, Progress(200, 222, 1.0), lost)
+    for p in plans:
+        fast = sum(s.count for s in p.config.slots if s.instance == "fast.x")
+        assert fast <= 1  # the survivor may stay, no new fast.x
+        new_vms = any(s.instance == "slow.x" for s in p.config.slots)
+        assert p.launch_s == (155 if new_vms else 5)
+        assert p.total_seconds <= 1778
+    with pytest.raises(ResourceError, match="already used up"):
+        remaining_request(original, Progress(10, 2001, 0), lost)
+    with pytest.raises(ResourceError, match="all iterations are done"):
+        remaining_request(original, Progress(400, 10, 0), lost)
+
+
+def test_skypilot_task_for_a_homogeneous_plan(catalog):
+    options = options_for(catalog, {"fast.x": 8})
+    best = run(catalog, {"fast.x": 8}, PlanRequest(256, 1000, objective=Objective.TIME))[0][0]
+    text = task_yaml(best, "aws", spot=True)
+    task = yaml.safe_load(text)
+    assert task["num_nodes"] == 8 and task["resources"] == {
+        "cloud": "aws",
+        "instance_type": "fast.x",
+        "use_spot": True,
+    }
+    assert task["envs"]["RIGHTSIZE_BATCH_PER_NODE"] == 32 and text.startswith(
+        "# rightsize plan 8×fast.x@32"
+    )
+    hetero = best.__class__(
+        Config((Slot("fast.x", 1, 128), Slot("slow.x", 1, 128))), 1.0, 10, 4.0, "srift"
+    )
+    with pytest.raises(SpecError, match="one instance type"):
+        task_yaml(hetero, "aws", spot=False)
+    # the papers' price tables are EC2's; a user's own catalog names no SkyPilot cloud
+    assert yaml.safe_load(task_yaml(best, "srift-2020", spot=False))["resources"]["cloud"] == "aws"
+    assert "cloud" not in yaml.safe_load(task_yaml(best, "my-prices", spot=False))["resources"]
+    assert "torchrun" in task["run"] and task["run"].endswith("train.py\n")
+    assert options[0].price_per_hour == 3.0
+
+
+def test_memory_line_gives_the_target_bmax():
+    # probes (1, 2 MB) and (256, 257 MB): 1 MB resident + 1 MB per sample
+    profile = linear_profile()
+    assert bmax_on(profile, 16 * 2**30) == int((0.9 * 16 * 2**30 - 1e6) // 1e6)
