@@ -21,13 +21,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The main job on its embedded defaults: profile a zoo model on this machine,
-# print its Srift compute model, and plan its training on the AWS catalog.
+# print its Srift compute model, plan its training on the AWS catalog, then run a
+# real elastic parameter-server job (Wide&Deep, 2 PS + 2 workers in cgroups).
 demo: $(STAMP)
 	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 512Mi \
 		--out demo-output/resnet18-synthetic-cifar-cpu.json
 	$(BIN)/rightsize predict demo-output/resnet18-synthetic-cifar-cpu.json --batches 8,32,128
 	$(BIN)/rightsize plan --profile demo-output/resnet18-synthetic-cifar-cpu.json \
 		--global-batch 1024 --iterations 20000 --deadline 1h --cloud aws --top 5
+	$(BIN)/rightsize run examples/wide-deep-ps.yaml --fresh \
+		--report demo-output/wide-deep-ps-report.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_io import write_report
 from rightsize.core.units import parse_memory
 from rightsize.perf.comm_learned import CANDIDATES, LearnedCommModel, _fit_candidate, features, mape
 from rightsize.profiling.comm_probe import ProbeRecord, ProbeSettings, probe, records_from_dicts
@@ -57,6 +58,23 @@ def candidate_errors(train, test, mtu: int, seed: int) -> dict:
             booster = _fit_candidate(features(tr), y_tr, objective, log_target, seed)
             pred = booster.predict(features(te))
             out[half][name] = mape(np.exp(pred) if log_target else pred, y_te)
+    return out
+
+
+def noise_floor(train, test, mtu: int) -> dict:
+    """Held-out MAPE of predicting each record by the mean of the *same* grid point's other
+    rounds: what the probes' own spread lets any model reach, for context."""
+    points: dict[tuple, list[float]] = {}
+    for r in train:
+        points.setdefault((r.size_bytes, r.world, r.concurrent), []).append(r.bus_bytes_per_s)
+    out = {}
+    for half, keep in (
+        ("small", lambda r: r.size_bytes <= mtu),
+        ("large", lambda r: r.size_bytes > mtu),
+    ):
+        te = [r for r in test if keep(r) and (r.size_bytes, r.world, r.concurrent) in points]
+        guess = np.array([np.mean(points[(r.size_bytes, r.world, r.concurrent)]) for r in te])
+        out[half] = mape(guess, np.array([r.bus_bytes_per_s for r in te]))
     return out
 
 
@@ -99,12 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             "large": mape(predicted[~small], actual[~small]),
         },
         "held_out_mape_percent_by_candidate": candidate_errors(train, test, model.mtu_bytes, args.seed),
+        "noise_floor_mape_percent": noise_floor(train, test, model.mtu_bytes),
         "simulated": False,
     }  # fmt: skip
     LearnedCommModel.fit(records, args.seed).save(args.model_out)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("chosen", "held_out_mape_percent")}, indent=2))
+    write_report(args.out, report)
+    summary = ("chosen", "held_out_mape_percent", "noise_floor_mape_percent")
+    print(json.dumps({k: report[k] for k in summary}, indent=2))
     return 0
 
 

@@ -12,7 +12,10 @@ with the roofline ratio (perf/roofline.py). Variants, side by side:
 
 - ``srift``: Srift's simulator as written, compute from the profile alone;
 - ``shared``: + the per-process device of N co-located processes;
-- ``shared+ddp``: + DDP's gradient buckets and the optimizer step in ``t_iter``.
+- ``shared+ddp``: + DDP's gradient buckets, its copies into and out of them, and the
+  optimizer step in ``t_iter``;
+- ``shared+ddp+serial``: + the exchange after backward rather than beside it, since
+  gloo's reductions need the same cores as backward when the processes fill the host.
 
 Usage:
     python benchmarks/planner_accuracy.py --comm-model benchmarks/results/comm-model.json
@@ -34,11 +37,17 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench_io import mape_percent, write_report
 from rightsize.core.units import parse_memory
 from rightsize.perf.comm import Link
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.compute import ComputeModel
-from rightsize.perf.iteration import ComputeDraw, simulate_iteration, straggler_compute
+from rightsize.perf.iteration import (
+    ComputeDraw,
+    ddp_copy_s,
+    simulate_iteration,
+    straggler_compute,
+)
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
 from rightsize.planning.options import grads_of
 from rightsize.profiling.bmax import BmaxSearch
@@ -53,7 +62,8 @@ CASES = {  # workload: (dataset, memory limit for the profile, per-process batch
     "small-cnn": ("synthetic-cifar", "256Mi", (8, 32, 128)),
     "resnet18": ("synthetic-cifar", "384Mi", (8, 32, 64)),
 }
-VARIANTS = ("srift", "shared", "shared+ddp")
+VARIANTS = ("srift", "shared", "shared+ddp", "shared+ddp+serial")
+ATTEMPTS = 3
 
 
 def _free_port() -> int:
@@ -62,7 +72,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ddp_rank(rank, world, port, name, dataset, batch, warmup, iterations, out) -> None:
+def _ddp_rank(rank, world, port, name, dataset, batches, warmup, rounds, out) -> None:
+    """Times every batch size in one process group, interleaved as the profiler does.
+
+    Each round visits the batches in a shuffled order (the same on every rank, so
+    the collectives match) with an untimed step after each switch: the machine's
+    drift then lands on all batch sizes alike instead of bending the curve.
+    """
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
@@ -70,44 +86,63 @@ def _ddp_rank(rank, world, port, name, dataset, batch, warmup, iterations, out) 
     workload = WorkloadRegistry().get(name, dataset)
     model = torch.nn.parallel.DistributedDataParallel(workload.make_model(0))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    data = workload.example_batch(batch)
-    times = []
-    for _ in range(warmup + iterations):
+    data = {b: workload.example_batch(b) for b in batches}
+
+    def step(batch: int) -> float:
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        workload.loss(model, data).backward()
+        workload.loss(model, data[batch]).backward()
         optimizer.step()
-        times.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    for batch in batches:
+        for _ in range(warmup):
+            step(batch)
+    times = {b: [] for b in batches}
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for batch in order.permutation(batches).tolist():
+            step(batch)
+            times[batch].append(step(batch))
+    dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
     if rank == 0:
-        Path(out).write_text(repr(statistics.median(times[warmup:])))
+        Path(out).write_text(json.dumps({b: statistics.median(t) for b, t in times.items()}))
 
 
-def measure_ddp(
-    name: str, dataset: str, world: int, batch: int, warmup: int, iterations: int
-) -> float:
+def measure_ddp(name: str, dataset: str, world: int, batches, warmup: int, rounds: int) -> dict:
+    """Median step seconds of real DDP training per per-process batch."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "t"
-        args = (world, _free_port(), name, dataset, batch, warmup, iterations, str(out))
-        mp.start_processes(_ddp_rank, args=args, nprocs=world, start_method="spawn")
-        return float(out.read_text())
+        for attempt in range(ATTEMPTS):
+            args = (world, _free_port(), name, dataset, list(batches), warmup, rounds, str(out))
+            try:
+                mp.start_processes(_ddp_rank, args=args, nprocs=world, start_method="spawn")
+                break
+            except mp.ProcessExitedException as exc:  # gloo aborts now and then on teardown
+                print(f"  world {world}: attempt {attempt + 1} failed ({exc})", file=sys.stderr)
+        else:
+            raise RuntimeError(f"DDP with {world} processes failed {ATTEMPTS} times")
+        return {int(b): t for b, t in json.loads(out.read_text()).items()}
 
 
-def predict(
-    profile: Profile, shared: DeviceRates, world: int, batch: int, comm, variant: str, seed: int
-) -> float:
+def predict(profile: Profile, alone: DeviceRates, shared: DeviceRates, world: int, batch: int,
+            comm, variant: str, seed: int) -> float:  # fmt: skip
+    """``alone`` and ``shared``: one process's sustained rates with 1 and ``world`` running."""
     measured = ComputeModel.from_profile(profile)
-    alone = DeviceRates.of_profile(profile)
     compute = measured if variant == "srift" else RooflineCompute(profile, measured, alone, shared)
     mean = compute.predict(batch)
     total = straggler_compute([ComputeDraw(mean.total_s, profile.compute_cv, world)], 200,
                               np.random.default_rng(seed))  # fmt: skip
     backward = total * mean.backward_s / mean.total_s
     link = Link(cpu_model(), 0.0, profile.device.threads, (meminfo("MemTotal") or 0) / 2**30)
-    ddp = variant == "shared+ddp"
+    ddp = variant.startswith("shared+ddp")
+    grads = grads_of(profile, batch)
     result = simulate_iteration(
-        total - backward, backward, grads_of(profile, batch), world, comm, link,
+        total - backward, backward, grads, world, comm, link,
         optimizer_s=compute.optimizer_s if ddp else 0.0, exchange="ddp-buckets" if ddp else "per-layer",
+        copy_s=ddp_copy_s(grads, shared.mem_bytes_per_s) if ddp else 0.0,
+        overlap=variant != "shared+ddp+serial",
     )  # fmt: skip
     return result.iteration_s
 
@@ -123,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workloads", default=",".join(CASES))
     parser.add_argument("--worlds", default="1,2,3,4")
-    parser.add_argument("--iterations", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=15, help="timed steps per batch size")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/planner_accuracy.json")
     args = parser.parse_args(argv)
@@ -131,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     comm = LearnedCommModel.load(args.comm_model)
     worlds = [int(w) for w in args.worlds.split(",")]
     shared = {}
-    for n in worlds:
+    for n in sorted({1, *worlds}):  # 1: the same measure for the profile's own device
         peaks = measure_shared_peaks(n)
         shared[n] = DeviceRates(f"{n} processes", peaks.flops_per_s, peaks.mem_bytes_per_s, 2**34)
     rows = []
@@ -142,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             WorkloadRegistry().get(name, dataset), parse_memory(limit)
         )
         for world in worlds:
+            measured = measure_ddp(name, dataset, world, batches, args.warmup, args.rounds)
             for batch in batches:
-                actual = measure_ddp(name, dataset, world, batch, args.warmup, args.iterations)
+                actual = measured[batch]
                 predicted = {
-                    v: predict(profile, shared[world], world, batch, comm, v, 0) for v in VARIANTS
+                    v: predict(profile, shared[1], shared[world], world, batch, comm, v, 0)
+                    for v in VARIANTS
                 }
                 rows.append({"workload": name, "world": world, "batch": batch, "measured_s": actual,
                              **{f"{v}_s": p for v, p in predicted.items()}})  # fmt: skip
@@ -156,25 +193,26 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:10} world {world} batch {batch:4}: {actual * 1e3:8.2f} ms  {errors}",
                     file=sys.stderr,
                 )
-    summary = {
-        v: 100
-        * statistics.fmean(abs(r[f"{v}_s"] - r["measured_s"]) / r["measured_s"] for r in rows)
-        for v in VARIANTS
-    }
+    summary = {v: mape_percent(rows, f"{v}_s") for v in VARIANTS}
     by_world = {
-        str(w): {v: 100 * statistics.fmean(abs(r[f"{v}_s"] - r["measured_s"]) / r["measured_s"]
-                                           for r in rows if r["world"] == w) for v in VARIANTS}
+        str(w): {v: mape_percent([r for r in rows if r["world"] == w], f"{v}_s") for v in VARIANTS}
         for w in worlds
-    }  # fmt: skip
+    }
+    by_workload = {
+        name: {
+            v: mape_percent([r for r in rows if r["workload"] == name], f"{v}_s") for v in VARIANTS
+        }
+        for name in args.workloads.split(",")
+    }
     report = {
         "benchmark": "planner_accuracy",
         "command": "python benchmarks/planner_accuracy.py " + " ".join(argv or sys.argv[1:]),
         "shared_peaks": {str(n): {"flops_per_s": r.flops_per_s, "mem_bytes_per_s": r.mem_bytes_per_s}
                          for n, r in shared.items()},  # fmt: skip
-        "rows": rows, "mape_percent": summary, "mape_percent_by_world": by_world, "simulated": False,
+        "rows": rows, "mape_percent": summary, "mape_percent_by_world": by_world,
+        "mape_percent_by_workload": by_workload, "simulated": False,
     }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -19,7 +19,6 @@ GPU type of the AWS catalog (16 of each).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from bench_io import write_report
 from rightsize.core.catalog import load_catalog
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import AnalyticCommModel
@@ -127,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"benchmark": "planner_latency", "command": "python benchmarks/planner_latency.py "
               + " ".join(argv or sys.argv[1:]), "repeats": args.repeats, "results": results,
               "simulated": "the plans' times and costs are predictions; the latencies are measured"}  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
+from bench_io import mape_percent, write_report
 from rightsize.core.catalog import load_catalog
 from rightsize.perf.compute import ComputeModel
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
@@ -91,11 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m} {100 * abs(p - step_s) / step_s:5.1f}%" for m, p in predicted.items()
         )
         print(f"batch {batch:5}: measured {step_s * 1e3:7.1f} ms  {errors}", file=sys.stderr)
-    mape = {
-        m: 100
-        * statistics.fmean(abs(r[f"{m}_s"] - r["measured_s"]) / r["measured_s"] for r in rows)
-        for m in METHODS
-    }
+    mape = {m: mape_percent(rows, f"{m}_s") for m in METHODS}
     report = {
         "benchmark": "roofline_t4",
         "command": "python benchmarks/roofline_t4.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -105,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference": "petuum/adaptdl osdi21-artifact simulator/traces/cifar10/placements.csv, placement 1",
         "rows": rows, "mape_percent": mape, "simulated": False,
     }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     print(json.dumps(mape, indent=2))
     return 0
 

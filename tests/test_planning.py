@@ -241,3 +241,17 @@ def test_memory_line_gives_the_target_bmax():
     # probes (1, 2 MB) and (256, 257 MB): 1 MB resident + 1 MB per sample
     profile = linear_profile()
     assert bmax_on(profile, 16 * 2**30) == int((0.9 * 16 * 2**30 - 1e6) // 1e6)
+
+
+def test_ddp_buckets_add_the_bucket_copies_at_device_bandwidth(catalog):
+    (fast,) = options_for(catalog, {"fast.x": 8})
+    config = Config((Slot("fast.x", 2, 32),))
+    per_layer = Estimator({"fast.x": fast}, FreeComm(), PlanRequest(64, 1000)).estimate(config)
+    ddp = PlanRequest(64, 1000, exchange="ddp-buckets")
+    bucketed = Estimator({"fast.x": fast}, FreeComm(), ddp).estimate(config)
+    # the exchange hides either way (FreeComm); DDP adds 2 x gradient bytes / V100's 900 GB/s
+    grad_bytes = sum(g.param_bytes for g in fast.layers)
+    assert fast.mem_bytes_per_s == pytest.approx(900e9, rel=0.01)
+    assert bucketed.seconds_per_iter - per_layer.seconds_per_iter == pytest.approx(
+        2 * grad_bytes / fast.mem_bytes_per_s
+    )

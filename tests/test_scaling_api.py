@@ -65,3 +65,20 @@ def test_policy_registry():
         make_policy("statik")
     with pytest.raises(SpecError, match="policy static"):
         make_policy("static", r_up=0.5)
+
+
+def test_additive_contract_defaults():
+    # launch_plan wraps initial_shape; no prior shapes; a policy may be asked at any time
+    from rightsize.scaling.api import Action, LaunchRequest
+
+    policy = StaticPolicy()
+    budget = Resources(30, 6 * GI)
+    plan = policy.launch_plan(LaunchRequest("j", budget, Resources(64, 64 * GI)))
+    assert plan.action == Action.LAUNCH and plan.shape == one_ps_two_workers(budget)
+    assert policy.launch_plan(LaunchRequest("j", budget, Resources(29, 64 * GI))) is None
+    assert policy.prior_shapes(budget) == ()
+    obs = Observation("j", 60, plan.shape, budget, Resources(), plans=(plan,))
+    assert (
+        obs.last_plan is plan and Observation("j", 0, plan.shape, budget, budget).last_plan is None
+    )
+    assert super(StaticPolicy, policy).decision_due_s(obs) == 60

@@ -20,6 +20,9 @@ from rightsize.cli import (
     probe_cmd,
     profile_cmd,
     replan_cmd,
+    run_cmd,
+    simulate_cmd,
+    tune_cmd,
     workloads_cmd,
 )
 from rightsize.core.errors import RightsizeError
@@ -32,6 +35,9 @@ COMMANDS = (
     plan_cmd,
     replan_cmd,
     probe_cmd,
+    run_cmd,
+    tune_cmd,
+    simulate_cmd,
 )
 USAGE_ERROR = 2
 

@@ -31,9 +31,11 @@ class Resources:
     gpus: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cpu_cores", round(float(self.cpu_cores), CPU_DECIMALS))
-        object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
-        if self.cpu_cores < 0 or self.memory_bytes < 0 or self.gpus < 0:
+        cpu_cores = round(float(self.cpu_cores), CPU_DECIMALS)
+        object.__setattr__(self, "cpu_cores", cpu_cores)
+        if type(self.memory_bytes) is not int:  # skip the (hot) no-op store
+            object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
+        if cpu_cores < 0 or self.memory_bytes < 0 or self.gpus < 0:
             raise ResourceError(f"resources cannot be negative: {self}")
 
     @classmethod
@@ -93,7 +95,12 @@ class Resources:
 
 def sum_resources(items: list[Resources] | tuple[Resources, ...]) -> Resources:
     """Sum of many Resources (empty sum is zero)."""
-    total = Resources()
+    # The same left-to-right sum as ``Resources() + a + b + ...`` (rounded to millicores after
+    # every addition, as ``__add__`` does), without building a Resources per step: shape totals
+    # are summed very often by the scheduling simulator.
+    cpu_cores, memory_bytes, gpus = 0.0, 0, 0
     for item in items:
-        total = total + item
-    return total
+        cpu_cores = round(cpu_cores + item.cpu_cores, CPU_DECIMALS)
+        memory_bytes += item.memory_bytes
+        gpus += item.gpus
+    return Resources(cpu_cores, memory_bytes, gpus)

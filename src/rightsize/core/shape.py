@@ -13,8 +13,9 @@ rename ``worker-2``, and a new node takes the lowest free index of its role.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from rightsize.core.errors import ResourceError, SpecError, unknown_name
@@ -61,6 +62,34 @@ class ClusterShape:
         if len(set(names)) != len(names):
             raise SpecError(f"node names must be unique, got {names}")
 
+    # Derived values, computed once per shape: a shape never changes, and the simulator and
+    # the policies ask for the same totals of it many times per decision. cached_property
+    # stores them in the instance ``__dict__``, outside the dataclass fields, so equality,
+    # hashing, ``replace`` and ``to_dict`` do not see them.
+    def __hash__(self) -> int:
+        # The hash dataclass would compute, ``hash((self.nodes,))``, but remembered: shapes are
+        # dict keys (performance caches) looked up on every simulated restart.
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.nodes,))
+
+    @cached_property
+    def _by_role(self) -> dict[NodeRole, tuple[NodeSpec, ...]]:
+        return {role: tuple(n for n in self.nodes if n.role == role) for role in NodeRole}
+
+    @cached_property
+    def _total(self) -> Resources:
+        return sum_resources([node.resources for node in self.nodes])
+
+    @cached_property
+    def _role_totals(self) -> dict[NodeRole, Resources]:
+        return {
+            role: sum_resources([node.resources for node in members])
+            for role, members in self._by_role.items()
+        }
+
     # -- construction -----------------------------------------------------------------
     @classmethod
     def from_counts(
@@ -94,7 +123,7 @@ class ClusterShape:
 
     # -- queries ----------------------------------------------------------------------
     def role(self, role: NodeRole) -> tuple[NodeSpec, ...]:
-        return tuple(node for node in self.nodes if node.role == role)
+        return self._by_role.get(role, ())
 
     @property
     def ps(self) -> tuple[NodeSpec, ...]:
@@ -106,11 +135,11 @@ class ClusterShape:
 
     @property
     def n_ps(self) -> int:
-        return len(self.ps)
+        return len(self._by_role[NodeRole.PS])
 
     @property
     def n_workers(self) -> int:
-        return len(self.workers)
+        return len(self._by_role[NodeRole.WORKER])
 
     def node(self, name: str) -> NodeSpec:
         for node in self.nodes:
@@ -119,10 +148,10 @@ class ClusterShape:
         raise unknown_name("node", name, (n.name for n in self.nodes))
 
     def total(self) -> Resources:
-        return sum_resources([node.resources for node in self.nodes])
+        return self._total
 
     def role_total(self, role: NodeRole) -> Resources:
-        return sum_resources([node.resources for node in self.role(role)])
+        return self._role_totals.get(role, Resources())
 
     def dt_config(self) -> DTConfig:
         return DTConfig(
@@ -146,7 +175,7 @@ class ClusterShape:
     def with_resources(self, name: str, resources: Resources) -> ClusterShape:
         self.node(name)
         return ClusterShape(
-            tuple(replace(n, resources=resources) if n.name == name else n for n in self.nodes)
+            tuple(NodeSpec(n.name, n.role, resources) if n.name == name else n for n in self.nodes)
         )
 
     def redistributed(self, role: NodeRole, total: Resources | None = None) -> ClusterShape:
@@ -160,7 +189,7 @@ class ClusterShape:
             return self
         share = (total or self.role_total(role)).scaled(1 / len(members))
         return ClusterShape(
-            tuple(replace(n, resources=share) if n.role == role else n for n in self.nodes)
+            tuple(NodeSpec(n.name, n.role, share) if n.role == role else n for n in self.nodes)
         )
 
     def scaled_up(self, extra: Resources) -> ClusterShape:
@@ -184,7 +213,9 @@ class ClusterShape:
             )
             return Resources(extra.cpu_cores * cpu_w, int(extra.memory_bytes * mem_w), 0)
 
-        return ClusterShape(tuple(replace(n, resources=n.resources + share(n)) for n in self.nodes))
+        return ClusterShape(
+            tuple(NodeSpec(n.name, n.role, n.resources + share(n)) for n in self.nodes)
+        )
 
     # -- display ----------------------------------------------------------------------
     def describe(self) -> str:

@@ -3,9 +3,13 @@
 A job file names the workload, its batch and length, the training strategy, a
 resource budget, an initial shape (or ``auto`` for a policy to fill), where
 checkpoints go, and — for planning — constraints (deadline, dollar budget) and
-the objective to minimise. Quantities use the unit grammar of
-:mod:`rightsize.core.units`. Validation errors name the field path, e.g.
+the objective to minimise. For ``rightsize run`` it also names the optimizer,
+the autoscaling policy and the runtime's knobs (metric interval, shard size,
+isolation). Quantities use the unit grammar of :mod:`rightsize.core.units`.
+Validation errors name the field path, e.g.
 ``job.yaml: budget.cpu: expected cores like 2 or 2.5, or millicores like 500m``.
+Every field carries a description, from which :func:`job_spec_help` renders the
+reference that ``rightsize run --help`` prints, so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
-from rightsize.core.units import parse_cpu, parse_duration, parse_memory, parse_money
+from rightsize.core.units import (
+    format_duration,
+    parse_cpu,
+    parse_duration,
+    parse_memory,
+    parse_money,
+)
 
 Cpu = Annotated[float, BeforeValidator(parse_cpu)]
 Memory = Annotated[int, BeforeValidator(parse_memory)]
@@ -43,23 +53,44 @@ class Strategy(StrEnum):
     ALLREDUCE = "allreduce"
 
 
+class Optimizer(StrEnum):
+    """The optimizer parameter servers (or allreduce workers) apply.
+
+    ``adam`` uses ``SparseAdam`` for embedding tables, whose gradients are sparse.
+    """
+
+    SGD = "sgd"
+    ADAGRAD = "adagrad"
+    ADAM = "adam"
+
+
+class Isolation(StrEnum):
+    """How the local backend confines each node: cgroups, or CPU affinity and thread limits."""
+
+    AUTO = "auto"
+    CGROUP = "cgroup"
+    AFFINITY = "affinity"
+
+
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class Constraints(_Spec):
     """Limits a plan must respect: a deadline and/or a dollar budget (either may be absent)."""
 
-    deadline_s: Seconds | None = Field(default=None, alias="deadline")
-    budget_usd: Dollars | None = Field(default=None, alias="budget")
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    deadline_s: Seconds | None = Field(
+        default=None, alias="deadline", description="finish within this time, e.g. 2h (planning)"
+    )
+    budget_usd: Dollars | None = Field(
+        default=None, alias="budget", description="spend at most this, e.g. $30 (planning)"
+    )
 
 
 class ResourceSpec(_Spec):
-    cpu: Cpu
-    memory: Memory
-    gpus: int = Field(default=0, ge=0)
+    cpu: Cpu = Field(description="CPU cores, e.g. 4, 2.5 or 500m")
+    memory: Memory = Field(description="memory, e.g. 4Gi or 512Mi")
+    gpus: int = Field(default=0, ge=0, description="whole GPUs")
 
     @property
     def resources(self) -> Resources:
@@ -69,12 +100,14 @@ class ResourceSpec(_Spec):
 class RoleSpec(ResourceSpec):
     """``count`` nodes of one role, each with ``cpu`` and ``memory``."""
 
-    count: int = Field(ge=0)
+    count: int = Field(ge=0, description="how many nodes of this role")
 
 
 class ShapeSpec(_Spec):
-    ps: RoleSpec | None = None
-    workers: RoleSpec
+    ps: RoleSpec | None = Field(
+        default=None, description="parameter servers, each with cpu and memory (strategy ps)"
+    )
+    workers: RoleSpec = Field(description="workers, each with cpu and memory")
 
     def to_shape(self) -> ClusterShape:
         ps = self.ps or RoleSpec(count=0, cpu=0, memory=0)
@@ -84,43 +117,145 @@ class ShapeSpec(_Spec):
 
 
 class CheckpointSpec(_Spec):
-    dir: Path = Path("checkpoints")
-    interval_s: Seconds = Field(default=60.0, alias="interval")
+    dir: Path = Field(
+        default=Path("checkpoints"),
+        description="where checkpoints (and by default the job's state file) are written",
+    )
+    interval_s: Seconds = Field(
+        default=60.0,
+        alias="interval",
+        gt=0,
+        description="time between periodic checkpoints of parameters and shard queues",
+    )
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+class TrainingSpec(_Spec):
+    optimizer: Optimizer = Field(default=Optimizer.ADAGRAD, description="sgd, adagrad or adam")
+    lr: float = Field(default=0.01, gt=0, description="learning rate")
+    momentum: float = Field(default=0.0, ge=0, lt=1, description="momentum (sgd only)")
+    seed: int = Field(default=0, description="seed of the model's initial weights and the shuffle")
+    shuffle: bool = Field(default=True, description="visit samples in a new order every epoch")
+
+
+class PolicySpec(_Spec):
+    name: str = Field(default="static", description="autoscaling policy (see --policy)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the policy's parameters, e.g. {r_up: 0.5}"
+    )
+
+
+class RuntimeSpec(_Spec):
+    metric_interval_s: Seconds = Field(
+        default=5.0,
+        alias="metric_interval",
+        gt=0,
+        description="how often per-node metrics are sampled and the policy is asked",
+    )
+    shard_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="samples per data shard (DLRover §5.2: many small ones); none means 8 batches",
+    )
+    isolation: Isolation = Field(
+        default=Isolation.AUTO,
+        description="auto (cgroups if permitted, else affinity), cgroup, or affinity",
+    )
+    max_restarts: int = Field(
+        default=3, ge=0, description="relaunches of one failed node before the job fails"
+    )
+    ps_bandwidth: Memory | None = Field(
+        default=None,
+        description="cap each parameter server's sends at this many bytes/s, e.g. 20Mi",
+    )
+    straggler_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="a worker slower than this fraction of the median is a straggler (§5.4)",
+    )
+    straggler_shard_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="fraction of a shard a straggler is leased at a time (§5.4)",
+    )
+    startup_timeout_s: Seconds = Field(
+        default=180.0,
+        alias="startup_timeout",
+        gt=0,
+        description="how long a launched node may take to register",
+    )
+    state: Path | None = Field(
+        default=None,
+        description="the master's SQLite state file; none means CHECKPOINT_DIR/NAME.sqlite",
+    )
 
 
 class JobSpec(_Spec):
     """One training job as the user describes it."""
 
-    name: str = "job"
-    workload: str = Field(min_length=1)
-    dataset: str | None = None
-    dataset_size: int | None = Field(default=None, ge=1)
-    batch_size: int = Field(ge=1)
-    epochs: int | None = Field(default=None, ge=1)
-    steps: int | None = Field(default=None, ge=1)
-    strategy: Strategy = Strategy.PS
-    budget: ResourceSpec
-    initial_shape: Literal["auto"] | ShapeSpec = "auto"
-    checkpoint: CheckpointSpec = CheckpointSpec()
-    constraints: Constraints = Constraints()
-    objective: Objective = Objective.TIME
+    name: str = Field(default="job", min_length=1, description="the job's name")
+    workload: str = Field(
+        min_length=1, description="zoo model name (rightsize workloads) or package.module:function"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="model options, e.g. {embed_dim: 8}"
+    )
+    dataset: str | None = Field(
+        default=None, description="dataset name; none means the model's own"
+    )
+    dataset_size: int | None = Field(
+        default=None, ge=1, description="samples in a synthetic dataset; none means its own size"
+    )
+    batch_size: int = Field(ge=1, description="samples per training step on one worker")
+    epochs: int | None = Field(
+        default=None, ge=1, description="passes over the dataset; none (and no steps) means 1"
+    )
+    steps: int | None = Field(
+        default=None, ge=1, description="train this many steps instead of whole epochs"
+    )
+    strategy: Strategy = Field(
+        default=Strategy.PS, description="ps (parameter servers) or allreduce (torch DDP)"
+    )
+    budget: ResourceSpec = Field(description="the most the job may hold at once (R_max)")
+    initial_shape: Literal["auto"] | ShapeSpec = Field(
+        default="auto", description="nodes to start with, or auto to let the policy choose"
+    )
+    checkpoint: CheckpointSpec = Field(default=CheckpointSpec(), description="checkpointing")
+    training: TrainingSpec = Field(default=TrainingSpec(), description="the optimizer")
+    policy: PolicySpec = Field(default=PolicySpec(), description="the autoscaling policy")
+    runtime: RuntimeSpec = Field(default=RuntimeSpec(), description="the runtime's knobs")
+    constraints: Constraints = Field(
+        default=Constraints(), description="deadline and dollar budget (planning)"
+    )
+    objective: Objective = Field(
+        default=Objective.TIME, description="cost or time: what planning minimises"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
         if self.epochs is not None and self.steps is not None:
             raise ValueError("give either epochs or steps, not both")
         if isinstance(self.initial_shape, ShapeSpec):
-            total = self.initial_shape.to_shape().total()
-            if not total.fits_within(self.budget.resources):
-                raise ValueError(
-                    f"initial_shape needs {total} but budget is {self.budget.resources}; "
-                    "raise the budget or shrink the initial shape"
-                )
-            if self.strategy == Strategy.PS and self.initial_shape.ps is None:
-                raise ValueError("strategy ps needs initial_shape.ps (or initial_shape: auto)")
+            self._check_shape(self.initial_shape)
         return self
+
+    def _check_shape(self, shape: ShapeSpec) -> None:
+        total = shape.to_shape().total()
+        if not total.fits_within(self.budget.resources):
+            raise ValueError(
+                f"initial_shape needs {total} but budget is {self.budget.resources}; "
+                "raise the budget or shrink the initial shape"
+            )
+        has_ps = shape.ps is not None and shape.ps.count > 0
+        if self.strategy == Strategy.PS and not has_ps:
+            raise ValueError(
+                "strategy ps needs initial_shape.ps with count >= 1 (or initial_shape: auto)"
+            )
+        if self.strategy == Strategy.ALLREDUCE and has_ps:
+            raise ValueError("strategy allreduce has no parameter servers; remove initial_shape.ps")
+        if shape.workers.count < 1:
+            raise ValueError("initial_shape.workers.count must be >= 1")
 
     @property
     def length(self) -> tuple[str, int]:
@@ -128,6 +263,11 @@ class JobSpec(_Spec):
         if self.steps is not None:
             return "steps", self.steps
         return "epochs", self.epochs or 1
+
+    @property
+    def state_path(self) -> Path:
+        """The master's SQLite file: ``runtime.state`` or ``CHECKPOINT_DIR/NAME.sqlite``."""
+        return self.runtime.state or self.checkpoint.dir / f"{self.name}.sqlite"
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
@@ -149,6 +289,42 @@ def parse_job_spec(data: Any, label: str = "job") -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(f"{label}: {describe_validation_error(exc, JobSpec)}") from None
+
+
+def job_spec_help() -> str:
+    """The job file's fields, one per line, rendered from the models' field descriptions."""
+    lines = []
+    for path, name, info in _walk_fields(JobSpec):
+        default = _default_text(name, info)
+        suffix = " (required)" if default is None else f" (default: {default})" if default else ""
+        lines.append(f"  {path:<34} {info.description or ''}{suffix}")
+    return "\n".join(lines)
+
+
+def _walk_fields(model: type[BaseModel], prefix: str = ""):
+    for name, info in model.model_fields.items():
+        path = prefix + (info.alias or name)
+        yield path, name, info
+        annotation = info.annotation
+        for sub in getattr(annotation, "__args__", (annotation,)):
+            if _is_model(sub):
+                yield from _walk_fields(sub, path + ".")
+
+
+def _default_text(name: str, info: Any) -> str | None:
+    """``None`` for a required field, ``""`` for a section, else the default as typed."""
+    if info.is_required():
+        return None
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and name.endswith("_s"):
+        return format_duration(value)
+    return "none" if value is None else str(value)
 
 
 def _read_yaml(path: Path) -> Any:

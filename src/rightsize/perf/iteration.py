@@ -81,6 +81,13 @@ def ddp_buckets(layers: Sequence[LayerGrad], cap_bytes: int = DDP_BUCKET_BYTES,
     return buckets
 
 
+def ddp_copy_s(layers: Sequence[LayerGrad], mem_bytes_per_s: float) -> float:
+    """DDP copies every gradient into its bucket before the allreduce and back after
+    (``gradient_as_bucket_view=False``, PyTorch's default): two passes over the gradient
+    bytes at the device's memory bandwidth, on the compute device's own time."""
+    return 2 * sum(g.param_bytes for g in layers) / mem_bytes_per_s
+
+
 @dataclass
 class _Transfer:
     remaining: float  # bus bytes still to move: 2 s (n-1) / n
@@ -152,8 +159,15 @@ def simulate_iteration(
     link: Link,
     optimizer_s: float = 0.0,
     exchange: str = "per-layer",
+    copy_s: float = 0.0,
+    overlap: bool = True,
 ) -> IterationTime:
-    """Srift's ``t_iter = t_fw + max(t_bw, t_pe)`` (+ ``optimizer_s``, 0 in Srift's form).
+    """Srift's ``t_iter = t_fw + max(t_bw, t_pe)`` (+ ``optimizer_s`` and ``copy_s``, 0 in
+    Srift's form; ``copy_s`` is DDP's bucket copies, :func:`ddp_copy_s`).
+
+    ``overlap=False`` runs the exchange after backward instead of beside it: on a CPU
+    host whose processes fill its cores, gloo's reductions compete with backward for
+    the same cores, so overlapping them gains nothing.
 
     Args:
         forward_s, backward_s: the compute phase, stragglers included (see
@@ -164,6 +178,10 @@ def simulate_iteration(
     if exchange not in EXCHANGES:
         raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
     grads = ddp_buckets(layers) if exchange == "ddp-buckets" else layers
-    pe = exchange_time(grads, backward_s, world, comm, link)
-    total = forward_s + max(backward_s, pe) + optimizer_s
-    return IterationTime(total, forward_s, backward_s, pe, optimizer_s)
+    if overlap:
+        pe = exchange_time(grads, backward_s, world, comm, link)
+        total = forward_s + max(backward_s, pe) + optimizer_s + copy_s
+    else:  # every gradient is ready at once, after backward
+        pe = exchange_time(grads, 0.0, world, comm, link)
+        total = forward_s + backward_s + pe + optimizer_s + copy_s
+    return IterationTime(total, forward_s, backward_s, pe, optimizer_s + copy_s)

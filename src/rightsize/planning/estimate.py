@@ -11,13 +11,14 @@ that cannot beat the best found.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import CommModel
-from rightsize.perf.iteration import ddp_buckets, exchange_time
+from rightsize.perf.iteration import ddp_buckets, ddp_copy_s, exchange_time
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config
 
@@ -68,7 +69,6 @@ class Estimator:
         self.options, self.comm, self.request = options, comm, request
         self._draws: dict[tuple[str, int], np.ndarray] = {}
         self._exchange: dict[tuple[int, str, float], float] = {}
-        self._rng = np.random.default_rng(request.seed)
 
     def _running_max(self, name: str, batch: int) -> np.ndarray:
         """``[c-1, i]``: slowest of ``c`` VMs in iteration ``i`` (one set of draws per type and batch)."""
@@ -76,9 +76,10 @@ class Estimator:
         if key not in self._draws:
             option = self.options[name]
             mean = option.vm_compute(batch).total_s
-            draws = self._rng.normal(
-                mean, option.cv * mean, size=(option.cap, STRAGGLER_ITERATIONS)
-            )
+            # Seeded by (seed, type, batch), not drawn from one stream, so that a
+            # configuration's prediction does not depend on the order a search visits it in.
+            rng = np.random.default_rng((self.request.seed, zlib.crc32(name.encode()), batch))
+            draws = rng.normal(mean, option.cv * mean, size=(option.cap, STRAGGLER_ITERATIONS))
             self._draws[key] = np.maximum.accumulate(np.maximum(draws, 0.0), axis=0)
         return self._draws[key]
 
@@ -123,6 +124,8 @@ class Estimator:
                 grads = tuple(ddp_buckets(grads))
             self._exchange[key] = exchange_time(grads, backward, config.vms, self.comm, link)
         optimizer = option.compute.optimizer_s if self.request.include_optimizer else 0.0
+        if self.request.exchange == "ddp-buckets":
+            optimizer += ddp_copy_s(option.layers, option.mem_bytes_per_s)
         seconds = compute - backward + max(backward, self._exchange[key]) + optimizer
         models = {s.instance: self.options[s.instance].provenance for s in config.slots}
         models["comm"] = self.comm.kind_for(link)

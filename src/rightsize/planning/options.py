@@ -12,6 +12,7 @@ largest that fits the device's memory (Srift §4.4 insight 1).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,8 @@ class InstanceOption:
         provenance: ``measured (<device>)`` or ``roofline from <device>``.
         price_per_hour: on-demand or spot, as the request asked.
         cap: how many VMs of this type may be used (CAPS[i]).
+        layers: the gradients to exchange, with their ready times.
+        mem_bytes_per_s: one device's memory bandwidth (DDP's bucket copies).
     """
 
     instance: InstanceType
@@ -53,6 +56,7 @@ class InstanceOption:
     price_per_hour: float
     cap: int
     layers: tuple[LayerGrad, ...]
+    mem_bytes_per_s: float = float("inf")  # the device's, for DDP's bucket copies
 
     @property
     def name(self) -> str:
@@ -71,10 +75,14 @@ class InstanceOption:
         """Forward and backward time of one VM whose devices share ``vm_batch``."""
         return self.compute.predict(vm_batch / self.devices)
 
+    @functools.cached_property
+    def saturating_vm_batch(self) -> int:
+        # cached: the search asks for an option's batches once per configuration subset
+        return saturating_batch(self.compute, self.bmax_per_device) * self.devices
+
     def batches(self, minimum: int = 1) -> list[int]:
         """Per-VM batches worth trying: powers of two from the saturating batch up to B_max."""
-        saturating = saturating_batch(self.compute, self.bmax_per_device) * self.devices
-        low = max(minimum, saturating)
+        low = max(minimum, self.saturating_vm_batch)
         return [2**k for k in range(self.bmax.bit_length()) if low <= 2**k <= self.bmax]
 
 
@@ -135,16 +143,16 @@ def make_option(
         raise SpecError("planning needs at least one profile of the workload (rightsize profile)")
     measured = _measured_for(profiles, instance)
     devices = max(1, instance.accelerator_count)
+    target = (
+        DeviceRates.of_accelerator(instance.accelerator)
+        if instance.accelerator
+        else DeviceRates.of_cpu_instance(instance)
+    )
     if measured is not None:
         compute = ComputeModel.from_profile(measured)
         profile, provenance, bmax = measured, f"measured ({measured.device.name})", measured.bmax
     else:
         profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
-        target = (
-            DeviceRates.of_accelerator(instance.accelerator)
-            if instance.accelerator
-            else DeviceRates.of_cpu_instance(instance)
-        )
         compute = RooflineCompute(
             profile,
             ComputeModel.from_profile(profile),
@@ -160,5 +168,5 @@ def make_option(
     return InstanceOption(
         instance=instance, compute=compute, devices=devices, bmax_per_device=bmax,
         cv=profile.compute_cv, provenance=provenance, price_per_hour=instance.price(spot),
-        cap=cap, layers=grads_of(profile, bmax),
+        cap=cap, layers=grads_of(profile, bmax), mem_bytes_per_s=target.mem_bytes_per_s,
     )  # fmt: skip

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -96,19 +97,25 @@ class _Best:
     def bound(self) -> float:
         return self.plans[-1][0] if len(self.plans) >= self.k else float("inf")
 
-    def offer(self, configs: Iterable[Config]) -> None:
-        """Simulate in lower-bound order; stop once the bound exceeds the k-th best."""
+    def offer(self, configs: Iterable[Config], deadline: float = math.inf) -> bool:
+        """Simulate in lower-bound order; stop once the bound exceeds the k-th best.
+
+        Returns False when ``deadline`` (a ``time.perf_counter`` value) passed first.
+        """
         estimator = self.estimator
         ordered = sorted((estimator.lower_bound(c), i, c) for i, c in enumerate(configs))
         for bound, _, config in ordered:
             if bound > self.bound() * (1 + TIE_TOLERANCE):
                 break
+            if time.perf_counter() > deadline:
+                return False
             plan = estimator.estimate(config)
             if estimator.feasible(plan):
                 value = estimator.objective_value(plan.seconds_per_iter, config)
                 self.plans = heapq.nsmallest(
                     self.k, self.plans + [(value, plan)], key=lambda p: p[0]
                 )
+        return True
 
 
 def search(options: Sequence[InstanceOption], estimator: Estimator,
@@ -166,8 +173,7 @@ def _eager(options, estimator: Estimator, settings: SearchSettings, best: _Best)
             for others in itertools.combinations(range(newest), size - 1):
                 subset = [ranked[i] for i in (*others, newest)]
                 configs = configurations(subset, global_batch, size, settings.eager_k)
-                best.offer(c for c in configs if len(c.slots) == size)
-                if time.perf_counter() > deadline:
+                if not best.offer((c for c in configs if len(c.slots) == size), deadline):
                     return
 
 

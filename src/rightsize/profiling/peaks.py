@@ -9,6 +9,7 @@ thread count.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -25,34 +26,41 @@ class DevicePeaks:
     mem_bytes_per_s: float
 
 
-def measure_peaks(device: torch.device, trials: int = 5) -> DevicePeaks:
-    """Best-of-``trials`` fp32 matmul FLOP/s and copy bandwidth (read + write bytes) on ``device``."""
+def measure_peaks(device: torch.device, trials: int = 5, sustained: bool = False) -> DevicePeaks:
+    """Best-of-``trials`` fp32 matmul FLOP/s and copy bandwidth (read + write bytes) on ``device``.
+
+    ``sustained``: the mean over the trials instead of the best, for a device shared by
+    more processes than cores, where the best trial is one that happened to run alone.
+    """
     stopwatch = Stopwatch(device)
     a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=device)
     b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, device=device)
     src = torch.empty(COPY_BYTES // 4, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     torch.mm(a, b), dst.copy_(src)  # warm-up
-    best_mm = best_copy = float("inf")
+    mm_s, copy_s = [], []
     for _ in range(trials):
         start = stopwatch.now()
         torch.mm(a, b)
-        best_mm = min(best_mm, stopwatch.now() - start)
+        mm_s.append(stopwatch.now() - start)
         start = stopwatch.now()
         dst.copy_(src)
-        best_copy = min(best_copy, stopwatch.now() - start)
-    return DevicePeaks(2 * MATMUL_SIZE**3 / best_mm, 2 * COPY_BYTES / best_copy)
+        copy_s.append(stopwatch.now() - start)
+    pick = statistics.fmean if sustained else min
+    return DevicePeaks(2 * MATMUL_SIZE**3 / pick(mm_s), 2 * COPY_BYTES / pick(copy_s))
 
 
 def _peaks_worker(rank: int, barrier, results, trials: int) -> None:
     torch.set_num_threads(1)
     barrier.wait()  # all processes measure at the same time
-    peaks = measure_peaks(torch.device("cpu"), trials)
+    peaks = measure_peaks(torch.device("cpu"), trials, sustained=True)
     results[rank] = (peaks.flops_per_s, peaks.mem_bytes_per_s)
 
 
-def measure_shared_peaks(processes: int, trials: int = 5) -> DevicePeaks:
-    """Peak rates one single-threaded process gets while ``processes`` such processes run at once.
+def measure_shared_peaks(processes: int, trials: int = 20) -> DevicePeaks:
+    """Sustained rates one single-threaded process gets while ``processes`` such processes run
+    at once (the mean over ``trials``, not the best: with more processes than cores the best
+    trial is one that happened to have a core to itself).
 
     On a host whose cores (or hyperthreads) are shared, a data-parallel job with
     one process per rank sees a slower device than a profile taken alone; these

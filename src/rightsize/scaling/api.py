@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -155,10 +156,21 @@ class Observation:
     decisions: int = 0
     steps_done: int = 0
     steps_total: int | None = None
+    # Added for the schedule policies (issue 5); all optional.
+    plans: tuple[Plan, ...] = ()  # plans applied so far, oldest first; the last made `shape`
+    prior: tuple[ShapeRecord, ...] = ()  # speeds known before the job started (see LaunchRequest)
+    node_limit: Resources | None = None  # the largest single node the mechanism can place
+    shape_since_s: float = 0.0  # when the current shape was requested (plan applied or launch)
 
     @property
+    def last_plan(self) -> Plan | None:
+        """The plan that produced the current shape (its ``details`` carry a policy's notes)."""
+        return self.plans[-1] if self.plans else None
+
+    @cached_property
     def headroom(self) -> Resources:
-        """What the job may still grow by: the smaller of budget left and cluster free."""
+        """What the job may still grow by: the smaller of budget left and cluster free.
+        (Cached: an observation is frozen, and policies ask for this several times.)"""
         left = Resources(
             max(0.0, self.budget.cpu_cores - self.shape.total().cpu_cores),
             max(0, self.budget.memory_bytes - self.shape.total().memory_bytes),
@@ -200,6 +212,10 @@ class Policy(ABC):
     """An autoscaling policy. Subclasses validate their parameters in ``__init__``."""
 
     name: str = "policy"
+    # False if the policy reads only job-level fields of the window's samples (``time_s``,
+    # ``steps_per_s``, ``samples_per_s``): a mechanism may then leave each sample's ``nodes``
+    # empty rather than build per-node metrics nobody reads (the simulator's biggest cost).
+    reads_node_metrics: bool = True
 
     @abstractmethod
     def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
@@ -209,6 +225,54 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, observation: Observation) -> Plan | None:
         """A new shape for the job, or ``None`` to keep the current one."""
+
+    def decision_due_s(self, observation: Observation) -> float:
+        """The earliest time, on the observation's clock, at which this policy could answer
+        anything but ``None`` given what it has seen — e.g. once a stability window can be
+        full. Mechanisms may skip asking before then; ``math.inf`` means "not unless the job
+        or the cluster changes". By default: now."""
+        return observation.time_s
+
+    def prior_shapes(
+        self, budget: Resources, node_limit: Resources | None = None
+    ) -> tuple[ClusterShape, ...]:
+        """Shapes whose speed this policy wants measured before the job starts (Optimus's
+        profiling runs, FA-BF's exhaustive search). The mechanism measures them and hands
+        the results back as ``LaunchRequest.prior`` and ``Observation.prior``. None by default."""
+        return ()
+
+    def launch_plan(self, request: LaunchRequest) -> Plan | None:
+        """The plan to start a job with, or ``None`` to keep it waiting.
+
+        Mechanisms call this rather than :meth:`initial_shape` so that a policy can use
+        what is known before launch (``request.prior``) and leave notes for itself in the
+        plan's ``details``; by default it wraps :meth:`initial_shape`.
+        """
+        shape = self.initial_shape(request.budget, request.free)
+        if shape is None:
+            return None
+        return Plan(shape, Action.LAUNCH, f"{self.name}: launch with {shape.describe()}")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a policy may know when a job is about to start.
+
+    Attributes:
+        job: the job's name.
+        budget: the job's resource budget ``R_max``.
+        free: what the cluster can give the job now.
+        prior: speeds measured before launch — the shapes the policy asked for in
+            :meth:`Policy.prior_shapes`, and the final shapes of similar finished jobs
+            (DLRover §4.3's initial plan from history).
+        node_limit: the largest single node the mechanism can place.
+    """
+
+    job: str
+    budget: Resources
+    free: Resources
+    prior: tuple[ShapeRecord, ...] = ()
+    node_limit: Resources | None = None
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:

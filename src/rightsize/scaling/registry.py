@@ -11,10 +11,19 @@ from typing import Any
 
 from rightsize.core.errors import SpecError, unknown_name
 from rightsize.scaling.api import Policy
-from rightsize.scaling.static import StaticPolicy
+from rightsize.scaling.dlrover import DLRoverPolicy
+from rightsize.scaling.nearchus import NearchusPolicy
+from rightsize.scaling.nearchus_plus import NearchusPlusPolicy
+from rightsize.scaling.optimus import OptimusPolicy
+from rightsize.scaling.static import FaBfPolicy, StaticPolicy
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "static": StaticPolicy,
+    "fa-bf": FaBfPolicy,
+    "nearchus": NearchusPolicy,
+    "nearchus+": NearchusPlusPolicy,
+    "dlrover": DLRoverPolicy,
+    "optimus": OptimusPolicy,
 }
 
 

@@ -1,21 +1,27 @@
-"""Fixed allocation: the job keeps the shape it was given for its whole life.
+"""Fixed allocation: the job keeps the shape it was given for its whole life (static, FA-BF).
 
-The baseline every adaptive policy is compared with, and what a user gets who
-already knows the shape they want. Without a shape it launches the whole
-budget as NEARCHUS's starting layout, one parameter server and two workers
-sharing it 1:2 (NEARCHUS §IV's ``(1, 2, R/3, 2R/3)``, with R the full budget).
+``static`` is the baseline every adaptive policy is compared with, and what a
+user gets who already knows the shape they want. Without a shape it launches
+the whole budget as NEARCHUS's starting layout, one parameter server and two
+workers sharing it 1:2 (NEARCHUS §IV's ``(1, 2, R/3, 2R/3)``, with R the full
+budget).
+
+``fa-bf`` is NEARCHUS §V's fixed-allocation brute force: the best (p, w) at a
+fixed node size, found by an exhaustive search, used from the start.
 """
 
 from __future__ import annotations
 
+import math
+
+from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape, DTConfig
-from rightsize.scaling.api import Observation, Plan, Policy
+from rightsize.core.shape import ClusterShape
+from rightsize.scaling.api import Action, LaunchRequest, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.shapes import fixed_node_shape, node_of, one_ps_two_workers, require_budget
 
-
-def one_ps_two_workers(total: Resources) -> ClusterShape:
-    """``total`` split as (1 PS, 2 workers) with a third and two thirds: NEARCHUS's DT-config."""
-    return ClusterShape.from_dt_config(DTConfig(1, 2, total.scaled(1 / 3), total.scaled(2 / 3)))
+__all__ = ["FaBfPolicy", "StaticPolicy", "one_ps_two_workers"]
+BEST_CACHE = 256  # remembered (prior, budget) searches
 
 
 class StaticPolicy(Policy):
@@ -32,3 +38,94 @@ class StaticPolicy(Policy):
 
     def decide(self, observation: Observation) -> Plan | None:
         return None
+
+    def decision_due_s(self, observation: Observation) -> float:
+        return math.inf  # a fixed allocation never changes
+
+
+class FaBfPolicy(Policy):
+    """Fixed-allocation brute force (NEARCHUS §V): the best (p, w) at a fixed node size, for good.
+
+    FA-BF runs every (p, w) with ``p + w`` nodes of ``cores_per_node`` (5 vCPU)
+    that fit the budget — an offline exhaustive search whose time is not
+    counted — and launches the job with the fastest one, whole, from the start.
+    It never changes it: "the best achievable performance by Optimus".
+    :meth:`prior_shapes` lists the search; the mechanism measures it and passes
+    the speeds back in ``LaunchRequest.prior``.
+    """
+
+    name = "fa-bf"
+
+    def __init__(self, cores_per_node: float = 5.0) -> None:
+        if cores_per_node <= 0:
+            raise SpecError(f"fa-bf: cores_per_node={cores_per_node} must be > 0")
+        self.cores_per_node = cores_per_node
+        self._best: dict[tuple[int, Resources], tuple] = {}
+
+    def max_nodes(self, budget: Resources) -> int:
+        return int(budget.cpu_cores / self.cores_per_node + 1e-9)
+
+    def prior_shapes(
+        self, budget: Resources, node_limit: Resources | None = None
+    ) -> tuple[ClusterShape, ...]:
+        """Every (p, w), p and w at least 1, whose nodes fit the budget."""
+        require_budget(self.name, budget, 2 * self.cores_per_node, "1 PS + 1 worker")
+        node = node_of(budget, self.cores_per_node)
+        return tuple(
+            fixed_node_shape(p, n - p, node)
+            for n in range(2, self.max_nodes(budget) + 1)
+            for p in range(1, n)
+        )
+
+    def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
+        raise SpecError(
+            "fa-bf needs the measured speed of every (p, w) shape (an exhaustive search); "
+            "launch it through launch_plan with those speeds, or use 'static' with a shape"
+        )
+
+    def launch_plan(self, request: LaunchRequest) -> Plan | None:
+        """The fastest searched shape within the budget, once the cluster can hold it whole.
+
+        Raises:
+            SpecError: no measured shapes were given.
+        """
+        best, searched = self.best(request.prior, request.budget)
+        if best is None:
+            return self.initial_shape(request.budget, request.free)
+        if not best.shape.total().fits_within(request.free):
+            return None
+        return Plan(
+            best.shape,
+            Action.LAUNCH,
+            f"fa-bf: fastest of {searched} searched shapes is ({best.shape.n_ps} ps, "
+            f"{best.shape.n_workers} workers) at {best.steps_per_s:.3g} steps/s",
+            {"searched": float(searched), "steps_per_s": best.steps_per_s},
+        )
+
+    def best(
+        self, prior: tuple[ShapeRecord, ...], budget: Resources
+    ) -> tuple[ShapeRecord | None, int]:
+        """The fastest record of ``cores_per_node`` nodes within ``budget`` (fewest nodes on
+        a tie) and how many records qualified; remembered per prior, which mechanisms reuse."""
+        key = (id(prior), budget)
+        if key not in self._best:
+            if len(self._best) >= BEST_CACHE:
+                self._best.clear()
+            max_nodes = self.max_nodes(budget)
+            fitting = [
+                r
+                for r in prior
+                if r.shape.nodes
+                and len(r.shape.nodes) <= max_nodes
+                and abs(r.shape.nodes[0].resources.cpu_cores - self.cores_per_node) < 1e-6
+            ]
+            best = max(fitting, key=lambda r: (r.steps_per_s, -len(r.shape.nodes)), default=None)
+            self._best[key] = (prior, best, len(fitting))  # keeps ``prior`` alive for its id
+        _, best, count = self._best[key]
+        return best, count
+
+    def decide(self, observation: Observation) -> Plan | None:
+        return None
+
+    def decision_due_s(self, observation: Observation) -> float:
+        return math.inf  # a fixed allocation never changes

@@ -1,0 +1,128 @@
+"""Helpers shared by the packing benchmarks: interleaved timing, trial sets, JSON output.
+
+Not a benchmark itself. Timing follows the rest of ``benchmarks/``: every
+variant is timed once per round, in a shuffled order, and medians over rounds
+are kept, so drift on a shared machine lands on all variants alike; ratios are
+taken between medians measured in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from rightsize.packing.allocator import retain_freed_memory
+from rightsize.packing.data import DataStream
+from rightsize.packing.optimizers import OPTIMIZER_KINDS, OptimizerSpec
+from rightsize.packing.trial import Architectures, TrialSpec
+from rightsize.workloads.registry import WorkloadRegistry
+
+#: Learning rate of every benchmark trial (any value in the paper's range would do).
+BENCH_LR = 1e-3
+#: The paper's Table 3 batch sizes: "different batch sizes" spread over them.
+BATCH_SIZES = tuple(range(20, 71, 5))
+SAME_BATCH = 45  # the middle of Table 3's range
+
+
+def setup_process(threads: int, allocator: str) -> dict:
+    """Threads and allocator for every variant alike; returns them for the JSON."""
+    torch.set_num_threads(threads)
+    retained = retain_freed_memory() if allocator == "retain" else False
+    return {"threads": threads, "allocator": allocator, "allocator_applied": retained}
+
+
+def workload_setup(workload: str, dataset: str, options: dict, seed: int = 0):
+    """Architectures for ``workload`` and a stream as wide as Table 3's largest batch."""
+    registry = WorkloadRegistry()
+    architectures = Architectures(
+        lambda extra: registry.get(workload, dataset, {**options, **extra})
+    )
+    stream = DataStream(architectures.workload(()).dataset, max(BATCH_SIZES), seed)
+    return architectures, stream
+
+
+def trial_set(n: int, batches: str, optimizers: str, activations: str = "same") -> list[TrialSpec]:
+    """n trials: same or spread batch sizes, one or all four optimizers, one or varied activations."""
+    specs = []
+    for i in range(n):
+        batch = SAME_BATCH if batches == "same" else _spread(BATCH_SIZES, n)[i]
+        kind = "adam" if optimizers == "same" else OPTIMIZER_KINDS[i % len(OPTIMIZER_KINDS)]
+        activation = (
+            "relu" if activations == "same" else ("relu", "tanh", "sigmoid", "leaky_relu")[i % 4]
+        )
+        options = (("activation", activation),)
+        specs.append(TrialSpec(f"t{i}", batch, OptimizerSpec(kind, BENCH_LR), options, seed=i))
+    return specs
+
+
+def _spread(values: tuple[int, ...], n: int) -> list[int]:
+    """n values evenly spread over ``values`` (both ends included when n > 1)."""
+    if n == 1:
+        return [values[len(values) // 2]]
+    return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
+
+
+def interleaved_medians(
+    variants: dict[str, Callable[[], None]], rounds: int, inner: int = 1, warmup: int = 2
+) -> dict[str, dict]:
+    """Median (and all) seconds per call of each variant, timed round-robin in shuffled order."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
+    rng = random.Random(0)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            for _ in range(inner):
+                variants[name]()
+            times[name].append((time.perf_counter() - start) / inner)
+    return {name: {"median_s": statistics.median(t), "runs_s": t} for name, t in times.items()}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def write_report(path: str, name: str, script: str, argv: list[str] | None, body: dict) -> None:
+    """Write the benchmark's JSON atomically, with the command that produced it."""
+    report = {
+        "benchmark": name,
+        "command": f"python benchmarks/{script} "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "simulated": False,
+        "machine": machine(),
+        **body,
+    }
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=1)
+    os.replace(tmp, out)
+    print(f"wrote {out}", file=sys.stderr)

@@ -1,0 +1,135 @@
+"""The limit: achieved FLOP/s of packed MLP-3 training against this CPU's matmul FLOP/s.
+
+On a CPU a pack cannot make a trial's arithmetic smaller: packing removes
+per-trial overheads (dispatch, small kernels, the optimizer's passes, data
+gathering) until the step is as fast as its matrix products allow. This
+measures how close it gets:
+
+1. matmul FLOP/s of this CPU: a large square product (the attainable peak) and
+   the products an MLP-3 step on digits runs at batch 45;
+2. training FLOPs of one MLP-3 step (forward + backward, counted by
+   ``torch.utils.flop_counter``), and the achieved FLOP/s of packs of
+   n = 1 .. 32 identical-shape trials (Adam, batch 45) and of plain PyTorch
+   alone (default and fused ``torch.optim``).
+
+Usage:
+    python benchmarks/packing_roofline.py --out benchmarks/results/packing_roofline.json
+    python benchmarks/packing_roofline.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from packing_common import (
+    SAME_BATCH,
+    interleaved_medians,
+    setup_process,
+    trial_set,
+    workload_setup,
+    write_report,
+)
+from packing_step import Alone, packed
+
+
+def matmul_flops_per_s(shapes, rounds: int) -> list[dict]:
+    """Median FLOP/s of ``a @ b`` for each ``(m, k, n)``."""
+    cases = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        repeat = max(1, int(2e8 // (2 * m * k * n)))  # ~0.2 GFLOP per timing
+
+        def product(a=a, b=b, repeat=repeat):
+            for _ in range(repeat):
+                torch.mm(a, b)
+
+        cases[(m, k, n, repeat)] = product
+    timed = interleaved_medians({str(key): fn for key, fn in cases.items()}, rounds)
+    rows = []
+    for m, k, n, repeat in cases:
+        seconds = timed[str((m, k, n, repeat))]["median_s"] / repeat
+        rows.append(
+            {"m": m, "k": k, "n": n, "seconds": seconds, "flops_per_s": 2 * m * k * n / seconds}
+        )
+    return rows
+
+
+def training_flops(architectures, stream) -> float:
+    """FLOPs of one MLP-3 training step (forward and backward) at batch 45."""
+    workload = architectures.workload((("activation", "relu"),))
+    model = workload.make_model(0)
+    with FlopCounterMode(display=False) as counter:
+        workload.loss(model, stream.batch(0, SAME_BATCH)).backward()
+    return float(counter.get_total_flops())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--counts", default="1,2,4,8,16,32")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--allocator", choices=("retain", "default"), default="retain")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default="benchmarks/results/packing_roofline.json")
+    args = parser.parse_args(argv)
+    process = setup_process(args.threads, args.allocator)
+    rounds = 2 if args.quick else args.rounds
+    counts = [1, 2] if args.quick else [int(c) for c in args.counts.split(",")]
+    b = SAME_BATCH
+    shapes = [
+        (1024, 1024, 1024),
+        (b, 64, 256),
+        (b, 256, 256),
+        (b, 256, 10),
+        (256, b, 256),
+        (b, 256, 2048),
+    ]
+    matmul = matmul_flops_per_s(shapes, rounds)
+    peak = max(r["flops_per_s"] for r in matmul)
+    architectures, stream = workload_setup("mlp3", "digits", {})
+    flops = training_flops(architectures, stream)
+    rows = []
+    for n in counts:
+        specs = trial_set(n, "same", "same")
+        variants = {
+            "pack": packed(specs, architectures, stream).train_step,
+            "alone": Alone(specs, architectures, stream, fused=False),
+            "alone_fused": Alone(specs, architectures, stream, fused=True),
+        }
+        timed = interleaved_medians(variants, rounds, inner=3)
+        row = {"n": n}
+        for name, result in timed.items():
+            achieved = n * flops / result["median_s"]
+            row[name] = {
+                "step_s": result["median_s"],
+                "flops_per_s": achieved,
+                "fraction_of_peak": achieved / peak,
+            }
+        rows.append(row)
+        print(
+            f"n={n:2d}  pack {row['pack']['flops_per_s'] / 1e9:6.1f} GFLOP/s ({row['pack']['fraction_of_peak']:.0%})"
+            f"  alone {row['alone']['flops_per_s'] / 1e9:6.1f}  alone fused {row['alone_fused']['flops_per_s'] / 1e9:6.1f}"
+            f"  (peak {peak / 1e9:.1f})",
+            file=sys.stderr,
+            flush=True,
+        )
+    body = {
+        "process": process,
+        "matmul": matmul,
+        "peak_matmul_flops_per_s": peak,
+        "training_flops_per_trial_step": flops,
+        "batch": b,
+        "packs": rows,
+    }
+    write_report(args.out, "packing_roofline", "packing_roofline.py", argv, body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

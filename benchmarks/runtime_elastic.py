@@ -1,0 +1,193 @@
+"""Transition time of each elastic operation on a running PS job (DLRover §5.3, §4.2).
+
+A scripted policy drives one Wide&Deep job through every operation the runtime
+offers, in a cycle: resize a worker in place (up, then back down), add a worker,
+remove it, add a PS, remove it, replace the PS by a larger one; each cycle
+repeated ``--cycles`` times. The runtime measures each operation itself (from
+the plan's arrival to the new shape running: the timeline's ``transition_s``)
+and its parts (``details``: e.g. ``halt_s``, ``export_s``, ``paused_s`` — how long
+workers stood still — and ``first_step_s`` of an added worker). An OOM relaunch
+is produced on purpose at launch: one worker starts with too little memory, is
+OOM-killed, and is relaunched with double the memory until it fits.
+
+The JSON gives every transition and, per action, the median. Usage:
+
+    python benchmarks/runtime_elastic.py --out benchmarks/results/runtime_elastic.json
+    python benchmarks/runtime_elastic.py --quick   # one cycle, to check it works
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.runtime.master import Master
+from rightsize.scaling.api import Action, EventKind, Observation, Plan, Policy
+from runtime_common import job_spec, load_note
+
+MI, GI = 2**20, 2**30
+#: Reasons of the scripted plans start with this, followed by the operation's label.
+LABEL = "benchmark: "
+#: Memory a worker cannot start torch in, so that it is OOM-killed (DLRover §4.2's case).
+STARVED_MEMORY = 96 * MI
+Change = Callable[[ClusterShape], ClusterShape]
+
+
+def cycle() -> list[tuple[str, Action, Change]]:
+    """Every operation once, returning to the starting shape (1 PS + 2 workers)."""
+    worker = Resources(0.5, GI)
+
+    def resize(cpu: float) -> Change:
+        return lambda s: s.with_resources(s.workers[0].name, Resources(cpu, GI))
+
+    def replace_ps(s: ClusterShape) -> ClusterShape:
+        old = s.ps[0]
+        bigger = Resources(old.resources.cpu_cores + 0.25, old.resources.memory_bytes)
+        return s.with_node_added(NodeRole.PS, bigger).without_node(old.name)
+
+    return [
+        ("resize_up", Action.SCALE_UP, resize(1.0)),
+        ("resize_down", Action.RESHAPE, resize(0.5)),
+        ("add_worker", Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER, worker)),
+        ("remove_worker", Action.REMOVE_WORKER, lambda s: s.without_node(s.workers[-1].name)),
+        ("add_ps", Action.ADD_PS, lambda s: s.with_node_added(NodeRole.PS, Resources(0.5, GI))),
+        ("remove_ps", Action.RESHAPE, lambda s: s.without_node(s.ps[-1].name)),
+        ("replace_ps", Action.REPLACE_PS, replace_ps),
+    ]
+
+
+class Cycler(Policy):
+    """One scripted operation per decision, ``settle_s`` after the last change; on an OOM
+    kill, double the killed node's memory first. The job ends once the script is done."""
+
+    name = "bench-cycler"
+
+    def __init__(self, steps: list[tuple[str, Action, Change]], settle_s: float) -> None:
+        self.steps, self.settle_s = list(steps), settle_s
+
+    def initial_shape(self, budget, free):
+        return None
+
+    def decide(self, obs: Observation) -> Plan | None:
+        for event in obs.events:
+            if event.kind == EventKind.OOM_KILLED:
+                node = obs.shape.node(event.node)
+                bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes * 2)
+                return Plan(obs.shape.with_resources(node.name, bigger), Action.RELAUNCH_OOM,
+                            f"{node.name} OOM-killed: double its memory")  # fmt: skip
+        if not self.steps or obs.time_s - obs.shape_since_s < self.settle_s:
+            return None
+        label, action, change = self.steps.pop(0)
+        return Plan(change(obs.shape), action, f"{LABEL}{label}")
+
+
+def run(cycles: int, settle_s: float, directory: Path) -> dict:
+    spec = job_spec(
+        directory, name="bench-elastic", epochs=10_000, steps=None,
+        budget={"cpu": 8, "memory": "16Gi"},
+        initial_shape={"ps": {"count": 1, "cpu": 0.5, "memory": "1Gi"},
+                       "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"}},
+        runtime={"metric_interval": "1s", "max_restarts": 8},
+    )  # fmt: skip
+    policy = Cycler(cycle() * cycles, settle_s)
+    warnings: list[str] = []
+    report = ElasticBench(spec, policy, fresh=True, warn=warnings.append).run()
+    return {"report": report, "warnings": warnings}
+
+
+class ElasticBench(Master):
+    """The master, with worker-1 starved of memory at launch (the OOM case, without touching
+    the job file) and the job ended once the script has run and the last change settled."""
+
+    def _launch_plan(self) -> Plan:
+        plan = super()._launch_plan()
+        small = Resources(0.5, STARVED_MEMORY)
+        return Plan(plan.shape.with_resources("worker-1", small), plan.action, plan.reason)
+
+    def finished(self) -> bool:
+        return super().finished() or (not self.policy.steps and _settled(self))
+
+
+def _settled(master) -> bool:
+    """The last change has run for a few seconds (so its effect is in the samples)."""
+    rows = master.store.timeline()
+    return bool(rows) and master.time_s() - rows[-1]["time_s"] > 3
+
+
+def transitions(report: dict) -> list[dict]:
+    """Applied changes with their measured time, labelled by operation (from the reason)."""
+    rows = []
+    for t in report["timeline"]:
+        if not t["applied"] or t["transition_s"] is None:
+            continue
+        reason = t["reason"]
+        label = reason[len(LABEL) :] if reason.startswith(LABEL) else t["action"]
+        rows.append({"operation": label, **t})
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    per_action: dict[str, list[dict]] = {}
+    for t in rows:
+        per_action.setdefault(t["operation"], []).append(t)
+    summary = {}
+    for action, rows in per_action.items():
+        summary[action] = {
+            "count": len(rows),
+            "median_transition_s": statistics.median(r["transition_s"] for r in rows),
+            "median_details": _median_details([r["details"] for r in rows]),
+        }
+    return summary
+
+
+def _median_details(details: list[dict]) -> dict:
+    keys = {k for d in details for k, v in d.items() if isinstance(v, int | float)}
+    return {k: statistics.median(d[k] for d in details if k in d) for k in sorted(keys)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cycles", type=int, default=3, help="times through every operation")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds between operations")
+    parser.add_argument("--quick", action="store_true", help="one cycle: checks it works")
+    parser.add_argument("--out", default="benchmarks/results/runtime_elastic.json")
+    args = parser.parse_args(argv)
+    cycles = 1 if args.quick else args.cycles
+    before = load_note()
+    with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
+        result = run(cycles, args.settle, Path(tmp))
+    report = result["report"]
+    rows = transitions(report)
+    summary = summarize(rows)
+    for action, row in summary.items():
+        print(f"{action:>16}: {row['median_transition_s']:7.2f} s (median of {row['count']})",
+              file=sys.stderr)  # fmt: skip
+    out = {
+        "benchmark": "runtime_elastic",
+        "command": "python benchmarks/runtime_elastic.py " + " ".join(argv or sys.argv[1:]),
+        "simulated": False,
+        "isolation": report["isolation"],
+        "load_before": before,
+        "load_after": load_note(),
+        "cycles": cycles,
+        "summary": summary,
+        "transitions": rows,
+        "exactly_once": report["accounting"].get("exactly_once"),
+        "warnings": result["warnings"],
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

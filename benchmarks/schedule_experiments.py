@@ -1,0 +1,227 @@
+"""NEARCHUS §V's experiments in the simulator: one job alone, and the 40-job trace, on A and B.
+
+Every number this writes is **simulated** (``rightsize.cluster``'s model of
+parameter-server training, not real jobs). For each cluster and seed it runs
+every policy on the same trace and noise, then reports per policy the median
+over seeds of each metric, and — the comparisons NEARCHUS makes — the median
+over seeds of the per-seed ratios (average JCT against Optimus, average
+queueing time against FA-BF, nearchus+ against nearchus). Ratios are taken
+within one seed, so every policy sees the same arrivals.
+
+    python benchmarks/schedule_experiments.py            # full: 5 seeds, 5 CNNs
+    python benchmarks/schedule_experiments.py --quick    # 1 seed, ResNet-50 only
+
+Variants are labelled policies with parameters, e.g. the literal reading of
+the Resource Optimizer (all idle CPU moved): ``nearchus-all-idle=nearchus:reclaim_fraction=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rightsize.cli.args import parse_options
+from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.models import NEARCHUS_CNNS
+from rightsize.cluster.report import SIMULATED_NOTE
+from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.traces import nearchus_trace, single_job
+from rightsize.scaling.registry import make_policy
+
+OUT = Path(__file__).resolve().parent / "results" / "schedule_experiments.json"
+POLICIES = ("nearchus", "nearchus+", "dlrover", "optimus", "fa-bf")
+VARIANTS = ("nearchus-all-idle=nearchus:reclaim_fraction=1",)
+SINGLE_BUDGET_CORES = 100.0  # §V-A: "start with (1ps, 2wk) and 15 vCPUs", R0 = 15% of 100
+SINGLE_EPOCHS = 300.0
+MULTI_METRICS = ("avg_jct_s", "avg_queue_s", "avg_run_s", "makespan_s", "cpu_used_pct",
+                 "restarts", "failed")  # fmt: skip
+SINGLE_METRICS = ("best_steps_per_s", "jct_s", "time_to_95pct_s", "restarts")
+# (name, metric, policy, baseline): NEARCHUS's headline comparisons, and ours.
+COMPARISONS = (
+    ("jct_vs_optimus", "jct", "nearchus", "optimus"),
+    ("queue_vs_fa_bf", "queue", "nearchus", "fa-bf"),
+    ("jct_vs_fa_bf", "jct", "nearchus", "fa-bf"),
+    ("plus_jct_vs_optimus", "jct", "nearchus+", "optimus"),
+    ("plus_queue_vs_fa_bf", "queue", "nearchus+", "fa-bf"),
+    ("plus_jct_vs_fa_bf", "jct", "nearchus+", "fa-bf"),
+    ("plus_jct_vs_nearchus", "jct", "nearchus+", "nearchus"),
+)
+
+
+def policies(names: list[str], variants: list[str]) -> dict[str, tuple[str, dict]]:
+    """label -> (policy name, parameters), for plain names and ``label=policy:k=v,...``."""
+    out: dict[str, tuple[str, dict]] = {name: (name, {}) for name in names}
+    for text in variants:
+        label, _, spec = text.partition("=")
+        name, _, params = spec.partition(":")
+        out[label] = (name, parse_options(params.split(",")) if params else {})
+    return out
+
+
+def run_all(trace, cluster, labelled, seed: int) -> dict:
+    """Each labelled policy on ``trace`` with ``seed``: label -> SimResult."""
+    config = SimConfig(seed=seed)
+    return {
+        label: Simulator(cluster, make_policy(name, **params), config).run(trace)
+        for label, (name, params) in labelled.items()
+    }
+
+
+def median(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def change(value: float, base: float) -> float | None:
+    return (value - base) / base if base else None
+
+
+def comparisons(per_seed: list[dict], keys: dict[str, str]) -> dict:
+    """Median over seeds of each comparison's relative change (negative: the policy is lower)."""
+    out = {}
+    for name, metric, policy, base in COMPARISONS:
+        key = keys.get(metric)
+        if key and per_seed and policy in per_seed[0] and base in per_seed[0]:
+            ratios = [change(row[policy][key], row[base][key]) for row in per_seed]
+            out[name] = {"median": median(ratios), "per_seed": ratios}
+    return out
+
+
+def summarize(per_seed: list[dict], metrics: tuple[str, ...]) -> dict:
+    labels = per_seed[0].keys() if per_seed else ()
+    return {
+        label: {m: median([row[label][m] for row in per_seed]) for m in metrics} for label in labels
+    }
+
+
+def multi_job(cluster_name: str, labelled, seeds: list[int], log) -> dict:
+    cluster = parse_cluster(cluster_name)
+    per_seed = []
+    for seed in seeds:
+        log(f"40-job trace, cluster {cluster_name}, seed {seed}")
+        results = run_all(nearchus_trace(seed), cluster, labelled, seed)
+        per_seed.append({label: r.summary() for label, r in results.items()})
+    keys = {"jct": "avg_jct_s", "queue": "avg_queue_s"}
+    return {
+        "medians": summarize(per_seed, MULTI_METRICS),
+        "comparisons": comparisons(per_seed, keys),
+        "per_seed": per_seed,
+    }
+
+
+def single(cluster_name: str, model: str, labelled, seeds: list[int], log) -> dict:
+    cluster = parse_cluster(cluster_name)
+    trace = single_job(model, SINGLE_BUDGET_CORES, SINGLE_EPOCHS)
+    per_seed = []
+    for seed in seeds:
+        log(f"single job {model}, cluster {cluster_name}, seed {seed}")
+        results = run_all(trace, cluster, labelled, seed)
+        rows = {}
+        for label, result in results.items():
+            job = result.jobs[0]
+            rows[label] = {
+                "best_steps_per_s": job.best_steps_per_s,
+                "jct_s": job.jct_s,
+                "time_to_95pct_s": job.time_to_reach_s,
+                "restarts": job.restarts,
+                "final_shape": job.final_shape,
+            }
+        per_seed.append(rows)
+    return {
+        "medians": summarize(per_seed, SINGLE_METRICS),
+        "comparisons": comparisons(per_seed, {"jct": "jct_s"}),
+        "per_seed": per_seed,
+    }
+
+
+def write_json(data: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(data, tmp, indent=1)
+        tmp.write("\n")
+    os.chmod(tmp.name, 0o644)
+    os.replace(tmp.name, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, ResNet-50 only")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--clusters", default="A,B")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--variant", action="append", default=None, metavar="LABEL=POLICY:K=V")
+    parser.add_argument("--out", default=str(OUT))
+    args = parser.parse_args(argv)
+    seeds = list(range(1, 2 if args.quick else args.seeds + 1))
+    models = ("resnet50",) if args.quick else NEARCHUS_CNNS
+    variants = list(VARIANTS) if args.variant is None else args.variant
+    labelled = policies(args.policies.split(","), variants)
+    clusters = args.clusters.split(",")
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    data = {
+        "command": "python benchmarks/schedule_experiments.py " + " ".join(argv or sys.argv[1:]),
+        "simulated": True,
+        "note": SIMULATED_NOTE,
+        "seeds": seeds,
+        "policies": {label: [name, params] for label, (name, params) in labelled.items()},
+        "single_job": {
+            "budget_cpu": SINGLE_BUDGET_CORES,
+            "epochs": SINGLE_EPOCHS,
+            "results": {
+                c: {m: single(c, m, labelled, seeds, log) for m in models} for c in clusters
+            },
+        },
+        "multi_job": {c: multi_job(c, labelled, seeds, log) for c in clusters},
+    }
+    data["wall_s"] = time.perf_counter() - started
+    write_json(data, Path(args.out))
+    print_summary(data)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _fmt(value: float | None, scale: float = 1.0, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None else pattern.format(value / scale)
+
+
+def print_summary(data: dict) -> None:
+    """Median tables on stdout (hours; changes as percentages)."""
+    print(f"# {data['note']}; seeds {data['seeds']}")
+    for cluster, block in data["multi_job"].items():
+        print(f"\n40-job trace, cluster {cluster} (medians over seeds)")
+        print(
+            "policy               avg JCT h  avg queue h  avg run h  makespan h  CPU used %  restarts"
+        )
+        for label, m in block["medians"].items():
+            print(f"{label:20} {_fmt(m['avg_jct_s'], 3600):>9}  {_fmt(m['avg_queue_s'], 3600):>11}"
+                  f"  {_fmt(m['avg_run_s'], 3600):>9}  {_fmt(m['makespan_s'], 3600):>10}"
+                  f"  {_fmt(m['cpu_used_pct'], 1, '{:.1f}'):>10}  {_fmt(m['restarts'], 1, '{:.0f}'):>8}")  # fmt: skip
+        for name, c in block["comparisons"].items():
+            print(f"  {name:22} {_fmt(c['median'], 0.01, '{:+.1f}%')}")
+    for cluster, models in data["single_job"]["results"].items():
+        print(f"\nsingle job, budget {data['single_job']['budget_cpu']:g} cpu, cluster {cluster}")
+        print("model        policy               best steps/s  JCT h  to 95% h  restarts")
+        for model, block in models.items():
+            for label, m in block["medians"].items():
+                print(f"{model:12} {label:20} {_fmt(m['best_steps_per_s']):>12}"
+                      f"  {_fmt(m['jct_s'], 3600):>5}  {_fmt(m['time_to_95pct_s'], 3600):>8}"
+                      f"  {_fmt(m['restarts'], 1, '{:.0f}'):>8}")  # fmt: skip
+            changes = ", ".join(
+                f"{name} {_fmt(c['median'], 0.01, '{:+.1f}%')}"
+                for name, c in block["comparisons"].items()
+            )
+            print(f"{'':12} JCT changes (median over seeds): {changes}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

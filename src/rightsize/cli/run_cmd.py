@@ -1,0 +1,164 @@
+"""``rightsize run``: train a job elastically on this machine and write its report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rightsize.cli.output import format_table, print_json
+from rightsize.core.spec import job_spec_help, load_job_spec
+from rightsize.core.units import format_bytes, format_duration
+from rightsize.scaling.registry import make_policy, policy_names
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="train a job elastically: master, shards, PS/allreduce nodes in cgroups",
+        description="Run a training job to completion on this machine (DLRover's Elastic "
+        "Trainer, NEARCHUS's runtime): a master shards the data dynamically, launches parameter "
+        "servers and workers (or allreduce ranks) as processes in their own cgroups, samples "
+        "their CPU, memory and network every metric interval, asks the policy for a new shape, "
+        "resizes nodes in place, adds and removes them, and recovers from failures. Rerunning "
+        "an interrupted job resumes it from its latest checkpoint.",
+        epilog="job file fields:\n" + job_spec_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("job", help="the job YAML file")
+    parser.add_argument(
+        "--policy",
+        help=f"autoscaling policy, overriding the job file's ({', '.join(policy_names())})",
+    )
+    parser.add_argument(
+        "--report", metavar="FILE", help="where to write the JSON report "
+        "(default: CHECKPOINT_DIR/NAME-report.json)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--fresh", action="store_true", help="start over even if the state file holds an "
+        "unfinished run of this job"
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rightsize.runtime.master import Master  # imports torch: only when running
+
+    spec = load_job_spec(args.job)
+    name = args.policy or spec.policy.name
+    policy = make_policy(name, **(spec.policy.params if name == spec.policy.name else {}))
+    report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
+    view = ProgressView(quiet=args.quiet)
+    signal.signal(signal.SIGTERM, _interrupt)  # so the nodes are stopped on the way out
+    with view:
+        report = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update).run()
+    report["command"] = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
+    write_atomic(report_path, report)
+    if args.json:
+        print_json(report)
+    else:
+        print_summary(report, report_path)
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def write_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+class ProgressView:
+    """Live progress on stderr: a table redrawn in place on a terminal, else one line per sample."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.live = None
+        if not quiet and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(stderr=True), refresh_per_second=2, transient=False)
+
+    def __enter__(self) -> ProgressView:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def warn(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def update(self, status: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        if self.live is None:
+            print("  " + status_line(status), file=sys.stderr, flush=True)
+            return
+        from rich.text import Text
+
+        self.live.update(Text(status_line(status) + "\n" + node_table(status)))
+
+
+def status_line(status: dict[str, Any]) -> str:
+    loss = f"loss {status['loss']:.4f}" if status.get("loss") is not None else "loss -"
+    used = sum(n["cpu_used"] for n in status["nodes"])
+    allocated = sum(n["cpu_allocated"] for n in status["nodes"])
+    return (
+        f"{format_duration(status['time_s'])}  epoch {status['epoch'] + 1}  "
+        f"steps {status['steps_done']}/{status['steps_total']}  "
+        f"{status['samples_per_s']:.0f} samples/s  {loss}  cpu {used:.2f}/{allocated:.2f}  "
+        f"{status['shape']}"
+    )
+
+
+def node_table(status: dict[str, Any]) -> str:
+    rows = [
+        (n["name"], f"{n['cpu_used']:.2f}/{n['cpu_allocated']:.2f}",
+         f"{format_bytes(n['memory_used'])}/{format_bytes(n['memory_allocated'])}",
+         f"{format_bytes(n['net_in'])}/s", f"{format_bytes(n['net_out'])}/s",
+         f"{n['steps_per_s']:.1f}")
+        for n in status["nodes"]
+    ]  # fmt: skip
+    return format_table(("node", "cpu used/alloc", "memory", "net in", "net out", "steps/s"), rows)
+
+
+def print_summary(report: dict[str, Any], path: Path) -> None:
+    accounting = report["accounting"]
+    once = "yes" if accounting.get("exactly_once") else "NO"
+    print(
+        f"{report['job']}: {report['workload']} on {report['dataset']}, {report['strategy']}, "
+        f"policy {report['policy']}, isolation {report['isolation']}"
+    )
+    print(
+        f"  {report['steps']} steps, {report['samples']} samples, {report['epochs']} epoch(s) "
+        f"in {format_duration(report['wall_time_s'])}"
+    )
+    rows = [
+        (f"{t['time_s']:.1f}", t["action"], "yes" if t["applied"] else "no",
+         "-" if t["transition_s"] is None else format_duration(t["transition_s"]), t["reason"])
+        for t in report["timeline"]
+    ]  # fmt: skip
+    print(format_table(("time_s", "action", "applied", "transition", "reason"), rows))
+    restarts = report["restarts"]
+    print(f"  node restarts: {sum(restarts['nodes'].values())}, master restarts: "
+          f"{restarts['masters']}")  # fmt: skip
+    if accounting.get("checked"):
+        print(f"  every sample trained exactly once per epoch: {once} "
+              f"(checked on checkpoint v{accounting['checkpoint']})")  # fmt: skip
+    print(f"report written to {path}")

@@ -1,0 +1,245 @@
+"""``rightsize tune``: Packed Hyperband over a search space (packing paper §5, Li et al. Algorithm 1)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import textwrap
+
+import torch
+
+from rightsize.cli.args import parse_options
+from rightsize.cli.output import format_table, print_json, progress_printer
+from rightsize.core.errors import SpecError
+from rightsize.core.units import format_bytes, format_duration, parse_memory
+from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
+from rightsize.packing.executor import STEPS_PER_UNIT
+from rightsize.packing.hyperband import Bracket, hyperband_schedule
+from rightsize.packing.pack import BATCH_MODES, PackSettings
+from rightsize.packing.packopt import DISTANCES, PACK_STRATEGIES, PackOptSettings
+from rightsize.packing.runner import (
+    TuneSettings,
+    model_option_names,
+    prepare_search,
+    run_search,
+    search_report,
+)
+from rightsize.packing.space import load_space
+from rightsize.workloads.registry import WorkloadRegistry
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "tune",
+        help="hyper-parameter search with trials packed into one process (Packed Hyperband)",
+        description="Run Hyperband (Li et al., Algorithm 1) over a search space, training the "
+        "trials of every rung in packs chosen by pack_opt (Liu et al. §5): trials share one input "
+        "stream, trials of one architecture are fused into one model, and each keeps its own batch "
+        "size, optimizer and learning rate. A trial trained packed gets the result it would get "
+        "alone. Prints the best configuration, its validation loss, the wall time and every rung's "
+        "packs.",
+    )
+    parser.add_argument(
+        "--workload", default="mlp3", help="zoo name or package.module:function (default mlp3)"
+    )
+    parser.add_argument("--dataset", help="dataset name (default: the workload's own)")
+    parser.add_argument(
+        "--space", metavar="SPACE.yaml", help="the search space (see examples/spaces/table3.yaml)"
+    )
+    parser.add_argument(
+        "--max-resource",
+        type=float,
+        default=81,
+        metavar="R",
+        help="Hyperband's R, in units of --steps-per-unit steps (default 81)",
+    )
+    parser.add_argument(
+        "--eta", type=float, default=3, help="Hyperband's eta: keep 1/eta per rung (default 3)"
+    )
+    parser.add_argument(
+        "--pack",
+        choices=PACK_STRATEGIES,
+        default="knn",
+        help="pack_opt strategy (default knn; none = the original Hyperband)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of data order, sampling and packing (default 0)"
+    )
+    parser.add_argument(
+        "--steps-per-unit",
+        type=int,
+        default=STEPS_PER_UNIT,
+        help="training steps per unit of resource (default %(default)s)",
+    )
+    parser.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="promoted trials restart from scratch instead of their checkpoint",
+    )
+    parser.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="memory a pack may use, e.g. 64Mi (default: the device's)",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=math.inf,
+        help="knn: largest distance from the centroid to join its pack (default none)",
+    )
+    parser.add_argument(
+        "--max-pack-size",
+        type=int,
+        help="at most this many trials per pack (default: as many as fit)",
+    )
+    parser.add_argument(
+        "--distance",
+        choices=DISTANCES,
+        default="l1",
+        help="knn distance (default l1, the paper's worked example)",
+    )
+    parser.add_argument(
+        "--batch-mode",
+        choices=BATCH_MODES,
+        default="pad",
+        help="pad: a fused group computes at its largest batch (paper §3.1.1); exact: fused groups split by batch size",
+    )
+    parser.add_argument(
+        "--mix-activations",
+        action="store_true",
+        help="also fuse trials that differ only in activation function (beyond the paper)",
+    )
+    parser.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="never fuse trials; every trial runs its own model on the shared batch",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model option fixed for every trial (repeatable)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="take trial memory footprints from a saved profile (default: measure them)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument(
+        "--threads", type=int, metavar="N", help="torch intra-op threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATOR_MODES,
+        default="retain",
+        help="retain: keep freed heap memory (fewer page faults, docs/tuning.md); default: glibc's behaviour",
+    )
+    parser.add_argument(
+        "--dataset-size", type=int, metavar="N", help="nominal size of a synthetic dataset"
+    )
+    parser.add_argument(
+        "--schedule-only", action="store_true", help="print Hyperband's brackets without training"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(run=run)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.schedule_only:
+        return _print_schedule(hyperband_schedule(args.max_resource, args.eta), args.json)
+    if not args.space:
+        raise SpecError(
+            "--space is required (a YAML file of hyper-parameter lists) unless --schedule-only"
+        )
+    _apply_process_settings(args)
+    registry = WorkloadRegistry()
+    space = load_space(args.space, model_option_names(registry, args.workload))
+    search = prepare_search(_settings(args), space, registry, progress_printer(args.quiet))
+    report = search_report(search, run_search(search))
+    if args.json:
+        print_json(report)
+    else:
+        _print_report(report)
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> TuneSettings:
+    limit = parse_memory(args.memory_limit, "--memory-limit") if args.memory_limit else None
+    return TuneSettings(
+        workload=args.workload, dataset=args.dataset,
+        fixed_options=tuple(sorted(parse_options(args.option).items())),
+        max_resource=args.max_resource, eta=args.eta, seed=args.seed,
+        steps_per_unit=args.steps_per_unit, resume=not args.no_resume, device=args.device,
+        memory_limit_bytes=limit, profile_path=args.profile,
+        packopt=PackOptSettings(args.pack, args.threshold, args.max_pack_size, args.distance),
+        pack=PackSettings(
+            fuse=not args.no_fuse, batch_mode=args.batch_mode, mix_activations=args.mix_activations
+        ),
+        dataset_size=args.dataset_size,
+    )  # fmt: skip
+
+
+def _apply_process_settings(args: argparse.Namespace) -> None:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpecError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.allocator == "retain":
+        retain_freed_memory()
+
+
+def schedule_data(schedule: list[Bracket]) -> list[dict]:
+    """The bracket table as ``[{"s", "rungs": [{"n", "r"}]}]``."""
+    return [
+        {"s": b.s, "rungs": [{"n": rung.n, "r": _number(rung.r)} for rung in b.rungs]}
+        for b in schedule
+    ]
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def _print_schedule(schedule: list[Bracket], as_json: bool) -> int:
+    data = schedule_data(schedule)
+    if as_json:
+        print_json(data)
+        return 0
+    rows = [[b["s"], " ".join(f"({r['n']},{r['r']:g})" for r in b["rungs"])] for b in data]
+    print(format_table(["s", "rungs (n_i, r_i)"], rows))
+    return 0
+
+
+def _print_report(report: dict) -> None:
+    best = report["best"]
+    print(
+        f"tune {report['workload']} on {report['dataset']}: {report['space_size']:,} configurations, "
+        f"Hyperband R={report['max_resource']:g} eta={report['eta']:g}, pack {report['strategy']}, "
+        f"seed {report['seed']}"
+    )
+    print("best:  " + " ".join(f"{k}={v}" for k, v in best["config"].items()))
+    print(
+        f"  validation loss {best['val_loss']:.4f} (trial {best['trial_id']}, r={best['resource']:g})"
+    )
+    print(
+        f"wall time {format_duration(report['wall_s'])}; {report['trial_steps']:,} trial-steps "
+        f"({report['steps_per_unit']} steps per unit); pack memory limit "
+        f"{format_bytes(report['memory_capacity_bytes'])}"
+    )
+    print()
+    rows = [
+        [r["bracket"], r["rung"], r["n"], f"{r['r']:g}", r["steps"], len(r["packs"]),
+         max(len(p) for p in r["packs"]), format_duration(r["wall_s"]), format_duration(r["switch_s"])]
+        for r in report["rungs"]
+    ]  # fmt: skip
+    print(
+        format_table(["s", "rung", "n", "r", "steps", "packs", "largest", "wall", "switch"], rows)
+    )
+    print("\npack groups per rung (trial ids):")
+    for r in report["rungs"]:
+        groups = " ".join("[" + " ".join(i.split("-", 1)[1] for i in p) + "]" for p in r["packs"])
+        print(textwrap.fill(groups, width=100, initial_indent=f"  s={r['bracket']} rung {r['rung']}: ",
+                            subsequent_indent="      "))  # fmt: skip

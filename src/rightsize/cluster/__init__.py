@@ -1,0 +1,1 @@
+"""Many jobs on one cluster: scheduler, trace-driven simulator, simulated job model, reports."""

@@ -1,0 +1,68 @@
+"""The clusters of NEARCHUS's evaluation, and user-defined ones.
+
+NEARCHUS §V uses **cluster A** — 100 vCPUs of 20-core servers (2× Intel
+E5-2660v3, 128 GB) on 1 Gbps Ethernet, resource-constrained — and **cluster B**
+— 300 vCPUs of 64-core servers (2× Xeon 8375C, 256 GB) on 50 Gbps,
+resource-abundant (Table I). Memory for jobs is the servers' memory per core
+times the vCPUs. ``parse_cluster`` also accepts
+``cpu=200,net_gbps=10,server_cores=32`` for a cluster of your own.
+"""
+
+from __future__ import annotations
+
+from rightsize.cluster.jobmodel import ClusterSpec
+from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.units import parse_cpu, parse_memory
+
+GB = 10**9
+GBPS = 1e9 / 8  # bytes per second in one Gbit/s
+
+CLUSTERS = {
+    "A": ClusterSpec(
+        "A", 100, 100 * 128 * GB // 20, 20, 128 * GB, 1 * GBPS,
+        "NEARCHUS cluster A: 100 vCPU, 20-core servers, 1 Gbps (Table I, §V)",
+    ),
+    "B": ClusterSpec(
+        "B", 300, 300 * 256 * GB // 64, 64, 256 * GB, 50 * GBPS,
+        "NEARCHUS cluster B: 300 vCPU, 64-core servers, 50 Gbps (Table I, §V)",
+    ),
+}  # fmt: skip
+
+_KEYS = ("cpu", "memory", "net_gbps", "server_cores", "server_memory")
+
+
+def parse_cluster(text: str) -> ClusterSpec:
+    """``A``, ``B``, or ``cpu=N,net_gbps=G[,server_cores=C,memory=M,server_memory=M]``.
+
+    Raises:
+        UnknownNameError: an unknown cluster name.
+        SpecError: a malformed or impossible custom cluster.
+    """
+    if "=" not in text:
+        if text.upper() not in CLUSTERS:
+            raise unknown_name("cluster", text, CLUSTERS)
+        return CLUSTERS[text.upper()]
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() not in _KEYS:
+            raise unknown_name("cluster field", key.strip(), _KEYS)
+        fields[key.strip()] = value.strip()
+    for needed in ("cpu", "net_gbps"):
+        if needed not in fields:
+            raise SpecError(f"--cluster {text!r}: give {needed}=..., e.g. cpu=200,net_gbps=10")
+    return _custom(text, fields)
+
+
+def _custom(text: str, fields: dict[str, str]) -> ClusterSpec:
+    cpu = parse_cpu(fields["cpu"], "cluster cpu")
+    server_cores = int(parse_cpu(fields.get("server_cores", "32"), "cluster server_cores"))
+    try:
+        gbps = float(fields["net_gbps"])
+    except ValueError:
+        raise SpecError(f"--cluster net_gbps={fields['net_gbps']!r} must be a number") from None
+    memory = parse_memory(fields.get("memory", f"{int(cpu * 4)}Gi"), "cluster memory")
+    server_memory = parse_memory(fields.get("server_memory", f"{server_cores * 4}Gi"))
+    if cpu <= 0 or gbps <= 0 or server_cores < 1 or memory <= 0:
+        raise SpecError(f"--cluster {text!r}: cpu, net_gbps, server_cores and memory must be > 0")
+    return ClusterSpec("custom", cpu, memory, server_cores, server_memory, gbps * GBPS, text)

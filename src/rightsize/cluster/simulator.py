@@ -1,0 +1,357 @@
+"""A deterministic discrete-event simulator of many training jobs on one shared cluster.
+
+Events, in time order (ties in the order they were scheduled):
+
+- **arrive** — a trace job enters the waiting queue; the scheduler admits
+  jobs whose policy accepts what is free (``Policy.launch_plan``).
+- **ready** — a (re)start is over: the job trains at its shape's speed
+  (``JobModel``), or reports its OOM-killed nodes.
+- **tick** — every ``decision_interval_s`` a running job's metrics since its
+  last change (``SimJob.collect``) go to ``Policy.decide``; a plan is checked
+  against the budget, the cluster and the node limit, then applied: the job
+  stops, holds the new shape, and trains again after ``launch_s + init_s``.
+- **complete** — the job has processed all its samples; it leaves, and the
+  freed capacity goes first to the waiting queue, then to running jobs.
+
+A job whose policy kept its shape over a full window (``max_window_s``) is no
+longer polled — its shape, and so the distribution of its metrics, cannot
+change — until capacity frees up; it is then asked again with its last
+window. This keeps 10,000-job traces fast without changing any decision rule.
+Each job draws its noise from its own generator, spawned from the seed in
+trace order, so a run is a pure function of (trace, cluster, policy, config).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
+from rightsize.cluster.models import sim_model
+from rightsize.cluster.priors import PriorBook
+from rightsize.cluster.results import JobResult, SimResult, job_result
+from rightsize.cluster.scheduler import Scheduler
+from rightsize.cluster.simjob import JobState, Noise, SimJob
+from rightsize.cluster.traces import Trace, TraceJob
+from rightsize.core.errors import RightsizeError
+from rightsize.core.resources import CPU_DECIMALS, Resources
+from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.shapes import one_ps_two_workers
+
+ARRIVE, READY, TICK, COMPLETE = "arrive", "ready", "tick", "complete"
+MILLICORE = 10**-CPU_DECIMALS  # each node's CPU is rounded to this, so sums may drift by it
+MAX_NODES_SLACK = 100  # launch shapes are small; allow their rounding drift
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated mechanism behaves; defaults and where they come from.
+
+    Attributes:
+        metric_interval_s: how often metrics are sampled (60 s: NEARCHUS's five
+            consecutive stability samples take "5 to 8 minutes", §IV).
+        decision_interval_s: how often a running job's policy is asked (ours: 60 s).
+        launch_s: pod launch delay per (re)start (DLRover §6.3: about 20 s).
+        init_s: training (re)initialization per (re)start (DLRover §6.3: about 100 s).
+        noise: metric noise and warm-up.
+        max_window_s: the longest window a policy is shown (ours: 10 minutes, twice
+            NEARCHUS's stability period and Optimus's interval).
+        oom_patience_s: an OOM-killed job whose policy does nothing for this long fails.
+        order: queue order, ``fcfs`` or ``sjf``.
+        seed: the seed every random draw derives from.
+    """
+
+    metric_interval_s: float = 60.0
+    decision_interval_s: float = 60.0
+    launch_s: float = 20.0
+    init_s: float = 100.0
+    noise: Noise = field(default_factory=Noise)
+    max_window_s: float = 600.0
+    oom_patience_s: float = 900.0
+    order: str = "fcfs"
+    seed: int = 1
+
+    @property
+    def restart_s(self) -> float:
+        return self.launch_s + self.init_s
+
+
+class Simulator:
+    """Runs one trace on one cluster with one policy object driving every job.
+
+    Args:
+        cluster: the shared cluster.
+        policy: the autoscaling policy every job uses.
+        config: the mechanism's settings.
+        models: looks up a trace's model name (``cluster.models.sim_model`` by default).
+    """
+
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        policy: Policy,
+        config: SimConfig | None = None,
+        models: Callable[[str], SimModel] = sim_model,
+    ):
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config or SimConfig()
+        self.models = models
+
+    def run(self, trace: Trace) -> SimResult:
+        """Simulate ``trace`` to the end and summarize it.
+
+        Raises:
+            RightsizeError: a job's budget is below the policy's minimal shape, or its
+                model is unknown (naming the job).
+        """
+        run = _Run(self, trace)
+        return run.go()
+
+
+class _Run:
+    """The state of one simulation run (the event loop and its books)."""
+
+    def __init__(self, sim: Simulator, trace: Trace):
+        self.cluster, self.policy, self.config = sim.cluster, sim.policy, sim.config
+        self.trace, self.models = trace, sim.models
+        cluster, config = self.cluster, self.config
+        self.scheduler: Scheduler[SimJob] = Scheduler(cluster.capacity, config.order)
+        self.priors = PriorBook()
+        self.heap: list[tuple[float, int, str, SimJob, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.usage: list[tuple[float, float, float]] = []  # (t, cpu used, cpu allocated)
+        self._launches: dict[str, Plan] = {}
+        seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
+        models: dict[str, JobModel] = {}
+        self.jobs = [
+            self._job(spec, seed, models) for spec, seed in zip(trace.jobs, seeds, strict=True)
+        ]
+
+    def _job(self, spec: TraceJob, seed, models: dict[str, JobModel]) -> SimJob:
+        if spec.model not in models:
+            models[spec.model] = JobModel(self.models(spec.model), self.cluster)
+        model = models[spec.model]
+        total = spec.samples_total
+        if total is None:  # a duration at the budget, as a fixed (1 PS, 2 workers) split
+            total = spec.duration_s * model.evaluate(one_ps_two_workers(spec.budget)).samples_per_s
+        return SimJob(spec, model, float(total), np.random.default_rng(seed))
+
+    # -- the loop ----------------------------------------------------------------------
+    def push(self, t: float, kind: str, job: SimJob, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, job, version))
+
+    def go(self) -> SimResult:
+        for job in self.jobs:
+            self._check_budget(job)
+            self.push(job.arrival_s, ARRIVE, job)
+        handlers = {ARRIVE: self.arrive, READY: self.ready, TICK: self.tick}
+        while self.heap:
+            t, _, kind, job, version = heapq.heappop(self.heap)
+            self.now = t
+            if kind == COMPLETE:
+                if version == job.version and job.state == JobState.RUNNING:
+                    self.complete(job)
+            elif kind != TICK or version == job.version:  # a tick from before a restart is void
+                handlers[kind](job)
+        results = tuple(job_result(j) for j in sorted(self.jobs, key=lambda j: j.arrival_s))
+        return SimResult(
+            self.policy.name, self.cluster.name, self.trace.name, self.config.seed,
+            results, tuple(self.usage), self.cluster.cpu_cores,
+        )  # fmt: skip
+
+    def _check_budget(self, job: SimJob) -> None:
+        """A budget too small for the policy's minimal shape is the user's error: raise now."""
+        try:
+            job.prior = self.priors.prior(self.policy, job.model, job.budget)
+            request = LaunchRequest(
+                job.name, job.budget, job.budget, job.prior, self.cluster.node_limit
+            )
+            self.policy.launch_plan(request)
+        except RightsizeError as exc:
+            raise type(exc)(f"job {job.name}: {exc}") from None
+
+    # -- handlers ----------------------------------------------------------------------
+    def arrive(self, job: SimJob) -> None:
+        self.scheduler.submit(job)
+        self.admit()
+
+    def admit(self) -> None:
+        for job in self.scheduler.admit(self._launch, MILLICORE * MAX_NODES_SLACK):
+            job.started_s = self.now
+            job.last_update_s = self.now
+            self._restart(job, self._launches.pop(job.name))
+        self._record_usage()
+
+    def _launch(self, job: SimJob, free: Resources) -> Resources | None:
+        job.prior = self.priors.prior(self.policy, job.model, job.budget)
+        request = LaunchRequest(job.name, job.budget, free, job.prior, self.cluster.node_limit)
+        plan = self.policy.launch_plan(request)
+        if plan is None:
+            return None
+        self._check_plan(job, plan, free)
+        self._launches[job.name] = plan  # applied by admit() once the scheduler accepts it
+        return plan.shape.total()
+
+    def ready(self, job: SimJob) -> None:
+        job.ready(self.now)
+        self._schedule_completion(job)
+        self._record_usage()
+        self.push(self._first_tick_s(job), TICK, job, job.version)
+
+    def _first_tick_s(self, job: SimJob) -> float:
+        """One interval from now — or, if the policy says it cannot decide before a later time
+        (Optimus: an interval after the shape was requested), that time, provided nothing the
+        skipped ticks would have done can show: the job is training, will not finish first
+        (its window at completion is its last tick's), and no sample will have left the
+        window by then (the later tick generates the same samples from the same draws).
+        This reads ``decision_due_s`` on an empty window as a bound no sample can bring
+        forward — true of every policy here (checked: identical results), and a policy whose
+        due date depends on what it measures answers "now" to an empty window (DLRover)."""
+        cfg = self.config
+        first = self.now + cfg.decision_interval_s
+        if job.rate <= 0:  # OOM-killed: asked every interval (see _next_tick)
+            return first
+        due_s = self.policy.decision_due_s(self._observe(job))
+        when = (job.started_s or 0.0) + due_s
+        completion_s = job.completion_s()
+        if (
+            math.isinf(due_s)  # asked once, then quiet (see _next_tick)
+            or when < first + cfg.decision_interval_s  # the earliest second tick
+            or when > self.now + cfg.max_window_s
+            or (completion_s is not None and when >= completion_s)
+        ):
+            return first
+        return when
+
+    def tick(self, job: SimJob) -> None:
+        if job.state != JobState.RUNNING:
+            return
+        cfg = self.config
+        if not job.quiet:
+            job.collect(
+                self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
+                self.policy.reads_node_metrics,
+            )  # fmt: skip
+        observation = self._observe(job)
+        plan = self.policy.decide(observation)
+        if plan is not None:
+            self._check_plan(job, plan, self.scheduler.free_for_running())
+            self.scheduler.allocate(job, plan.shape.total(), MILLICORE * len(plan.shape.nodes))
+            self._restart(job, plan)
+            self._record_usage()
+            return
+        if job.rate <= 0 and self.now - job.ready_s >= cfg.oom_patience_s:
+            self._fail(job)
+            return
+        self._next_tick(job, self.policy.decision_due_s(observation))
+
+    def _next_tick(self, job: SimJob, due_s: float) -> None:
+        """Ask again at the next interval, or when the policy says it could decide; a job
+        whose policy has nothing to decide, or kept its shape over a full window, goes quiet."""
+        cfg = self.config
+        window = job.window
+        full = bool(window) and window[-1].time_s - window[0].time_s >= (
+            cfg.max_window_s - 2 * cfg.metric_interval_s
+        )
+        if job.rate <= 0:  # OOM-killed: keep asking until the policy fixes it or patience ends
+            self.push(self.now + cfg.decision_interval_s, TICK, job, job.version)
+            return
+        job.quiet = math.isinf(due_s) or full
+        if not job.quiet:
+            when = max(self.now + cfg.decision_interval_s, (job.started_s or 0.0) + due_s)
+            self.push(when, TICK, job, job.version)
+
+    def complete(self, job: SimJob) -> None:
+        job.advance(self.now)
+        job.state = JobState.FINISHED
+        job.finished_s = self.now
+        job.set_rate(self.now, 0.0, 0.0)
+        self.priors.record_finished(job.spec.model, ShapeRecord(job.shape, job.measured_speed()))
+        self.scheduler.finish(job)
+        self.admit()
+        self._wake()
+
+    # -- mechanics ---------------------------------------------------------------------
+    def _restart(self, job: SimJob, plan: Plan) -> None:
+        job.restart(self.now, plan, self.config.restart_s)
+        job.quiet = False
+        self.push(job.ready_s, READY, job)
+
+    def _schedule_completion(self, job: SimJob) -> None:
+        when = job.completion_s()
+        if when is not None:
+            self.push(when, COMPLETE, job, job.version)
+
+    def _fail(self, job: SimJob) -> None:
+        job.state = JobState.FAILED
+        job.finished_s = self.now
+        job.set_rate(self.now, 0.0, 0.0)
+        self.scheduler.finish(job)
+        self.admit()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Capacity was freed: ask quiet running jobs again, in queue order."""
+        if not self.scheduler.free_for_running().cpu_cores:
+            return
+        for job in self.scheduler.running:
+            held = self.scheduler.allocations[job.name].cpu_cores
+            if job.quiet and held < job.budget.cpu_cores - MILLICORE:
+                self.push(self.now, TICK, job, job.version)  # asked with its last window
+
+    def _observe(self, job: SimJob) -> Observation:
+        return Observation(
+            job=job.name,
+            time_s=job.rel(self.now),
+            shape=job.shape,
+            budget=job.budget,
+            free=self.scheduler.free_for_running(),
+            window=tuple(job.window),
+            events=tuple(job.events),
+            history=tuple(job.history),
+            decisions=job.restarts,
+            steps_done=int(job.samples_done / job.model.model.batch_size),
+            steps_total=int(job.samples_total / job.model.model.batch_size),
+            plans=tuple(job.plans),
+            prior=job.prior,
+            node_limit=self.cluster.node_limit,
+            shape_since_s=job.rel(job.shape_since_s),
+        )
+
+    def _check_plan(self, job: SimJob, plan: Plan, free: Resources) -> None:
+        """A plan outside the budget, the cluster or the node limit is a policy bug: raise."""
+        new = plan.shape.total()
+        old = job.shape.total() if job.state != JobState.WAITING else Resources()
+        limit = self.cluster.node_limit
+        slack = MILLICORE * len(plan.shape.nodes)
+        problems = []
+        if new.cpu_cores > job.budget.cpu_cores + slack:
+            problems.append(f"{new.cpu_cores:g} cpu exceeds the budget {job.budget.cpu_cores:g}")
+        if new.cpu_cores - old.cpu_cores > free.cpu_cores + slack:
+            problems.append(f"grows by more than the {free.cpu_cores:g} free cpu")
+        if any(n.resources.cpu_cores > limit.cpu_cores + MILLICORE for n in plan.shape.nodes):
+            problems.append(f"a node exceeds the {limit.cpu_cores:g}-cpu server")
+        if not plan.shape.ps or not plan.shape.workers:
+            problems.append("it needs at least one PS and one worker")
+        if problems:
+            raise RuntimeError(
+                f"policy {self.policy.name} planned {plan.shape.describe()} for {job.name}: "
+                + "; ".join(problems)
+            )
+
+    def _record_usage(self) -> None:
+        used = sum(j.perf.cpu_used_cores for j in self.scheduler.running if j.rate > 0)
+        allocated = self.scheduler.allocated.cpu_cores
+        if self.usage and self.usage[-1][0] == self.now:
+            self.usage.pop()  # several changes at one instant: keep the last
+        self.usage.append((self.now, used, allocated))
+
+
+__all__ = ["JobResult", "SimConfig", "SimResult", "Simulator"]

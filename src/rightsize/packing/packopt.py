@@ -1,0 +1,148 @@
+"""pack_opt: which trials to train together (packing paper §5.2-§5.4).
+
+A packable partitioning groups the sampled trials so that every group fits
+one device (§5.2); the singleton partitioning always does. Four strategies:
+
+- ``knn`` — §5.3's nearest-neighbour heuristic: pick a random remaining trial
+  as the centroid, add the other remaining trials in order of their distance
+  to it until one is farther than the user's ``threshold`` or the device runs
+  out of memory, and repeat until every trial is in a group. Distance is the
+  paper's worked example: per hyper-parameter 0/1 for categorical values and
+  the difference of list positions for numeric ones, summed (batch 20 vs 40 in
+  steps of 5 is 4, SGD vs Adagrad 1: distance 5). The text calls it Euclidean
+  but its example adds the parts, so ``l1`` is the default and ``euclidean``
+  the selectable alternative.
+- ``random`` — Random Pack (§5.4): shuffle, then fill groups of up to
+  ``max_pack_size`` trials (default: as many as fit) in that order.
+- ``batch-size`` — Batch-size Pack (§5.4): only trials of one batch size share
+  a group, filled greedily until the device is full.
+- ``none`` — every trial alone (the original Hyperband).
+
+Every strategy is pure: trials, a ``fits`` predicate (memory) and a seeded
+random generator in, a list of groups out. A group's trial order is the order
+it was filled in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.space import SearchSpace
+from rightsize.packing.trial import TrialSpec
+
+PACK_STRATEGIES: tuple[str, ...] = ("knn", "random", "batch-size", "none")
+DISTANCES: tuple[str, ...] = ("l1", "euclidean")
+
+Fits = Callable[[Sequence[TrialSpec]], bool]
+
+
+@dataclass(frozen=True)
+class PackOptSettings:
+    """How pack_opt groups trials.
+
+    Attributes:
+        strategy: one of :data:`PACK_STRATEGIES`.
+        threshold: kNN's similarity threshold: the largest distance from the
+            centroid a trial may have to join its group (the paper leaves the
+            value to the user; default no limit, so memory alone bounds a group).
+        max_pack_size: at most this many trials per group (Random Pack's ``m``;
+            default none: memory alone bounds a group).
+        distance: ``l1`` (the paper's worked example) or ``euclidean``.
+    """
+
+    strategy: str = "knn"
+    threshold: float = math.inf
+    max_pack_size: int | None = None
+    distance: str = "l1"
+
+    def __post_init__(self) -> None:
+        if self.strategy not in PACK_STRATEGIES:
+            raise unknown_name("pack strategy", self.strategy, PACK_STRATEGIES)
+        if self.distance not in DISTANCES:
+            raise unknown_name("distance", self.distance, DISTANCES)
+        if self.threshold < 0:
+            raise SpecError(f"pack threshold must be >= 0, got {self.threshold}")
+        if self.max_pack_size is not None and self.max_pack_size < 1:
+            raise SpecError(f"max pack size must be >= 1, got {self.max_pack_size}")
+
+
+def distance(space: SearchSpace, a: TrialSpec, b: TrialSpec, metric: str = "l1") -> float:
+    """§5.3's distance between two trials' configurations."""
+    parts = []
+    for name, i, j in zip(
+        space.names, space.indices(a.config), space.indices(b.config), strict=True
+    ):
+        parts.append(abs(i - j) if name in space.numeric else float(i != j))
+    return math.sqrt(sum(p * p for p in parts)) if metric == "euclidean" else float(sum(parts))
+
+
+def pack_opt(
+    trials: Sequence[TrialSpec],
+    settings: PackOptSettings,
+    fits: Fits,
+    rng: np.random.Generator,
+    space: SearchSpace | None = None,
+) -> list[list[TrialSpec]]:
+    """Partition ``trials`` into packable groups with the chosen strategy.
+
+    Args:
+        trials: the trials of one rung.
+        settings: strategy and its parameters.
+        fits: whether a group fits the device's memory.
+        rng: the only source of randomness (centroids, shuffles).
+        space: the search space (needed by ``knn`` for distances).
+    """
+    limit = settings.max_pack_size or len(trials)
+
+    def admits(group: list[TrialSpec], trial: TrialSpec) -> bool:
+        return len(group) < limit and fits([*group, trial])
+
+    if settings.strategy == "none":
+        return [[t] for t in trials]
+    if settings.strategy == "random":
+        order = [trials[i] for i in rng.permutation(len(trials))]
+        return _fill_in_order(order, admits)
+    if settings.strategy == "batch-size":
+        by_batch: dict[int, list[TrialSpec]] = {}
+        for trial in trials:
+            by_batch.setdefault(trial.batch_size, []).append(trial)
+        return [g for same in by_batch.values() for g in _fill_in_order(same, admits)]
+    if space is None:
+        raise ValueError("knn packing needs the search space for distances")
+    return _knn(list(trials), settings, admits, rng, space)
+
+
+def _fill_in_order(order: list[TrialSpec], admits) -> list[list[TrialSpec]]:
+    """Greedy: add trials in order to the open group; start a new one when it is full."""
+    groups: list[list[TrialSpec]] = []
+    for trial in order:
+        if groups and admits(groups[-1], trial):
+            groups[-1].append(trial)
+        else:
+            groups.append([trial])
+    return groups
+
+
+def _knn(remaining: list[TrialSpec], settings, admits, rng, space) -> list[list[TrialSpec]]:
+    groups = []
+    while remaining:
+        centroid = remaining.pop(int(rng.integers(len(remaining))))
+        ranked = sorted(
+            enumerate(remaining),
+            key=lambda item: (distance(space, centroid, item[1], settings.distance), item[0]),
+        )
+        group = [centroid]
+        for _, trial in ranked:
+            near = distance(space, centroid, trial, settings.distance) <= settings.threshold
+            if not near or not admits(group, trial):
+                break  # "packs all other configurations similar to it until the device runs out"
+            group.append(trial)
+        chosen = {id(t) for t in group}
+        remaining = [t for t in remaining if id(t) not in chosen]
+        groups.append(group)
+    return groups

@@ -1,0 +1,272 @@
+"""A tuning run end to end: space -> Hyperband rungs -> pack_opt -> packed training -> report.
+
+:class:`TuneSettings` is what a user chooses; :func:`prepare_search` checks all
+of it before any training (the space against the workload's options, eta and
+R, whether a trial fits the device even alone) and wires the pieces:
+the shared data stream, the memory model, pack_opt as Hyperband's planner and
+the rung executor as its trainer. :func:`run_search` runs it and
+:func:`search_report` turns the result into plain data for the CLI and the
+benchmarks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.data import DataStream
+from rightsize.packing.executor import STEPS_PER_UNIT, RungExecutor
+from rightsize.packing.hyperband import Hyperband, SearchResult, hyperband_schedule
+from rightsize.packing.memory import (
+    Footprint,
+    PackMemory,
+    footprint_from_profile,
+    measure_footprint,
+)
+from rightsize.packing.optimizers import OptimizerSpec
+from rightsize.packing.pack import PackSettings
+from rightsize.packing.packopt import PackOptSettings, pack_opt
+from rightsize.packing.space import SearchSpace
+from rightsize.packing.trial import (
+    Architectures,
+    ModelOptions,
+    TrialSpec,
+    spec_from_config,
+    trial_seed,
+)
+from rightsize.profiling.device import describe_device, resolve_device
+from rightsize.profiling.profile import Profile
+from rightsize.workloads.registry import WorkloadRegistry
+
+DATA_SEED = 0  # synthetic datasets are drawn once; the search seed orders the stream
+_PLAN_STREAM = 1  # keeps pack_opt's random numbers apart from sampling's
+
+#: How ``--pack none`` trains a trial: plain PyTorch with torch.optim's fused
+#: optimizer (bit-identical math to a pack's, the default), with torch.optim's
+#: default for-loop implementation (what most code uses; same math, different
+#: rounding), or as a pack of one.
+ENGINES = ("torch-fused", "torch-for-loop", "pack")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """What to tune and how.
+
+    Attributes:
+        workload, dataset: the zoo model (or factory) and its data.
+        fixed_options: model options set for every trial (not searched).
+        max_resource, eta: Hyperband's R and eta.
+        seed: orders the data and draws configurations, trial seeds and centroids.
+        steps_per_unit: training steps per unit of resource.
+        resume: promoted trials continue from their checkpoint.
+        device: ``cpu`` or ``cuda``.
+        memory_limit_bytes: capacity a pack must fit (default: the device's memory).
+        profile_path: a saved profile to take trial footprints from (default: measured).
+        packopt, pack: pack_opt's and the pack's settings.
+        unpacked_engine: how ``--pack none`` trains a trial (see :data:`ENGINES`).
+        dataset_size: nominal size of a synthetic dataset.
+    """
+
+    workload: str = "mlp3"
+    dataset: str | None = None
+    fixed_options: ModelOptions = ()
+    max_resource: float = 81
+    eta: float = 3
+    seed: int = 0
+    steps_per_unit: int = STEPS_PER_UNIT
+    resume: bool = True
+    device: str = "cpu"
+    memory_limit_bytes: int | None = None
+    profile_path: str | None = None
+    packopt: PackOptSettings = field(default_factory=PackOptSettings)
+    pack: PackSettings = field(default_factory=PackSettings)
+    unpacked_engine: str = "torch-fused"
+    dataset_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps_per_unit < 1:
+            raise SpecError(f"steps per unit must be >= 1, got {self.steps_per_unit}")
+        if self.unpacked_engine not in ENGINES:
+            raise SpecError(
+                f"unpacked engine {self.unpacked_engine!r}: choose one of {', '.join(ENGINES)}"
+            )
+
+
+@dataclass(frozen=True)
+class Search:
+    """A prepared search: its pieces, ready to run; ``trials`` fills as Hyperband samples."""
+
+    settings: TuneSettings
+    space: SearchSpace
+    architectures: Architectures
+    memory: PackMemory
+    executor: RungExecutor
+    hyperband: Hyperband
+    trials: dict[str, TrialSpec] = field(default_factory=dict)
+
+
+def prepare_search(
+    settings: TuneSettings,
+    space: SearchSpace,
+    registry: WorkloadRegistry,
+    progress: Callable[[str], None] = lambda _line: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Search:
+    """Validate everything and build the search (no training yet).
+
+    Raises:
+        RightsizeError: bad eta or R, unknown workload, dataset or option value,
+            or a trial that does not fit the device even alone.
+    """
+    hyperband_schedule(settings.max_resource, settings.eta)  # eta and R first: cheapest to check
+    device = resolve_device(settings.device)
+    architectures = Architectures(
+        lambda options: registry.get(
+            settings.workload, settings.dataset, {**dict(settings.fixed_options), **options},
+            settings.dataset_size, DATA_SEED,
+        )
+    )  # fmt: skip
+    _check_option_values(space, architectures)
+    width = max(space.values("batch_size"))
+    stream = DataStream(architectures.workload(()).dataset, width, settings.seed, device)
+    memory = _memory(settings, architectures, device)
+    memory.check_alone(_largest_trials(space))
+    executor = RungExecutor(
+        architectures, stream, settings.steps_per_unit, device, settings.pack,
+        alone=_alone_engine(settings), clock=clock,
+    )  # fmt: skip
+    trials: dict[str, TrialSpec] = {}
+    hyperband = Hyperband(
+        settings.max_resource, settings.eta, _sampler(settings, space, trials),
+        _planner(settings, space, memory), executor, resume=settings.resume, clock=clock,
+        progress=progress,
+    )  # fmt: skip
+    return Search(settings, space, architectures, memory, executor, hyperband, trials)
+
+
+def _alone_engine(settings: TuneSettings) -> str | None:
+    """How the executor trains groups of one: a torch.optim implementation, or None (packed)."""
+    if settings.packopt.strategy != "none" or settings.unpacked_engine == "pack":
+        return None
+    return settings.unpacked_engine.removeprefix("torch-")
+
+
+def model_option_names(registry: WorkloadRegistry, workload: str) -> list[str] | None:
+    """The options a zoo model accepts; None for a user's factory (checked when it is called)."""
+    if ":" in workload:
+        return None
+    for entry in registry.models():
+        if entry.name == workload:
+            return entry.option_names()
+    raise unknown_name("workload", workload, [m.name for m in registry.models()])
+
+
+def run_search(search: Search) -> SearchResult:
+    """Run the prepared search on this thread."""
+    return search.hyperband.run()
+
+
+def _sampler(settings: TuneSettings, space: SearchSpace, trials: dict[str, TrialSpec]):
+    def sample(s: int, count: int) -> list[TrialSpec]:
+        rng = np.random.default_rng([settings.seed, s])
+        specs = []
+        for k, config in enumerate(space.sample(count, rng)):
+            spec = spec_from_config(config, f"s{s}-{k:03d}", trial_seed(settings.seed, s, k))
+            trials[spec.trial_id] = spec
+            specs.append(spec)
+        return specs
+
+    return sample
+
+
+def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory):
+    def plan(trials: list[TrialSpec], s: int, i: int) -> list[list[TrialSpec]]:
+        rng = np.random.default_rng([settings.seed, s, i, _PLAN_STREAM])
+        return pack_opt(trials, settings.packopt, memory.fits, rng, space)
+
+    return plan
+
+
+def _check_option_values(space: SearchSpace, architectures: Architectures) -> None:
+    for name in space.model_options():
+        for value in space.values(name):
+            try:
+                architectures.workload(((name, value),)).make_model()
+            except (ValueError, TypeError) as exc:
+                raise SpecError(
+                    f"space: {name} value {value!r} does not build the model: {exc}"
+                ) from None
+
+
+def _memory(
+    settings: TuneSettings, architectures: Architectures, device: torch.device
+) -> PackMemory:
+    capacity = settings.memory_limit_bytes or describe_device(device).memory_bytes
+    profile = Profile.load(settings.profile_path) if settings.profile_path else None
+    cache: dict[ModelOptions, Footprint] = {}
+
+    def footprint(options: ModelOptions) -> Footprint:
+        if options not in cache:
+            measured = measure_footprint(architectures.workload(options), device)
+            cache[options] = (
+                footprint_from_profile(profile, measured.input_bytes_per_sample)
+                if profile
+                else measured
+            )
+        return cache[options]
+
+    pad = settings.pack.batch_mode != "exact"  # a bucket pads at most as much as pad mode
+    return PackMemory(footprint, capacity, pad, settings.pack.mix_activations)
+
+
+def _largest_trials(space: SearchSpace) -> list[TrialSpec]:
+    """For each architecture and optimizer, the trial at the largest batch: the biggest alone."""
+    options = [[(n, v) for v in space.values(n)] for n in space.model_options()]
+    largest = max(space.values("batch_size"))
+    return [
+        TrialSpec("largest", largest, OptimizerSpec(kind, 1.0), tuple(sorted(combo)))
+        for combo in itertools.product(*options)
+        for kind in space.values("optimizer")
+    ]
+
+
+def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
+    """Plain data: the best configuration, wall time, and every rung's packs and losses."""
+    settings = search.settings
+    best = result.best
+    return {
+        "workload": settings.workload,
+        "dataset": search.architectures.workload(()).dataset.name,
+        "strategy": settings.packopt.strategy,
+        "seed": settings.seed,
+        "max_resource": settings.max_resource,
+        "eta": settings.eta,
+        "steps_per_unit": settings.steps_per_unit,
+        "resume": settings.resume,
+        "space_size": search.space.size,
+        "memory_capacity_bytes": search.memory.capacity_bytes,
+        "best": {
+            "trial_id": best.trial_id,
+            "config": best.config.as_dict() if best.config else {},
+            "val_loss": result.best_loss,
+            "resource": result.best_resource,
+        },
+        "wall_s": result.wall_s,
+        "trial_steps": search.executor.trial_steps,
+        "trials": {i: s.config.as_dict() for i, s in search.trials.items() if s.config},
+        "rungs": [
+            {
+                "bracket": r.bracket, "rung": r.rung, "n": r.n, "r": r.r,
+                "steps": search.executor.steps(r.r), "wall_s": r.wall_s, "switch_s": r.switch_s,
+                "packs": r.groups, "losses": r.losses,
+            }
+            for r in result.rungs
+        ],
+    }  # fmt: skip

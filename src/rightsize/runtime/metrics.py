@@ -1,0 +1,102 @@
+"""Per-node metrics over one interval, from two cumulative readings.
+
+A reading is what the master can see of a node at one moment: CPU seconds its
+cgroup has used (cpuacct, or ``/proc`` without cgroups), its memory (the
+cgroup's usage less reclaimable page cache), and the node's own counters
+(bytes in and out over its sockets, steps, samples, updates applied, loss).
+Two readings make a :class:`rightsize.scaling.api.NodeMetrics`: CPU cores used
+= delta CPU seconds / delta time (NEARCHUS's u_i), and rates likewise. A node
+whose counters went backwards was relaunched in between and is skipped once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.scaling.api import MetricSample, NodeMetrics
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Cumulative counters of one node at ``time_s``."""
+
+    time_s: float
+    cpu_s: float
+    memory_bytes: int
+    bytes_in: float = 0.0
+    bytes_out: float = 0.0
+    steps: float = 0.0
+    samples: float = 0.0
+    updates: float = 0.0
+    loss_sum: float = 0.0
+    loss_n: float = 0.0
+
+    @classmethod
+    def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: dict) -> Reading:
+        keys = ("bytes_in", "bytes_out", "steps", "samples", "updates", "loss_sum", "loss_n")
+        return cls(time_s, cpu_s, memory_bytes, **{k: float(stats.get(k, 0.0)) for k in keys})
+
+
+def node_metrics(
+    node: NodeSpec, prev: Reading, cur: Reading, capacity_bytes_per_s: float | None = None
+) -> NodeMetrics:
+    """The node's averages between two readings (``cur.time_s > prev.time_s``)."""
+    dt = cur.time_s - prev.time_s
+    work = cur.updates - prev.updates if node.role == NodeRole.PS else cur.steps - prev.steps
+    return NodeMetrics(
+        name=node.name,
+        role=node.role,
+        cpu_used_cores=max(0.0, cur.cpu_s - prev.cpu_s) / dt,
+        cpu_allocated_cores=node.resources.cpu_cores,
+        memory_used_bytes=cur.memory_bytes,
+        memory_allocated_bytes=node.resources.memory_bytes,
+        net_in_bytes_per_s=max(0.0, cur.bytes_in - prev.bytes_in) / dt,
+        net_out_bytes_per_s=max(0.0, cur.bytes_out - prev.bytes_out) / dt,
+        net_capacity_bytes_per_s=capacity_bytes_per_s if node.role == NodeRole.PS else None,
+        steps_per_s=max(0.0, work) / dt,
+    )
+
+
+def _restarted(prev: Reading, cur: Reading) -> bool:
+    return any(
+        getattr(cur, k) < getattr(prev, k) for k in ("steps", "updates", "bytes_in", "bytes_out")
+    )
+
+
+class MetricCollector:
+    """Turns successive readings of every node into one :class:`MetricSample` per interval."""
+
+    def __init__(self, ps_capacity_bytes_per_s: float | None = None) -> None:
+        self.last: dict[str, Reading] = {}
+        self.capacity = ps_capacity_bytes_per_s
+        self.loss: float | None = None
+
+    def collect(
+        self, time_s: float, readings: list[tuple[NodeSpec, Reading]]
+    ) -> MetricSample | None:
+        """A sample over the nodes read both now and last time; None if there are none.
+
+        Job-wide ``steps_per_s`` is batches per second summed over workers (DLRover's
+        R, eq. 1); ``samples_per_s`` likewise. ``self.loss`` is the interval's mean
+        training loss, if any batch finished.
+        """
+        metrics, samples_per_s, loss_sum, loss_n = [], 0.0, 0.0, 0.0
+        for node, cur in readings:
+            prev = self.last.get(node.name)
+            self.last[node.name] = cur
+            if prev is None or cur.time_s <= prev.time_s or _restarted(prev, cur):
+                continue
+            metrics.append(node_metrics(node, prev, cur, self.capacity))
+            if node.role == NodeRole.WORKER:
+                samples_per_s += (cur.samples - prev.samples) / (cur.time_s - prev.time_s)
+                loss_sum += cur.loss_sum - prev.loss_sum
+                loss_n += cur.loss_n - prev.loss_n
+        self.loss = loss_sum / loss_n if loss_n else None
+        if not metrics:
+            return None
+        steps = sum(m.steps_per_s for m in metrics if m.role == NodeRole.WORKER)
+        return MetricSample(time_s, tuple(metrics), steps, samples_per_s)
+
+    def forget(self, name: str) -> None:
+        self.last.pop(name, None)

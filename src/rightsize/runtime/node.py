@@ -1,0 +1,157 @@
+"""One node of a job as its own process: ``python -m rightsize.runtime.node``.
+
+The backend starts this inside the node's cgroup. It dies with the master
+(Linux's parent-death signal), registers with the master, receives the job's
+configuration, and runs its role: a parameter server (:mod:`ps`), a
+parameter-server worker (:mod:`worker`) or an allreduce rank
+(:mod:`allreduce`). Every message to the master carries the node's counters
+(bytes in/out, steps, samples, updates, loss), and every reply may carry
+commands; ``threads`` (torch's intra-op threads, which follow the CPU quota)
+is handled here for all roles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+from typing import Any
+
+import torch
+import zmq
+
+from rightsize.core.spec import JobSpec
+from rightsize.runtime.transport import Client, Counters, Header
+from rightsize.workloads.registry import WorkloadRegistry
+from rightsize.workloads.workload import Workload
+
+#: How long a node waits for the master to answer before it gives up. The
+#: master answers every request at once; only a dead or wedged master is slower.
+MASTER_TIMEOUT_S = 120.0
+_PR_SET_PDEATHSIG = 1
+
+
+class MasterLost(Exception):
+    """The master did not answer."""
+
+
+class NodeContext:
+    """A node's link to the master, and the counters it reports."""
+
+    def __init__(self, name: str, role: str, master_address: str) -> None:
+        self.name, self.role = name, role
+        self.zmq = zmq.Context()
+        self.counters = Counters()
+        self.master = Client(self.zmq, master_address, self.counters)
+        self.steps = self.samples = self.updates = 0
+        self.loss_sum, self.loss_n = 0.0, 0
+        self.config: dict[str, Any] = {}
+        self.generation = -1  # the cluster generation this node works in
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "bytes_in": self.counters.bytes_in,
+            "bytes_out": self.counters.bytes_out,
+            "steps": self.steps,
+            "samples": self.samples,
+            "updates": self.updates,
+            "loss_sum": self.loss_sum,
+            "loss_n": self.loss_n,
+        }
+
+    def call(self, op: str, **fields: Any) -> Header:
+        """Send ``op`` to the master; apply a ``threads`` command; return the reply
+        (with any tensors it carried under ``"tensors"``).
+
+        Raises:
+            MasterLost: no answer within :data:`MASTER_TIMEOUT_S`.
+        """
+        header = {"op": op, "name": self.name, "stats": self.stats(), **fields}
+        header.setdefault("generation", self.generation)
+        header["pid"] = os.getpid()
+        try:
+            reply, tensors = self.master.call(header, timeout_s=MASTER_TIMEOUT_S)
+        except TimeoutError as exc:
+            raise MasterLost(str(exc)) from None
+        reply["tensors"] = tensors
+        for command in reply.get("commands", []):
+            if command["cmd"] == "threads":
+                set_threads(command["n"])
+        return reply
+
+    def register(self, **fields: Any) -> dict[str, Any]:
+        reply = self.call("register", pid=os.getpid(), role=self.role, **fields)
+        self.config = reply["config"]
+        self.generation = self.config["generation"]
+        set_threads(self.config["threads"])
+        return self.config
+
+    @property
+    def spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.config["spec"])
+
+    def workload(self) -> Workload:
+        spec = self.spec
+        return build_workload(spec)
+
+    def close(self) -> None:
+        self.zmq.destroy(linger=0)
+
+
+def build_workload(spec: JobSpec) -> Workload:
+    """The job's workload, identical in every process (seeded by ``training.seed``)."""
+    return WorkloadRegistry().get(
+        spec.workload, spec.dataset, spec.options, spec.dataset_size, seed=spec.training.seed
+    )
+
+
+def set_threads(n: int) -> None:
+    """Torch intra-op threads, which follow the node's CPU quota."""
+    if n >= 1 and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL us when the master dies, so no node outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the master died before the prctl took effect
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rightsize.runtime.node")
+    parser.add_argument("--master", required=True, help="the master's address")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--role", required=True, choices=("ps", "worker", "rank"))
+    parser.add_argument("--parent", type=int, required=True, help="the master's pid")
+    args = parser.parse_args(argv)
+    die_with_parent(args.parent)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ctx = NodeContext(args.name, args.role, args.master)
+    try:
+        return _run_role(ctx)
+    except MasterLost:
+        return 3
+    finally:
+        ctx.close()
+
+
+def _run_role(ctx: NodeContext) -> int:
+    if ctx.role == "ps":
+        from rightsize.runtime.ps import run_ps
+
+        return run_ps(ctx)
+    if ctx.role == "worker":
+        from rightsize.runtime.worker import run_worker
+
+        return run_worker(ctx)
+    from rightsize.runtime.allreduce import run_rank
+
+    return run_rank(ctx)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The parameter-server process: serve pulls and pushes, checkpoint, export and load on command.
+
+One loop polls the server socket; between requests it heartbeats the master
+(:data:`HEARTBEAT_S`) and carries out its commands:
+
+- ``checkpoint`` (version, path): copy the state at once, write it on a
+  background thread (workers keep training), acknowledge when it is on disk;
+- ``export`` (path): write the state now (workers are halted for a
+  repartition, DLRover §5.3) and acknowledge;
+- ``load`` (generation, names, paths): rebuild the store from saved states —
+  a checkpoint after a failure, or the exports of a repartition — and from
+  then on serve only requests of that generation;
+- ``stop``.
+
+A request carries the cluster generation its sender believes in; one from
+another generation is answered ``stale`` and not applied, so a gradient
+computed before a restore or a repartition can never touch the parameters
+after it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+
+from rightsize.runtime import checkpoint
+from rightsize.runtime.model_io import layout_of
+from rightsize.runtime.node import NodeContext
+from rightsize.runtime.paramstore import OptimSettings, ParamStore, warm_up
+from rightsize.runtime.transport import Pacer, Server
+
+#: Seconds between heartbeats to the master (its commands arrive in the replies).
+HEARTBEAT_S = 0.1
+
+
+def optim_settings(ctx: NodeContext) -> OptimSettings:
+    training = ctx.spec.training
+    return OptimSettings(training.optimizer, training.lr, training.momentum)
+
+
+def fresh_store(ctx: NodeContext, names: list[str]) -> ParamStore:
+    """This server's share of a newly initialised model (seeded, so every node agrees).
+
+    A server launched to join a repartition holds nothing until it loads.
+    """
+    if not names:
+        return ParamStore({}, (), optim_settings(ctx))
+    model = ctx.workload().make_model(seed=ctx.spec.training.seed)
+    layout = layout_of(model)
+    tensors = {n: layout.params[n].detach() for n in names}
+    return ParamStore(tensors, layout.sparse, optim_settings(ctx))
+
+
+def load_store(ctx: NodeContext, names: list[str], paths: list[str]) -> ParamStore:
+    """This server's tensors from saved states, or freshly initialised if there are none
+    (a restore before the first checkpoint restarts from the seed)."""
+    if not paths:
+        return fresh_store(ctx, names)
+    states = [checkpoint.load(Path(p)) for p in paths]
+    return ParamStore.from_states(states, names, optim_settings(ctx))
+
+
+class ParameterServer:
+    """The serving loop around one :class:`ParamStore`."""
+
+    def __init__(self, ctx: NodeContext, server: Server, pacer: Pacer) -> None:
+        self.ctx, self.server, self.pacer = ctx, server, pacer
+        config = ctx.config
+        self.generation = config["generation"]
+        warm_up(optim_settings(ctx))
+        self.store = load_store(ctx, config["names"], config["paths"])
+        self.acks: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.writers: list[threading.Thread] = []
+        self.running = True
+
+    def run(self) -> int:
+        self.acks.put({"cmd": "ready", "generation": self.generation})
+        next_beat = 0.0
+        while self.running:
+            if self.server.socket.poll(int(HEARTBEAT_S * 1000), zmq.POLLIN):
+                self.serve_one()
+            if time.monotonic() >= next_beat:
+                self.heartbeat()
+                next_beat = time.monotonic() + HEARTBEAT_S
+        for writer in self.writers:
+            writer.join()
+        return 0
+
+    # -- data plane -----------------------------------------------------------------
+    def serve_one(self) -> None:
+        identity, header, tensors = self.server.receive()
+        if header.get("gen") != self.generation:
+            self.server.reply(identity, {"rid": header["rid"], "stale": True})
+            return
+        if header["op"] == "pull":
+            reply, out = self._pull(header, tensors)
+        else:
+            reply, out = self._push(header, tensors)
+        reply["rid"] = header["rid"]
+        self.pacer.wait(sum(t.numel() * t.element_size() for t in out))
+        self.server.reply(identity, reply, out)
+
+    def _pull(self, header: dict, tensors: list[torch.Tensor]):
+        out = [t.clone() for t in self.store.dense_values()]
+        for name, ids in zip(header["tables"], tensors, strict=True):
+            out.append(self.store.rows(name, ids))
+        return {"dense": self.store.dense_names}, out
+
+    def _push(self, header: dict, tensors: list[torch.Tensor]):
+        it = iter(tensors)
+        indices = next(it).numpy().astype(np.int32)
+        dense = {name: next(it) for name in header["dense"]}
+        sparse = {name: (next(it), next(it)) for name in header["tables"]}
+        key = tuple(header["key"])
+        applied = self.store.apply(key, indices, dense, sparse)
+        self.ctx.updates = self.store.updates
+        return {"applied": applied}, []
+
+    # -- control plane --------------------------------------------------------------
+    def heartbeat(self) -> None:
+        acks = []
+        while not self.acks.empty():
+            acks.append(self.acks.get())
+        reply = self.ctx.call("heartbeat", acks=acks, generation=self.generation)
+        for command in reply.get("commands", []):
+            self.handle(command)
+
+    def handle(self, command: dict[str, Any]) -> None:
+        kind = command["cmd"]
+        if kind == "checkpoint":
+            self._checkpoint(command["version"], Path(command["path"]))
+        elif kind == "export":
+            checkpoint.save_atomic(self.store.state_dict(), Path(command["path"]))
+            self.acks.put({"cmd": "exported", "generation": command["generation"]})
+        elif kind == "load":
+            self.store = load_store(self.ctx, command["names"], command["paths"])
+            self.generation = self.ctx.generation = command["generation"]
+            self.acks.put({"cmd": "loaded", "generation": self.generation})
+        elif kind == "stop":
+            self.running = False
+
+    def _checkpoint(self, version: int, path) -> None:
+        state = self.store.state_dict()  # a copy: training goes on while it is written
+
+        def write() -> None:
+            checkpoint.save_atomic(state, path)
+            self.acks.put({"cmd": "checkpointed", "version": version})
+
+        writer = threading.Thread(target=write, name=f"checkpoint-v{version}", daemon=True)
+        writer.start()
+        self.writers = [w for w in self.writers if w.is_alive()] + [writer]
+
+
+def run_ps(ctx: NodeContext) -> int:
+    # the optimizers build sparse tensors from ids we coalesced ourselves: skip the checks
+    torch.sparse.check_sparse_tensor_invariants.disable()
+    server = Server(ctx.zmq, ctx.counters)
+    ctx.register(address=server.address)
+    bandwidth = ctx.spec.runtime.ps_bandwidth
+    return ParameterServer(ctx, server, Pacer(bandwidth)).run()

@@ -1,0 +1,163 @@
+"""DLRover's formulas (§4.1-§4.2) and the measurements they take, as pure functions.
+
+- eq. 10-11: from the sampled ``ŵ`` (cores one worker uses) and ``ŝ`` (cores
+  all PS use with that one worker), ``N_w = ⌊C_total / (ŵ + ŝ)⌋`` workers of
+  ``w = ⌈ŵ⌉`` cores, ``s_total = C_total − N_w·w`` and ``N_ps = ⌊s_total / s⌋``;
+- the hot-PS replacement ``s = min(s_hot / s_total · ŝ · N_w, C_max)``;
+- §4.3's "after more than 100 global steps or after 60 s".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling.api import MetricSample, Observation
+
+
+@dataclass(frozen=True)
+class OptimizedPlan:
+    """The result of DLRover's eq. 10-11."""
+
+    n_workers: int
+    worker_cores: int
+    n_ps: int
+    ps_total_cores: float
+
+
+def optimize(c_total: float, w_hat: float, s_hat: float, ps_cores: float) -> OptimizedPlan | None:
+    """DLRover eq. 10-11 for ``C_total`` cores; ``None`` if not even one worker fits.
+
+    Workers get whole cores (eq. 6). Rounding ``ŵ`` up can leave no CPU for the
+    PS; then ``N_w`` shrinks until some is left. (The paper's own Table 2 keeps
+    24 W&D workers although ``24·ŝ`` exceeds its ``s_total``, so eq. 4 is not
+    enforced beyond that.)
+    """
+    if w_hat + s_hat <= 0:
+        return None
+    worker_cores = max(1, math.ceil(w_hat - 1e-9))
+    n_workers = int(c_total // (w_hat + s_hat))
+    while n_workers > 0 and c_total - n_workers * worker_cores <= 0:
+        n_workers -= 1
+    if n_workers < 1:
+        return None
+    s_total = c_total - n_workers * worker_cores
+    return OptimizedPlan(n_workers, worker_cores, max(1, int(s_total // ps_cores)), s_total)
+
+
+def hot_ps_cores(s_hot: float, s_used: float, s_hat: float, n_workers: int, c_max: float) -> float:
+    """DLRover §4.2: cores for the PS replacing a hot one, ``min(s_hot/s_total·ŝ·N_w, C_max)``.
+
+    ``s_used`` is what all PS use now (the paper's ``s_total`` in this formula).
+    """
+    return min(s_hot / s_used * s_hat * n_workers, c_max) if s_used > 0 else c_max
+
+
+def observed_long_enough(
+    window: Sequence[MetricSample], min_seconds: float, min_steps: float
+) -> bool:
+    """§4.3: the job has run more than ``min_steps`` steps or ``min_seconds`` seconds."""
+    if len(window) < 2:
+        return False
+    interval = window[1].time_s - window[0].time_s
+    span = window[-1].time_s - window[0].time_s + interval
+    steps = sum(s.steps_per_s for s in window) * interval
+    return span >= min_seconds or steps >= min_steps
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Mean CPU and memory each node used over an observation's window."""
+
+    cpu: dict[str, float]
+    memory: dict[str, float]
+    shape: ClusterShape
+
+    @classmethod
+    def of(cls, obs: Observation) -> Usage:
+        cpu: dict[str, float] = {}
+        memory: dict[str, float] = {}
+        count = len(obs.window) or 1
+        for sample in obs.window:
+            for node in sample.nodes:
+                cpu[node.name] = cpu.get(node.name, 0.0) + node.cpu_used_cores / count
+                memory[node.name] = memory.get(node.name, 0.0) + node.memory_used_bytes / count
+        return cls(cpu, memory, obs.shape)
+
+    def role_used(self, role: NodeRole) -> float:
+        return sum(self.cpu.get(n.name, 0.0) for n in self.shape.role(role))
+
+    def worker_used(self) -> float:
+        """``ŵ``: the mean cores one worker uses."""
+        return self.role_used(NodeRole.WORKER) / max(1, self.shape.n_workers)
+
+    def worker_memory(self) -> float:
+        workers = self.shape.workers
+        return statistics.fmean(self.memory.get(n.name, 0.0) for n in workers) if workers else 0.0
+
+    def ps_utilization(self) -> float:
+        allocated = self.shape.role_total(NodeRole.PS).cpu_cores
+        return self.role_used(NodeRole.PS) / allocated if allocated else 0.0
+
+
+def fit_into(shape: ClusterShape, budget: Resources) -> ClusterShape:
+    """``shape`` brought within ``budget``: first fewer workers, then every node scaled down.
+
+    DLRover sizes a worker by what one uses (``ŵ``), so a smaller budget keeps
+    the workers' size and drops the share of them the budget cannot hold (at
+    least one stays); what still exceeds the budget — the PS's part — is then
+    scaled down in proportion on every node, CPU and, if the budget limits
+    memory, memory. Scaling node sizes alone would keep the node count of a
+    larger job, and over generations of similar jobs the counts would only grow.
+    """
+    factor = min(_fit_factors(shape.total(), budget))
+    if factor >= 1:
+        return shape
+    keep = max(1, int(shape.n_workers * factor + 1e-9))
+    for node in shape.workers[keep:]:
+        shape = shape.without_node(node.name)
+    cpu, memory = _fit_factors(shape.total(), budget)
+    if cpu >= 1 and memory >= 1:
+        return shape
+    nodes = []
+    for node in shape.nodes:
+        res = node.resources
+        scaled = Resources(res.cpu_cores * cpu, int(res.memory_bytes * memory), res.gpus)
+        nodes.append(replace(node, resources=scaled))
+    return ClusterShape(tuple(nodes))
+
+
+def _fit_factors(total: Resources, budget: Resources) -> tuple[float, float]:
+    """How much CPU and memory must shrink (at most 1) for ``total`` to fit ``budget``;
+    a budget without memory does not limit memory."""
+    cpu = min(1.0, budget.cpu_cores / total.cpu_cores) if total.cpu_cores else 1.0
+    memory = 1.0
+    if budget.memory_bytes and total.memory_bytes > budget.memory_bytes:
+        memory = budget.memory_bytes / total.memory_bytes
+    return cpu, memory
+
+
+def with_worker_memory_doubled(shape: ClusterShape, limit: Resources | None) -> ClusterShape:
+    """Every worker with twice its memory, capped at the node limit (§4.2, worker OOM)."""
+    for node in shape.workers:
+        memory = node.resources.memory_bytes * 2
+        if limit is not None and limit.memory_bytes:
+            memory = min(memory, limit.memory_bytes)
+        shape = shape.with_resources(node.name, replace(node.resources, memory_bytes=memory))
+    return shape
+
+
+def with_ps_doubled(shape: ClusterShape) -> ClusterShape:
+    """Twice as many PS, each with the memory of the first ones, so the PS hold twice the
+    memory (§4.2, PS OOM); the PS's CPU is shared among them, since memory is the point."""
+    cpu_total = shape.role_total(NodeRole.PS).cpu_cores
+    for node in shape.ps:
+        shape = shape.with_node_added(NodeRole.PS, node.resources)
+    share = cpu_total / shape.n_ps
+    for node in shape.ps:
+        shape = shape.with_resources(node.name, replace(node.resources, cpu_cores=share))
+    return shape

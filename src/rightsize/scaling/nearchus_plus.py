@@ -1,0 +1,311 @@
+"""nearchus+: rightsize's improvement of NEARCHUS, kept apart from the faithful policy.
+
+The faithful policy (``nearchus``) has two blind spots that the simulator
+exposes whenever a PS's CPU demand grows with the job's speed (it applies
+every worker's update, so it does):
+
+1. **Rebalancing overshoots.** The component-level adjustment moves the PS's
+   idle CPU to the workers without regard to the speed that will follow; the
+   workers then run faster and the PS — left with what it used at the old
+   speed, or a tenth of its idle CPU more by default — saturates (PSC). Read
+   literally (all idle CPU moved), the workers idle, the next adjustment moves
+   the CPU back, and the job oscillates at its launch size.
+2. **PSC between 0.8 and 0.95 is invisible.** With the PS saturated and the
+   workers at 80-95% efficiency, neither the optimizer (both components above
+   ``E_thd_opt``) nor the PSN check fires, so the engine adds workers, which
+   cannot help.
+
+nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
+check and stop rule, and changes six things:
+
+- **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
+  or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
+  job's CPU between the components by their measured cost per step
+  (``c = used cores / steps per s``), sizing the PS for the speed the workers
+  will reach, with ``ps_slack`` (20%) to spare.
+- **Scale out by what was measured**: an MU bottleneck adds as many workers as
+  the workers' CPU needs at what one worker manages to use (``⌈r_wk / u_wk⌉``),
+  a PSN bottleneck as many PS as the busiest link needs to fall to the PSN
+  threshold — each at most ``max_scale_out`` times the current count — in one
+  restart instead of one node per restart.
+- **Scale up in one move**: with no bottleneck in sight, grow straight to what
+  the budget and the cluster allow (up to ``max_r_up``) instead of by ``R_up``,
+  but let each worker's CPU grow by at most ``R_up`` (and not past a measured
+  MU cap) — the rest arrives as more workers — and add PS so that the busiest
+  link, scaled by the growth, stays under the PSN threshold.
+- **Revert to the best shape** when the search stops on a shape slower than one
+  it already ran, instead of keeping the last one.
+- **Balance nodes only when they differ** by more than ``node_spread`` in
+  efficiency, so noise alone does not trigger a restart.
+- Everything else, and every threshold, is the faithful policy's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rightsize.core.errors import SpecError
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling import nearchus_optimizer
+from rightsize.scaling.api import Action, MetricSample, Observation, Plan
+from rightsize.scaling.nearchus import (
+    NearchusParams,
+    NearchusPolicy,
+    StableWindow,
+    scaled_out,
+)
+from rightsize.scaling.params import with_overrides
+from rightsize.scaling.shapes import rounding_room
+
+FINAL = "final"
+MAX_NODES_ROUNDING = 64  # leave rounding room for this many nodes when growing in one move
+
+
+@dataclass(frozen=True)
+class NearchusPlusParams(NearchusParams):
+    """The faithful parameters plus nearchus+'s own (all ours).
+
+    Attributes:
+        ps_slack: CPU the balanced split gives the PS beyond its measured need (20%,
+            which keeps ``e_ps`` just above ``E_thd_opt`` at the expected speed).
+        max_scale_out: at most this many times the current PS or workers per move.
+        node_spread: balance nodes within a component only if their efficiencies differ
+            by more than this (0.1), so that measurement noise does not cost restarts.
+        max_r_up: the largest growth ratio of one scale-up (8: up to 9x, in practice
+            straight to the budget or what the cluster has free).
+    """
+
+    ps_slack: float = 0.2
+    max_scale_out: float = 2.0
+    node_spread: float = 0.1
+    max_r_up: float = 8.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ps_slack < 0 or self.max_scale_out < 1 or self.max_r_up < self.r_up:
+            raise SpecError(
+                f"nearchus+ parameters: ps_slack={self.ps_slack} must be >= 0, "
+                f"max_scale_out={self.max_scale_out} >= 1 and max_r_up={self.max_r_up} >= r_up"
+            )
+
+
+def balanced_ps_cores(
+    total_cores: float, ps_core_s_per_step: float, wk_core_s_per_step: float, slack: float
+) -> float:
+    """PS cores so that PS and workers sustain the same speed out of ``total_cores``.
+
+    With workers taking ``c_wk`` core-seconds and the PS ``c_ps`` per step, the
+    workers' ``A − a`` cores run ``(A − a) / c_wk`` steps/s, which the PS needs
+    ``c_ps·(1 + slack)`` core-seconds for: ``a = A·k / (1 + k)``, ``k = c_ps·(1+slack)/c_wk``.
+    """
+    k = ps_core_s_per_step * (1 + slack) / wk_core_s_per_step
+    return total_cores * k / (1 + k)
+
+
+def max_link_utilization(window: Sequence[MetricSample]) -> float:
+    """The busiest PS link's mean utilization over ``window`` (0 if unknown)."""
+    means = []
+    for name in {n.name for s in window for n in s.role(NodeRole.PS)}:
+        utils = [u for s in window if (n := s.node(name)) and (u := n.net_utilization) is not None]
+        if utils:
+            means.append(sum(utils) / len(utils))
+    return max(means, default=0.0)
+
+
+def with_role_total(shape: ClusterShape, role: NodeRole, cores: float) -> ClusterShape:
+    """``shape`` with ``role``'s CPU set to ``cores``, split in proportion to what each holds."""
+    members = shape.role(role)
+    held = sum(n.resources.cpu_cores for n in members)
+    nodes = []
+    for node in shape.nodes:
+        if node.role == role:
+            share = node.resources.cpu_cores / held if held else 1 / len(members)
+            res = node.resources
+            node = replace(node, resources=Resources(cores * share, res.memory_bytes, res.gpus))
+        nodes.append(node)
+    return ClusterShape(tuple(nodes))
+
+
+class NearchusPlusPolicy(NearchusPolicy):
+    """NEARCHUS with a balanced PS/worker split, measured scale-out and revert-to-best."""
+
+    name = "nearchus+"
+
+    def __init__(self, params: NearchusPlusParams | None = None, **overrides: Any) -> None:
+        super().__init__()
+        self.params = with_overrides(NearchusPlusParams, params, overrides)
+
+    def finished(self, observation: Observation) -> bool:
+        last = observation.last_plan
+        return last is not None and bool(last.details.get(FINAL))
+
+    def decision_due_s(self, observation: Observation) -> float:
+        if self.finished(observation):
+            return math.inf
+        stable = self.stable(observation)
+        if stable is not None and self.converged(observation, stable):
+            return observation.time_s  # it will revert to the best shape, or keep this one
+        return super().decision_due_s(observation)
+
+    def decide_stable(self, observation: Observation, stable: StableWindow) -> Plan | None:
+        if self.finished(observation):
+            return None
+        if self.converged(observation, stable):
+            return self.revert_to_best(observation, stable)
+        return super().decide_stable(observation, stable)
+
+    def scale_up(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Grow to what the budget and the cluster allow in one move, out as well as up.
+
+        Per-worker CPU grows by at most ``R_up`` (and never past the MU cap a
+        worker showed before), so the extra CPU arrives as more workers; the PS
+        count grows so that the busiest PS link, scaled by the growth, stays
+        under the PSN threshold.
+        """
+        p = self.params
+        total = obs.shape.total()
+        room = rounding_room(obs, MAX_NODES_ROUNDING)
+        factor = min(p.max_r_up, room.cpu_cores / total.cpu_cores if total.cpu_cores else 0.0)
+        if total.memory_bytes:
+            factor = min(factor, room.memory_bytes / total.memory_bytes)
+        if total.cpu_cores * factor < max(p.min_step_cores, 1e-3):
+            return None
+        shape = self.grown(obs, factor)
+        return Plan(
+            shape,
+            Action.SCALE_UP,
+            f"e_job {stable.e_job:.2f} >= {p.e_thd_job}: scale up by {factor:.0%} to "
+            f"{shape.describe()}",
+            {"e_job": stable.e_job, "factor": factor, **self.known_mu(obs)},
+        )
+
+    def grown(self, obs: Observation, factor: float) -> ClusterShape:
+        p, shape = self.params, obs.shape
+        ps_total = shape.role_total(NodeRole.PS).scaled(1 + factor)
+        wk_total = shape.role_total(NodeRole.WORKER).scaled(1 + factor)
+        per_worker = max(w.resources.cpu_cores for w in shape.workers) * (1 + p.r_up)
+        per_worker = min(per_worker, self.known_mu(obs).get("worker_mu", per_worker))
+        if obs.node_limit is not None:
+            per_worker = min(per_worker, obs.node_limit.cpu_cores)
+        n_wk = max(shape.n_workers, math.ceil(wk_total.cpu_cores / per_worker - 1e-9))
+        link = max_link_utilization(obs.window[-p.n_net :])
+        n_ps = max(shape.n_ps, math.ceil(shape.n_ps * link * (1 + factor) / p.psn_link_utilization))
+        if obs.node_limit is not None:
+            n_ps = max(n_ps, math.ceil(ps_total.cpu_cores / obs.node_limit.cpu_cores - 1e-9))
+        grown = scaled_out(shape, NodeRole.PS, n_ps - shape.n_ps)
+        grown = scaled_out(grown, NodeRole.WORKER, n_wk - shape.n_workers)
+        return grown.redistributed(NodeRole.PS, ps_total).redistributed(NodeRole.WORKER, wk_total)
+
+    def known_mu(self, obs: Observation) -> dict[str, float]:
+        """The MU cap a worker showed earlier in this job, if any (kept in plan details)."""
+        for plan in reversed(obs.plans):
+            if "worker_mu" in plan.details:
+                return {"worker_mu": float(plan.details["worker_mu"])}
+        return {}
+
+    def revert_to_best(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Go back to the fastest shape run so far if it beat the current one."""
+        best = max(obs.history, key=lambda r: r.steps_per_s)
+        better = best.steps_per_s > stable.speed * (1 + self.params.min_gain)
+        if not better or not best.shape.total().fits_within(obs.shape.total() + obs.free):
+            return Plan(obs.shape, Action.RESHAPE, "no improvement left: keep", {FINAL: 1.0})
+        return Plan(
+            best.shape,
+            Action.RESHAPE,
+            f"no improvement left: back to the fastest shape ({best.steps_per_s:.3g} steps/s "
+            f"> {stable.speed:.3g})",
+            {FINAL: 1.0},
+        )
+
+    def rebalance(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Node-level balancing (faithful), then the balanced PS/worker split."""
+        p = self.params
+        used = stable.node_used()
+        shape = obs.shape
+        limit = obs.node_limit.cpu_cores if obs.node_limit else math.inf
+        if self.uneven(shape, used):
+            shape = nearchus_optimizer.node_level(shape, used, p.e_thd_opt, p.min_node_cores, limit)
+        shape = self.balanced_split(shape, used, stable, limit) or shape
+        moved = nearchus_optimizer.cpu_moved(obs.shape, shape)
+        ps_before = obs.shape.role_total(NodeRole.PS).cpu_cores
+        ps_change = abs(shape.role_total(NodeRole.PS).cpu_cores - ps_before)
+        if moved < p.min_step_cores and ps_change < p.ps_slack * ps_before:
+            return None  # neither many cores nor much of the PS's share
+        return Plan(
+            shape,
+            Action.REBALANCE,
+            f"balance PS and workers by their measured cost per step: move {moved:.3g} cpu",
+            {"e_job": stable.e_job, "moved_cores": moved},
+        )
+
+    def uneven(self, shape: ClusterShape, used: dict[str, float]) -> bool:
+        """True if some component's node efficiencies differ by more than ``node_spread``."""
+        for role in NodeRole:
+            effs = [used[n.name] / n.resources.cpu_cores for n in shape.role(role)]
+            if len(effs) > 1 and max(effs) - min(effs) > self.params.node_spread:
+                return True
+        return False
+
+    def balanced_split(
+        self, shape: ClusterShape, used: dict[str, float], stable: StableWindow, limit: float
+    ) -> ClusterShape | None:
+        p = self.params
+        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
+        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        ps_idle = e_ps < p.e_thd_opt <= e_wk
+        ps_saturated = e_ps >= p.e_thd_job > e_wk
+        if not (ps_idle or ps_saturated) or stable.speed <= 0:
+            return None
+        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
+        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        if c_wk <= 0:
+            return None
+        total = shape.total().cpu_cores
+        floor = p.min_node_cores * len(shape.ps)
+        ps_cores = max(floor, balanced_ps_cores(total, c_ps, c_wk, p.ps_slack))
+        ps_cores = min(ps_cores, total - p.min_node_cores * len(shape.workers))
+        ps_held = shape.role_total(NodeRole.PS).cpu_cores
+        wk_room = nearchus_optimizer.proportional_room(shape.workers, limit)
+        ps_room = nearchus_optimizer.proportional_room(shape.ps, limit)
+        ps_cores = min(max(ps_cores, ps_held - wk_room), ps_held + ps_room)
+        shape = with_role_total(shape, NodeRole.PS, ps_cores)
+        return with_role_total(shape, NodeRole.WORKER, total - ps_cores)
+
+    def add_worker(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Enough workers for the workers' CPU at what one worker manages to use."""
+        n = obs.shape.n_workers
+        per_worker = sum(stable.node_used()[w.name] for w in obs.shape.workers) / n
+        wanted = obs.shape.role_total(NodeRole.WORKER).cpu_cores / per_worker if per_worker else n
+        count = self.scale_out_count(n, wanted)
+        shape = scaled_out(obs.shape, NodeRole.WORKER, count)
+        if min(w.resources.cpu_cores for w in shape.workers) < self.params.min_node_cores:
+            return None
+        return Plan(
+            shape,
+            Action.ADD_WORKER,
+            f"e_job {stable.e_job:.2f} < {self.params.e_thd_job}, no PSN: MU bottleneck; a "
+            f"worker uses {per_worker:.3g} cpu, add {count} worker(s)",
+            {"e_job": stable.e_job, "worker_mu": per_worker},
+        )
+
+    def add_ps(self, obs: Observation, stable: StableWindow, ps: str) -> Plan:
+        """Enough PS for the busiest link to fall to the PSN threshold."""
+        busiest = max_link_utilization(obs.window[-self.params.n_net :]) or 1.0
+        n = obs.shape.n_ps
+        count = self.scale_out_count(n, n * busiest / self.params.psn_link_utilization)
+        return Plan(
+            scaled_out(obs.shape, NodeRole.PS, count),
+            Action.ADD_PS,
+            f"e_job {stable.e_job:.2f} < {self.params.e_thd_job} and PSN bottleneck on {ps} "
+            f"(links up to {busiest:.0%}): add {count} PS",
+            {"e_job": stable.e_job, "hot_ps": ps},
+        )
+
+    def scale_out_count(self, current: int, wanted: float) -> int:
+        """Nodes to add: ``⌈wanted⌉ − current``, at least 1, at most ``max_scale_out``x."""
+        limit = max(1, int(current * (self.params.max_scale_out - 1)))
+        return min(max(1, math.ceil(wanted - 1e-9) - current), limit)

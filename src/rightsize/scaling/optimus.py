@@ -1,0 +1,216 @@
+"""Optimus (Peng et al., EuroSys '18) as NEARCHUS §V runs it: fixed-size nodes, a fitted
+speed model, one node added per interval by greatest marginal gain.
+
+- Every node gets a fixed ``cores_per_node`` (5 vCPU, NEARCHUS §V); a job
+  starts as (1 PS, 2 workers), like NEARCHUS (§V-A: "start with (1ps, 2wk) and
+  15 vCPUs").
+- Before the job runs, Optimus profiles it at ``profile_configs`` (p, w)
+  shapes (20, NEARCHUS §III-C and §V, "more than Optimus suggested");
+  :meth:`OptimusPolicy.prior_shapes` names them and the mechanism measures
+  them. Their time is not counted in the job's completion time (§V-A).
+- The resource-speed model is fitted with non-negative least squares over
+  every (p, w) point known — the profile, the job's past shapes and the
+  current one. Asynchronous training:
+  ``f(p, w) = w / (θ0 + θ1·w/p + θ2·w + θ3·p)``, fitted as
+  ``w/f = θ·[1, w/p, w, p]``; synchronous training:
+  ``f(p, w) = 1 / (θ0·M/w + θ1 + θ2·w/p + θ3·w + θ4·p)``, fitted as
+  ``1/f = θ·[M/w, 1, w/p, w, p]`` with ``M`` the global batch.
+- Every ``interval_s`` (10 minutes, "adds one parameter server node or
+  worker node with 5 vCPUs every 10 minutes", NEARCHUS §III-A) it adds the
+  node — one PS or one worker — whose predicted speed gain is greater, while
+  the gain is positive and the budget and the cluster have room for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+
+import numpy as np
+from scipy.optimize import nnls
+
+from rightsize.core.errors import SpecError
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling.api import Action, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget
+
+MODES = ("async", "sync")
+PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """Optimus's fitted resource-speed model ``f(p, w)`` in steps per second."""
+
+    mode: str
+    theta: tuple[float, ...]
+    global_batch: float = 1.0
+
+    @staticmethod
+    def features(mode: str, p: float, w: float, global_batch: float = 1.0) -> list[float]:
+        """The regressors of one (p, w) point; the target is ``w/f`` (async) or ``1/f`` (sync)."""
+        if mode == "async":
+            return [1.0, w / p, w, p]
+        return [global_batch / w, 1.0, w / p, w, p]
+
+    @classmethod
+    def fit(
+        cls, points: Sequence[tuple[int, int, float]], mode: str = "async", global_batch=1.0
+    ) -> SpeedModel | None:
+        """NNLS fit over ``(p, w, steps_per_s)`` points; ``None`` with too few distinct points."""
+        usable = [(p, w, f) for p, w, f in points if p > 0 and w > 0 and f > 0]
+        n_params = len(cls.features(mode, 1, 1))
+        if len({(p, w) for p, w, _ in usable}) < n_params:
+            return None
+        a = np.array([cls.features(mode, p, w, global_batch) for p, w, _ in usable])
+        b = np.array([(w / f) if mode == "async" else (1 / f) for p, w, f in usable])
+        theta, _ = nnls(a, b)
+        return cls(mode, tuple(float(t) for t in theta), global_batch)
+
+    def predict(self, p: int, w: int) -> float:
+        """Predicted steps per second at ``p`` PS and ``w`` workers (0 if undefined)."""
+        denominator = float(np.dot(self.theta, self.features(self.mode, p, w, self.global_batch)))
+        if denominator <= 0:
+            return 0.0
+        return w / denominator if self.mode == "async" else 1 / denominator
+
+
+def speed_points(
+    records: Iterable[ShapeRecord], known: dict[tuple[int, int], list[float]] | None = None
+) -> list[tuple[int, int, float]]:
+    """``(p, w, mean speed)`` per distinct (p, w) among the records (and the speeds already
+    grouped in ``known``, as :func:`group_speeds` returns them, which stays unchanged)."""
+    speeds = {key: list(values) for key, values in (known or {}).items()}
+    for record in records:
+        key = (record.shape.n_ps, record.shape.n_workers)
+        speeds.setdefault(key, []).append(record.steps_per_s)
+    return [(p, w, statistics.fmean(v)) for (p, w), v in sorted(speeds.items())]
+
+
+def group_speeds(records: Iterable[ShapeRecord]) -> dict[tuple[int, int], list[float]]:
+    """Measured speeds per (p, w), in record order."""
+    speeds: dict[tuple[int, int], list[float]] = {}
+    for record in records:
+        speeds.setdefault((record.shape.n_ps, record.shape.n_workers), []).append(
+            record.steps_per_s
+        )
+    return speeds
+
+
+class OptimusPolicy(Policy):
+    """Optimus with fixed ``cores_per_node``, NNLS speed model, one node per interval."""
+
+    name = "optimus"
+    reads_node_metrics = False  # only the job's speed (see decide)
+
+    def __init__(
+        self,
+        cores_per_node: float = 5.0,
+        interval_s: float = 600.0,
+        profile_configs: int = 20,
+        mode: str = "async",
+        global_batch: float = 1024.0,
+        seed: int = 0,
+    ) -> None:
+        if cores_per_node <= 0 or interval_s <= 0 or global_batch <= 0:
+            raise SpecError(
+                "optimus: cores_per_node, interval_s and global_batch must be > 0, got "
+                f"{cores_per_node}, {interval_s}, {global_batch}"
+            )
+        if mode not in MODES:
+            raise SpecError(f"optimus: mode {mode!r} must be one of {', '.join(MODES)}")
+        if profile_configs < 0:
+            raise SpecError(f"optimus: profile_configs={profile_configs} must be >= 0")
+        self.cores_per_node = cores_per_node
+        self.interval_s = interval_s
+        self.profile_configs = profile_configs
+        self.mode = mode
+        self.global_batch = global_batch
+        self.seed = seed
+        # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
+        # id stays unique): a mechanism hands the same tuple to every decision of a job, and
+        # jobs of several models interleave.
+        self._prior_speeds: dict[int, tuple[tuple[ShapeRecord, ...], dict]] = {}
+
+    def max_nodes(self, budget: Resources) -> int:
+        return int(budget.cpu_cores / self.cores_per_node + 1e-9)
+
+    def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
+        """(1 PS, 2 workers) of ``cores_per_node`` each, if it fits.
+
+        Raises:
+            ResourceError: the budget holds fewer than three nodes.
+        """
+        require_budget(self.name, budget, 3 * self.cores_per_node, "1 PS + 2 workers")
+        shape = fixed_node_shape(1, 2, node_of(budget, self.cores_per_node))
+        return shape if shape.total().fits_within(free) else None
+
+    def prior_shapes(
+        self, budget: Resources, node_limit: Resources | None = None
+    ) -> tuple[ClusterShape, ...]:
+        """``profile_configs`` distinct (p, w) shapes within the budget, drawn by seed."""
+        total = self.max_nodes(budget)
+        pairs = [(p, n - p) for n in range(2, total + 1) for p in range(1, n)]
+        rng = np.random.default_rng([self.seed, total])
+        chosen = sorted(
+            pairs[i] for i in rng.permutation(len(pairs))[: self.profile_configs].tolist()
+        )
+        node = node_of(budget, self.cores_per_node)
+        return tuple(fixed_node_shape(p, w, node) for p, w in chosen)
+
+    def decision_due_s(self, observation: Observation) -> float:
+        """One decision per ``interval_s`` after the current shape was requested."""
+        return max(observation.time_s, observation.shape_since_s + self.interval_s)
+
+    def decide(self, observation: Observation) -> Plan | None:
+        obs = observation
+        if obs.time_s - obs.shape_since_s < self.interval_s or not obs.window:
+            return None
+        speed = statistics.fmean(
+            s.steps_per_s for s in islice(obs.window, len(obs.window) // 2, None)
+        )
+        current = ShapeRecord(obs.shape, speed)
+        p, w = obs.shape.n_ps, obs.shape.n_workers
+        node = node_of(obs.budget, self.cores_per_node)
+        if not node.fits_within(obs.headroom):
+            return None
+        points = speed_points([*obs.history, current], self._grouped_prior(obs.prior))
+        model = SpeedModel.fit(points, self.mode, self.global_batch)
+        if model is None:
+            return self._explore(obs, node)
+        base = model.predict(p, w)
+        gains = {NodeRole.PS: model.predict(p + 1, w) - base}
+        gains[NodeRole.WORKER] = model.predict(p, w + 1) - base
+        role = max(gains, key=lambda r: gains[r])
+        if gains[role] <= 0:
+            return None
+        action = Action.ADD_PS if role == NodeRole.PS else Action.ADD_WORKER
+        return Plan(
+            obs.shape.with_node_added(role, node),
+            action,
+            f"speed model predicts +{gains[role]:.3g} steps/s from one more {role} "
+            f"(measured {speed:.3g} at ({p}, {w}))",
+            {"gain_steps_per_s": gains[role], "predicted": base + gains[role]},
+        )
+
+    def _grouped_prior(self, prior: tuple[ShapeRecord, ...]) -> dict[tuple[int, int], list[float]]:
+        if id(prior) not in self._prior_speeds:
+            if len(self._prior_speeds) >= PRIOR_MEMO:
+                self._prior_speeds.clear()
+            self._prior_speeds[id(prior)] = (prior, group_speeds(prior))
+        return self._prior_speeds[id(prior)][1]
+
+    def _explore(self, obs: Observation, node: Resources) -> Plan:
+        """Too few (p, w) points to fit: add a worker, or a PS once that point is known."""
+        known = {(r.shape.n_ps, r.shape.n_workers) for r in (*obs.prior, *obs.history)}
+        p, w = obs.shape.n_ps, obs.shape.n_workers
+        role = NodeRole.WORKER if (p, w + 1) not in known else NodeRole.PS
+        action = Action.ADD_WORKER if role == NodeRole.WORKER else Action.ADD_PS
+        return Plan(
+            obs.shape.with_node_added(role, node),
+            action,
+            f"too few (p, w) points to fit the speed model: try one more {role}",
+        )

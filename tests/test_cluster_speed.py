@@ -1,0 +1,109 @@
+"""The simulator's fast paths give exactly what the plain code would (issue 5: speed without
+changing any result)."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rightsize.cluster.clusters import CLUSTERS
+from rightsize.cluster.jobmodel import JobModel
+from rightsize.cluster.models import sim_model
+from rightsize.cluster.simjob import Noise, SimJob, metric_sample, node_metrics
+from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.traces import nearchus_trace
+from rightsize.core.resources import Resources, sum_resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling.api import MetricSample, NodeMetrics, Observation, ShapeRecord
+from rightsize.scaling.optimus import OptimusPolicy, group_speeds, speed_points
+from rightsize.scaling.registry import make_policy
+
+SHAPE = ClusterShape.from_counts(1, 3, Resources(2.5, 10), Resources(4.25, 20))
+
+
+def test_fast_metric_objects_equal_the_normally_built_ones():
+    base = {
+        "name": "ps-0",
+        "role": NodeRole.PS,
+        "cpu_allocated_cores": 2.0,
+        "memory_used_bytes": 5,
+        "memory_allocated_bytes": 8,
+        "net_capacity_bytes_per_s": 100.0,
+        "steps_per_s": 1.5,
+    }
+    fast = node_metrics(base, 1.25, 40.0)
+    plain = NodeMetrics("ps-0", NodeRole.PS, 1.25, 2.0, 5, 8, 40.0, 40.0, 100.0, 1.5)
+    assert fast == plain and repr(fast) == repr(plain) and hash(fast) == hash(plain)
+    assert fast.cpu_efficiency == 0.625
+    sample = metric_sample(60.0, (fast,), 2.0, 64.0)
+    assert sample == MetricSample(60.0, (plain,), 2.0, 64.0)
+    assert sample.e_job == 0.625
+
+
+def test_shape_totals_are_remembered_but_equal_to_a_fresh_sum():
+    assert SHAPE.total() is SHAPE.total()
+    assert SHAPE.total() == Resources(15.25, 70)
+    assert SHAPE.role_total(NodeRole.WORKER) == Resources(12.75, 60)
+    assert (SHAPE.n_ps, SHAPE.n_workers) == (1, 3)
+    assert [n.name for n in SHAPE.workers] == ["worker-0", "worker-1", "worker-2"]
+    grown = SHAPE.with_node_added(NodeRole.PS, Resources(1))  # a new shape, its own totals
+    assert grown.total() == Resources(16.25, 70) and grown.n_ps == 2
+    assert ClusterShape().total() == Resources() and ClusterShape().role(NodeRole.PS) == ()
+    # The cache is not part of the value: equality, hashing and to_dict ignore it.
+    fresh = ClusterShape.from_dict(SHAPE.to_dict())
+    assert fresh == SHAPE and hash(fresh) == hash(SHAPE) == hash((SHAPE.nodes,))
+    assert fresh.to_dict() == SHAPE.to_dict()
+
+
+@given(st.lists(st.floats(0, 50, allow_nan=False), max_size=8))
+def test_sum_resources_rounds_after_every_addition_like_repeated_add(cpus):
+    items = [Resources(c, int(c * 1000), 1) for c in cpus]
+    total = Resources()
+    for item in items:
+        total = total + item
+    assert sum_resources(items) == total
+
+
+def test_speed_points_from_a_grouped_prior_equal_the_ungrouped_ones():
+    two = ClusterShape.from_counts(1, 2, Resources(5), Resources(5))
+    three = ClusterShape.from_counts(1, 3, Resources(5), Resources(5))
+    prior = (ShapeRecord(two, 1.0), ShapeRecord(three, 1.4))
+    later = [ShapeRecord(two, 1.2), ShapeRecord(three, 1.5)]
+    known = group_speeds(prior)
+    assert speed_points(later, known) == speed_points([*prior, *later])
+    assert speed_points(later, known)[0] == (1, 2, 1.1)
+    assert known == {(1, 2): [1.0], (1, 3): [1.4]}  # left unchanged
+
+
+def test_samples_without_nodes_keep_the_random_stream():
+    """A policy that reads no node metrics gets samples without them, the same speeds, and the
+    same later samples (the node noise is drawn either way)."""
+    spec = nearchus_trace(1, 1).jobs[0]
+    model = JobModel(sim_model(spec.model), CLUSTERS["B"])
+    windows = []
+    for nodes in (True, False):
+        job = SimJob(spec, model, 1e9, np.random.default_rng(7))
+        job.perf, job.started_s, job.ready_s = model.evaluate(SHAPE), 0.0, 0.0
+        job.collect(300.0, 60.0, 600.0, Noise(), nodes)
+        job.collect(600.0, 60.0, 600.0, Noise(), True)
+        windows.append(job.window)
+    with_nodes, without = windows
+    assert [s.steps_per_s for s in with_nodes] == [s.steps_per_s for s in without]
+    assert all(s.nodes == () for s in without[:5]) and len(without[0:5]) == 5
+    assert with_nodes[5:] == without[5:]
+
+
+def test_optimus_reads_no_node_metrics_and_its_decisions_do_not_need_them():
+    assert OptimusPolicy.reads_node_metrics is False
+    assert make_policy("nearchus").reads_node_metrics is True
+    obs = Observation("j", 0.0, SHAPE, Resources(40), Resources(40))
+    assert OptimusPolicy().decide(obs) is None  # no window yet
+
+
+def test_a_run_is_still_a_pure_function_of_its_inputs():
+    trace = nearchus_trace(3, 30)
+    for name in ("optimus", "nearchus"):
+        runs = [
+            Simulator(CLUSTERS["B"], make_policy(name), SimConfig(seed=3)).run(trace)
+            for _ in range(2)
+        ]
+        assert runs[0] == runs[1]

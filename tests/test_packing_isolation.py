@@ -1,0 +1,249 @@
+"""The isolation guarantee (packing paper §2.2): a trial trained packed gets what it gets alone.
+
+The reference is the trial trained by itself with plain PyTorch and the same
+seed (``train_alone``). Against ``torch.optim`` built with ``fused=True`` (the
+same update kernels) MLP trials match bit for bit, whatever they are packed
+with; against ``torch.optim``'s default implementation they match to float
+rounding. Convolutions fused as grouped convolutions match to float rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rightsize.packing.alone import train_alone
+from rightsize.packing.data import DataStream
+from rightsize.packing.fused import fuse
+from rightsize.packing.members import FusedGroup, PlainGroup
+from rightsize.packing.optimizers import OptimizerSpec
+from rightsize.packing.pack import PackSettings, batch_buckets, free, load, pack, train
+from rightsize.packing.trial import Architectures, TrialSpec, TrialState
+from rightsize.workloads.datasets import make_dataset
+from rightsize.workloads.registry import WorkloadRegistry
+from rightsize.workloads.workload import Workload
+
+# every optimizer, several learning rates and batch sizes, two activations (architectures)
+MIXED = [
+    (60, "adam", 0.01, "relu"),
+    (65, "adam", 0.01, "tanh"),
+    (65, "adagrad", 0.1, "relu"),
+    (50, "momentum", 0.1, "tanh"),
+    (45, "adam", 0.001, "relu"),
+    (20, "sgd", 0.1, "relu"),
+    (45, "momentum", 0.1, "relu"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # On this shared 2-vCPU machine a second intra-op thread waits at every barrier
+    # for a stolen vCPU and a test can take 10x longer (docs/profiling.md); restore after.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def specs(rows, seed=100):
+    return [
+        TrialSpec(f"t{i}", b, OptimizerSpec(kind, lr), (("activation", act),), seed=seed + i)
+        for i, (b, kind, lr, act) in enumerate(rows)
+    ]
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    registry = WorkloadRegistry()
+    architectures = Architectures(lambda options: registry.get("mlp3", "digits", options))
+    return architectures, DataStream(architectures.workload(()).dataset, width=70, seed=1)
+
+
+def packed(trials, architectures, stream, targets, settings=None):
+    p = pack(
+        [load(TrialState(s), architectures, "cpu") for s in trials],
+        stream,
+        settings or PackSettings(),
+    )
+    return p, train(p, targets, record_losses=True)
+
+
+def assert_same(result, reference, exact=True):
+    check = torch.equal if exact else (lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-5))
+    assert result.state.step == reference.state.step
+    assert len(result.losses) == len(reference.losses)
+    if exact:
+        assert result.losses == reference.losses and result.val_loss == reference.val_loss
+    else:
+        assert result.losses == pytest.approx(reference.losses, rel=1e-4)
+        assert result.val_loss == pytest.approx(reference.val_loss, rel=1e-4)
+    for name, value in reference.state.params.items():
+        assert check(result.state.params[name], value), name
+    for name, state in reference.state.optimizer_state.items():
+        for key, value in state.items():
+            assert check(result.state.optimizer_state[name][key], value), (name, key)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        PackSettings(),
+        PackSettings(batch_mode="exact"),
+        PackSettings(fuse=False),
+        PackSettings(mix_activations=True),
+        PackSettings(mix_activations=True, batch_mode="bucket"),
+    ],
+    ids=["fused-padded", "fused-exact", "general-path", "fused-mixed-activations", "bucketed"],
+)
+def test_mlp_trials_match_alone_bit_for_bit(mlp, settings):
+    architectures, stream = mlp
+    trials = specs(MIXED)
+    targets = {t.trial_id: 30 for t in trials}
+    p, results = packed(trials, architectures, stream, targets, settings)
+    for t in trials:
+        alone = train_alone(TrialState(t), architectures, stream, 30, fused_optimizer=True)
+        assert_same(results[t.trial_id], alone)
+
+
+def test_mlp_trials_match_torch_optim_default_within_rounding(mlp):
+    architectures, stream = mlp
+    trials = specs(MIXED[:4])
+    _, results = packed(trials, architectures, stream, {t.trial_id: 10 for t in trials})
+    for t in trials:
+        alone = train_alone(TrialState(t), architectures, stream, 10)
+        assert_same(results[t.trial_id], alone, exact=False)
+
+
+def test_the_pack_fuses_same_architectures_and_pads_to_the_largest_batch(mlp):
+    architectures, stream = mlp
+    p = pack([load(TrialState(s), architectures, "cpu") for s in specs(MIXED)], stream)
+    fused = [g for g in p.groups if isinstance(g, FusedGroup)]
+    # five relu trials fused (largest batch 65 first), two tanh trials fused
+    assert sorted(len(g.trials) for g in fused) == [2, 5]
+    relu = next(g for g in fused if len(g.trials) == 5)
+    assert relu.rows == 65 and [t.spec.batch_size for t in relu.trials] == [65, 60, 45, 45, 20]
+
+
+def test_mixing_activations_fuses_every_trial_into_one_group(mlp):
+    architectures, stream = mlp
+    settings = PackSettings(mix_activations=True)
+    p = pack([load(TrialState(s), architectures, "cpu") for s in specs(MIXED)], stream, settings)
+    (group,) = p.groups
+    # sorted by batch, then activation: 65 relu, 65 tanh, 60, 50, 45 relu, 45 relu, 20
+    assert [(t.spec.batch_size, dict(t.spec.model_options)["activation"]) for t in group.trials] == [
+        (65, "relu"), (65, "tanh"), (60, "relu"), (50, "tanh"), (45, "relu"), (45, "relu"), (20, "relu")
+    ]  # fmt: skip
+
+
+def test_batch_buckets_trade_padding_against_groups():
+    # one group of [70, 65, 60, 25, 20] costs 40 + 5 * 70 = 390 rows; [70, 65, 60] + [25, 20]
+    # costs (40 + 210) + (40 + 50) = 340, the cheapest split
+    assert batch_buckets([70, 65, 60, 25, 20], 40) == [(0, 3), (3, 5)]
+    assert batch_buckets([70, 20], 40) == [(0, 1), (1, 2)]  # 180 together vs 170 apart
+    assert batch_buckets([70, 20], 60) == [(0, 2)]  # 200 together vs 210 apart
+    assert batch_buckets([45] * 5, 40) == [(0, 5)]
+
+
+def test_repacking_when_trials_need_different_step_counts(mlp):
+    # §3.1.2: the trial that finishes first is checkpointed, the rest repacked
+    architectures, stream = mlp
+    trials = specs(MIXED[:4])
+    targets = {"t0": 5, "t1": 12, "t2": 5, "t3": 20}
+    p, results = packed(trials, architectures, stream, targets)
+    assert [(sorted(s.trial_ids), s.remaining) for s in p.switches] == [
+        (["t0", "t2"], 2), (["t1"], 1), (["t3"], 0)
+    ]  # fmt: skip
+    assert all(s.seconds >= 0 for s in p.switches)
+    for t in trials:
+        alone = train_alone(
+            TrialState(t), architectures, stream, targets[t.trial_id], fused_optimizer=True
+        )
+        assert_same(results[t.trial_id], alone)
+
+
+def test_a_checkpointed_trial_resumes_where_it_stopped(mlp):
+    # 8 steps alone, freed, then 7 more packed with a fresh trial == 15 steps alone
+    architectures, stream = mlp
+    first, other = specs(MIXED[:2])
+    halfway = train_alone(TrialState(first), architectures, stream, 8, fused_optimizer=True).state
+    other_state = train_alone(
+        TrialState(other), architectures, stream, 8, fused_optimizer=True
+    ).state
+    p = pack([load(halfway, architectures, "cpu"), load(other_state, architectures, "cpu")], stream)
+    for _ in range(7):
+        p.train_step()
+    resumed = free(p, first.trial_id)
+    straight = train_alone(TrialState(first), architectures, stream, 15, fused_optimizer=True).state
+    assert resumed.step == 15 and p.trial_ids == [other.trial_id]
+    for name, value in straight.params.items():
+        assert torch.equal(resumed.params[name], value)
+
+
+def test_small_cnn_trials_match_alone_within_rounding():
+    registry = WorkloadRegistry()
+    architectures = Architectures(lambda o: registry.get("small-cnn", "digits", {"width": 8, **o}))
+    stream = DataStream(architectures.workload(()).dataset, width=40, seed=2)
+    trials = specs(
+        [(40, "adam", 0.01, "relu"), (30, "momentum", 0.05, "relu"), (40, "sgd", 0.1, "tanh")]
+    )
+    settings = PackSettings(mix_activations=True)
+    p = pack([load(TrialState(s), architectures, "cpu") for s in trials], stream, settings)
+    assert [len(g.trials) for g in p.groups] == [3]  # convolutions, activations and all
+    results = train(p, {t.trial_id: 6 for t in trials}, record_losses=True)
+    for t in trials:
+        alone = train_alone(TrialState(t), architectures, stream, 6, fused_optimizer=True)
+        assert_same(results[t.trial_id], alone, exact=False)
+
+
+# -- models the fused path must refuse, and the general path must still isolate -------------
+
+
+class _Net(nn.Module):
+    def __init__(self, middle: nn.Module):
+        super().__init__()
+        self.flatten, self.fc1, self.middle, self.head = (
+            nn.Flatten(),
+            nn.Linear(64, 32),
+            middle,
+            nn.Linear(32, 10),
+        )
+
+    def forward(self, x):
+        return self.head(self.middle(self.fc1(self.flatten(x))))
+
+
+def _workload(middle) -> Workload:
+    return Workload("test-net", make_dataset("digits"), lambda: _Net(middle()))
+
+
+@pytest.mark.parametrize(
+    "middle", [lambda: nn.BatchNorm1d(32), lambda: nn.Dropout(0.3)], ids=["batchnorm", "dropout"]
+)
+def test_batchnorm_and_dropout_take_the_general_path_and_stay_isolated(middle):
+    workload = _workload(middle)
+    architectures = Architectures(lambda options: workload)
+    stream = DataStream(workload.dataset, width=50, seed=3)
+    trials = specs(
+        [(50, "adam", 0.01, "relu"), (30, "sgd", 0.1, "relu"), (30, "adam", 0.01, "relu")]
+    )
+    # BatchNorm's statistics over padded rows, or Dropout's draws, cannot be fused exactly
+    assert fuse([workload.make_model(i) for i in range(2)], stream.batch(0, 4)[0][0]) is None
+    p, results = packed(trials, architectures, stream, {t.trial_id: 12 for t in trials})
+    assert all(isinstance(g, PlainGroup) for g in p.groups)
+    for t in trials:
+        alone = train_alone(TrialState(t), architectures, stream, 12, fused_optimizer=True)
+        assert_same(results[t.trial_id], alone)
+
+
+def test_a_pack_needs_its_trials_on_one_step(mlp):
+    architectures, stream = mlp
+    a, b = specs(MIXED[:2])
+    with pytest.raises(ValueError, match="one step of the stream"):
+        pack(
+            [
+                load(TrialState(a, step=3), architectures, "cpu"),
+                load(TrialState(b), architectures, "cpu"),
+            ],
+            stream,
+        )

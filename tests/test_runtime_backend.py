@@ -1,0 +1,221 @@
+"""Cgroups (parsed from fake /proc and cgroupfs trees, and real ones), the local backend,
+checkpoint files, the state file, and the transport."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import zmq
+
+from rightsize.core.errors import SpecError
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
+from rightsize.core.spec import Isolation
+from rightsize.runtime.backends.cgroups import (
+    CgroupUnavailable,
+    Hierarchy,
+    NodeCgroup,
+    detect,
+    sweep_stale,
+)
+from rightsize.runtime.backends.local import LocalBackend, threads_for
+from rightsize.runtime.checkpoint import check_writable, load, save_atomic
+from rightsize.runtime.clock import FakeClock
+from rightsize.runtime.state import CheckpointRow, StateStore
+from rightsize.runtime.transport import Client, Counters, Pacer, Server, decode, encode
+
+GI = 2**30
+BUSY = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+
+
+def fake_proc(tmp_path: Path, mountinfo: str, cgroup: str) -> Path:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "mountinfo").write_text(mountinfo)
+    (proc / "cgroup").write_text(cgroup)
+    return proc
+
+
+def test_detects_cgroup_v1_under_the_masters_own_cgroup(tmp_path):
+    root = tmp_path / "fs"
+    mountinfo = "".join(
+        f"3{i} 31 0:2{i} / {root / c} rw,relatime - cgroup cgroup rw,{c}\n"
+        for i, c in enumerate(["cpu", "cpuacct", "memory"])
+    )
+    proc = fake_proc(tmp_path, mountinfo, "4:memory:/box/7\n2:cpuacct:/\n1:cpu:/\n")
+    hierarchy = detect(proc)
+    assert hierarchy.version == 1
+    assert hierarchy.bases == {"cpu": root / "cpu", "cpuacct": root / "cpuacct",
+                               "memory": root / "memory/box/7"}  # fmt: skip
+
+
+def test_detects_cgroup_v2_only_with_cpu_and_memory(tmp_path):
+    unified = tmp_path / "unified"
+    (unified / "me").mkdir(parents=True)
+    (unified / "me" / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    proc = fake_proc(tmp_path, f"41 31 0:38 / {unified} rw - cgroup2 cgroup2 rw\n", "0::/me\n")
+    assert detect(proc) == Hierarchy(2, {"unified": unified / "me"})
+    (unified / "me" / "cgroup.controllers").write_text("pids\n")
+    with pytest.raises(CgroupUnavailable):
+        detect(proc)
+
+
+def test_v1_and_v2_limits_and_usage_files(tmp_path):
+    v1 = NodeCgroup(
+        Hierarchy(1, {c: tmp_path / c for c in ("cpu", "cpuacct", "memory")}), Path("n")
+    )
+    v1.create()
+    v1.set_cpu(1.5)
+    v1.set_memory(GI)
+    assert (tmp_path / "cpu/n/cpu.cfs_quota_us").read_text() == "150000"
+    assert (tmp_path / "memory/n/memory.limit_in_bytes").read_text() == str(GI)
+    (tmp_path / "cpuacct/n/cpuacct.usage").write_text("2500000000\n")
+    (tmp_path / "memory/n/memory.usage_in_bytes").write_text("1000\n")
+    (tmp_path / "memory/n/memory.stat").write_text("cache 5\ntotal_inactive_file 300\n")
+    (tmp_path / "memory/n/memory.oom_control").write_text("oom_kill_disable 0\noom_kill 2\n")
+    assert (v1.cpu_seconds(), v1.memory_bytes(), v1.oom_kills()) == (2.5, 700, 2)
+    v1.set_cpu(0.001)  # below the kernel's minimum quota
+    assert (tmp_path / "cpu/n/cpu.cfs_quota_us").read_text() == "1000"
+
+    v2 = NodeCgroup(Hierarchy(2, {"unified": tmp_path / "u"}), Path("n"))
+    v2.create()
+    v2.set_cpu(0.5)
+    assert (tmp_path / "u/n/cpu.max").read_text() == "50000 100000"
+    (tmp_path / "u/n/cpu.stat").write_text("usage_usec 1500000\nuser_usec 1\n")
+    (tmp_path / "u/n/memory.current").write_text("4096\n")
+    (tmp_path / "u/n/memory.events").write_text("oom 1\noom_kill 1\n")
+    assert (v2.cpu_seconds(), v2.memory_bytes(), v2.oom_kills()) == (1.5, 4096, 1)
+
+
+def test_threads_follow_the_cpu_allocation():
+    assert [threads_for(c, 8) for c in (0.2, 0.5, 1.4, 1.5, 3.0, 20.0)] == [1, 1, 1, 1, 3, 8]
+
+
+def _cpu_rate(backend: LocalBackend, name: str, window_s: float = 1.5) -> float:
+    before, t0 = backend.reading(name)[0], time.monotonic()
+    time.sleep(window_s)
+    return (backend.reading(name)[0] - before) / (time.monotonic() - t0)
+
+
+@pytest.mark.integration
+def test_local_backend_limits_and_resizes_a_process_in_place(tmp_path):
+    backend = LocalBackend(Isolation.AUTO, tmp_path / "logs", warn=print)
+    try:
+        node = NodeSpec("w", NodeRole.WORKER, Resources(0.2, GI))
+        pid = backend.launch(node, [sys.executable, "-c", BUSY], {})
+        time.sleep(0.5)
+        if backend.mode.startswith("cgroup"):
+            assert f"rightsize/{os.getpid()}-" in Path(f"/proc/{pid}/cgroup").read_text()
+            assert _cpu_rate(backend, "w") < 0.2 * 1.15  # the quota holds
+        backend.resize("w", Resources(1.0, GI))
+        assert backend.pid("w") == pid  # resized, not restarted
+        # a loaded machine may lend less than a core: look at a few windows
+        assert max(_cpu_rate(backend, "w") for _ in range(3)) > 0.3
+    finally:
+        backend.close()
+    assert backend.exits() == [] and not backend.procs
+    if backend.cgroups is not None:
+        assert not any(d.exists() for d in backend.cgroups.job.dirs.values())
+
+
+@pytest.mark.integration
+def test_affinity_fallback_pins_and_measures(tmp_path):
+    backend = LocalBackend(Isolation.AFFINITY, tmp_path / "logs", warn=print)
+    try:
+        assert backend.mode == "affinity" and backend.cgroups is None
+        pid = backend.launch(NodeSpec("w", NodeRole.WORKER, Resources(1, GI)),
+                             [sys.executable, "-c", BUSY], {})  # fmt: skip
+        time.sleep(0.3)
+        assert len(os.sched_getaffinity(pid)) == 1
+        backend.resize("w", Resources(len(backend.cpus), GI))
+        assert os.sched_getaffinity(pid) == set(backend.cpus)
+        cpu_s, memory = backend.reading("w")
+        assert cpu_s > 0 and memory > 1_000_000
+    finally:
+        backend.close()
+
+
+@pytest.mark.integration
+def test_stale_job_cgroups_of_a_dead_master_are_swept():
+    try:
+        hierarchy = detect()
+        base = next(iter(hierarchy.bases.values()))
+        probe = subprocess.Popen([sys.executable, "-c", "pass"])
+        probe.wait()  # a pid that no longer runs
+        node_dir = base / "rightsize" / f"{probe.pid}-stale" / "worker-0"
+        node_dir.mkdir(parents=True)
+    except (CgroupUnavailable, OSError):
+        pytest.skip("no writable cgroup hierarchy here")
+    sweep_stale(Hierarchy(hierarchy.version, {"x": base}))
+    assert not node_dir.parent.exists()
+
+
+def test_checkpoint_files_are_written_atomically(tmp_path):
+    path = tmp_path / "v000001" / "ps-0.pt"
+    save_atomic({"w": torch.ones(2)}, path)
+    assert torch.equal(load(path)["w"], torch.ones(2))
+    assert [p.name for p in path.parent.iterdir()] == ["ps-0.pt"]  # no temporary left
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SpecError, match=r"checkpoint.dir: cannot write to .*file/sub"):
+        check_writable(blocker / "sub")
+
+
+def test_state_store_round_trip(tmp_path):
+    store = StateStore(tmp_path / "job.sqlite")
+    store.start_job("j", {"a": 1}, "abc", 100.0)
+    shape = ClusterShape.from_counts(1, 1, Resources(1, GI), Resources(1, GI))
+    store.record_shape(0.0, "launch", "why", shape, True, 1.5, {"x": 1}, {"note": "n"})
+    store.record_shape(5.0, "add_ps", "no", ClusterShape(), False)
+    assert store.current_shape() == shape and store.timeline()[0]["notes"] == {"note": "n"}
+    for v in (1, 2, 3):
+        store.commit_checkpoint(CheckpointRow(v, v, {"epoch": v}, {"ps-0": "f"}, {}, 10 * v))
+    store.forget_checkpoints({2, 3})
+    assert store.checkpoint_versions() == [2, 3] and store.latest_checkpoint().shards == {
+        "epoch": 3
+    }
+    store.update_job(status="finished")
+    assert store.job()["status"] == "finished" and store.job()["spec"] == {"a": 1}
+    store.close()
+
+
+def test_encode_packs_small_tensors_and_decodes_all():
+    tensors = [torch.arange(5), torch.zeros(0, 8), torch.randn(300, 100), torch.tensor(2.5)]
+    frames = encode({"op": "x"}, tensors)
+    assert len(frames) == 3  # header, the packed small ones, the 120 kB one
+    header, back = decode(frames)
+    assert header == {"op": "x"}
+    assert all(torch.equal(a, b) for a, b in zip(tensors, back, strict=True))
+
+
+def test_client_server_round_trip_counts_bytes():
+    context = zmq.Context()
+    server_counts, client_counts = Counters(), Counters()
+    server = Server(context, server_counts)
+    client = Client(context, server.address, client_counts)
+    try:
+        client.send({"op": "ping"}, [torch.ones(1000)])
+        identity, header, tensors = server.receive()
+        server.reply(identity, {"rid": header["rid"], "ok": True}, [tensors[0] * 2])
+        assert client.ready(10)
+        reply, out = client.receive()
+        assert reply["ok"] and out[0].sum().item() == 2000
+        assert client_counts.bytes_out == server_counts.bytes_in > 4000
+        assert client_counts.bytes_in == server_counts.bytes_out > 4000
+    finally:
+        client.close()
+        server.close()
+        context.term()
+
+
+def test_pacer_emulates_a_link():
+    clock = FakeClock()
+    pacer = Pacer(100.0, clock=clock.now, sleep=clock.sleep)
+    for _ in range(3):
+        pacer.wait(50)  # 50 bytes at 100 B/s: half a second each
+    assert clock.now() == 1.5
+    Pacer(None).wait(10**9)  # no cap: no wait

@@ -1,0 +1,134 @@
+"""Fault tolerance with real processes: SIGKILL a worker, a parameter server, the master.
+
+Each job runs as ``rightsize run`` in its own process group. The test waits for
+training to be under way (reading the master's state file), kills a process by its
+pid, and lets the job finish (a killed master is simply run again). It then reads
+the update logs in the final checkpoint itself and checks that every sample index
+was applied exactly once per epoch, on every parameter server.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_runtime_jobs import assert_exactly_once, job_spec
+
+pytestmark = pytest.mark.integration
+TIMEOUT_S = 240
+
+
+def start(job: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rightsize", "run", str(job), "--quiet", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen) -> dict:
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return json.loads(out)
+
+
+def write_job(tmp_path: Path, **fields) -> tuple[Path, object]:
+    spec = job_spec(tmp_path, **fields)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True)))
+    return path, spec
+
+
+def wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def progress(spec) -> tuple[int, int]:
+    """(steps done at the last metric sample, committed checkpoints) from the state file."""
+    if not spec.state_path.exists():
+        return 0, 0
+    try:
+        with sqlite3.connect(spec.state_path, timeout=5) as db:
+            row = db.execute("SELECT data FROM samples ORDER BY seq DESC LIMIT 1").fetchone()
+            versions = db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0, 0
+    return (json.loads(row[0])["steps_done"] if row else 0), versions
+
+
+def node_pid(master_pid: int, name: str) -> int | None:
+    """The pid of the master's child running node ``name`` (found through /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == master_pid and b"rightsize.runtime.node" in argv and name.encode() in argv:
+            return int(entry.name)
+    return None
+
+
+def kill_node_when_training(proc, spec, name: str, min_steps: int) -> int:
+    wait_for(lambda: progress(spec)[0] >= min_steps and progress(spec)[1] >= 1, "training")
+    pid = node_pid(proc.pid, name)
+    assert pid is not None, f"no process for {name}"
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_a_worker_killed_mid_epoch_is_replaced(tmp_path):
+    job, spec = write_job(tmp_path, epochs=30, initial_shape={
+        "ps": {"count": 2, "cpu": 0.5, "memory": "1Gi"},
+        "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"}})  # fmt: skip
+    proc = start(job)
+    kill_node_when_training(proc, spec, "worker-1", min_steps=60)
+    report = finish(proc)
+    assert report["restarts"]["nodes"] == {"worker-1": 1}
+    assert [e["kind"] for e in report["restarts"]["events"]] == ["failed"]
+    assert any(t["action"] == "relaunch_worker" for t in report["timeline"])
+    assert_exactly_once(spec, 1797, 30)
+
+
+def test_a_killed_parameter_server_is_restored_from_the_checkpoint(tmp_path):
+    job, spec = write_job(tmp_path, epochs=30, initial_shape={
+        "ps": {"count": 2, "cpu": 0.5, "memory": "1Gi"},
+        "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"}})  # fmt: skip
+    proc = start(job)
+    kill_node_when_training(proc, spec, "ps-1", min_steps=60)
+    report = finish(proc)
+    assert report["restarts"]["nodes"] == {"ps-1": 1}
+    restore = [t for t in report["timeline"] if t["action"] == "restore_ps"]
+    assert restore and "restored from checkpoint v" in restore[0]["reason"]
+    assert_exactly_once(spec, 1797, 30)
+
+
+def test_a_killed_master_is_resumed_by_the_next_run(tmp_path):
+    job, spec = write_job(tmp_path, epochs=30)
+    proc = start(job)
+    wait_for(lambda: progress(spec)[1] >= 1 and progress(spec)[0] >= 60, "a checkpoint")
+    nodes = [node_pid(proc.pid, n) for n in ("ps-0", "worker-0", "worker-1")]
+    os.killpg(proc.pid, signal.SIGKILL)  # the master and nothing else: nodes are in own sessions
+    proc.wait()
+    wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in nodes if p), "nodes dying")
+    report = finish(start(job))
+    assert report["restarts"]["masters"] == 1
+    assert report["timeline"][-1]["action"] == "resume"
+    assert "resuming from checkpoint v" in report["timeline"][-1]["reason"]
+    assert_exactly_once(spec, 1797, 30)

@@ -1,0 +1,265 @@
+"""NEARCHUS §IV, decision by decision: hand-made observations -> the paper's rule, hand-computed."""
+
+import math
+
+import pytest
+
+from rightsize.core.errors import ResourceError, SpecError
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
+from rightsize.scaling import nearchus_optimizer
+from rightsize.scaling.api import Action, MetricSample, NodeMetrics, Observation, Plan, ShapeRecord
+from rightsize.scaling.nearchus import (
+    NearchusPolicy,
+    psn_bottleneck,
+    stability_points,
+    stable_window,
+)
+from rightsize.scaling.registry import make_policy
+
+LINK = 100.0  # bytes/s, so a net figure reads as a percentage
+
+
+def shape_of(ps=(5.0,), workers=(5.0, 5.0)) -> ClusterShape:
+    shape = ClusterShape.from_counts(len(ps), len(workers), Resources(1), Resources(1))
+    for node, cores in zip(shape.nodes, (*ps, *workers), strict=True):
+        shape = shape.with_resources(node.name, Resources(cores))
+    return shape
+
+
+def sample(t, shape, used, speed=10.0, net=None) -> MetricSample:
+    """One metric sample: ``used`` cores per node (in shape order), ``net`` % per PS."""
+    net = net or {}
+    nodes = tuple(
+        NodeMetrics(
+            n.name, n.role, u, n.resources.cpu_cores,
+            net_in_bytes_per_s=net.get(n.name, 0.0), net_out_bytes_per_s=net.get(n.name, 0.0),
+            net_capacity_bytes_per_s=LINK,
+        )
+        for n, u in zip(shape.nodes, used, strict=True)
+    )  # fmt: skip
+    return MetricSample(t, nodes, speed)
+
+
+def steady(shape, used, minutes=5, speed=10.0, net=None, start=60.0):
+    """One sample a minute for ``minutes`` minutes, all alike (so CV = 0)."""
+    return tuple(sample(start + 60 * i, shape, used, speed, net) for i in range(minutes))
+
+
+def observe(shape, window, budget=100.0, free=100.0, **kw) -> Observation:
+    t = window[-1].time_s if window else 0.0
+    return Observation("job", t, shape, Resources(budget), Resources(free), window=window, **kw)
+
+
+def cores(shape: ClusterShape) -> list[float]:
+    return [n.resources.cpu_cores for n in shape.nodes]
+
+
+# -- launch ---------------------------------------------------------------------------
+def test_launch_is_r0_of_the_budget_as_one_ps_and_two_workers():
+    # R0 = 15% of 100 -> (1, 2, R0/3, 2R0/3) = 5 cpu each
+    launched = NearchusPolicy().initial_shape(Resources(100), Resources(100))
+    assert cores(launched) == [5, 5, 5]
+    assert NearchusPolicy().initial_shape(Resources(100), Resources(14.9)) is None  # waits
+    assert cores(NearchusPolicy(r0=0.3).initial_shape(Resources(100), Resources(100))) == [10] * 3
+
+
+def test_budget_below_the_minimal_shape_is_a_user_error():
+    # R0 (15%) of 1.5 cpu as three nodes of at least 0.1 cpu needs 2 cpu
+    with pytest.raises(ResourceError, match="at least 2 cpu"):
+        NearchusPolicy().initial_shape(Resources(1.5), Resources(100))
+
+
+# -- stability detector ----------------------------------------------------------------
+def test_stability_needs_five_points_with_cv_below_five_percent():
+    shape = shape_of()
+    params = NearchusPolicy().params
+    assert stable_window(steady(shape, (1, 5, 5), minutes=4), params) is None  # 4 points
+    assert stable_window(steady(shape, (1, 5, 5)), params) is not None
+    # speed 10,10,10,10,13: mean 10.6, std 1.2 -> CV 11% > 5%
+    window = steady(shape, (1, 5, 5), 4) + (sample(300, shape, (1, 5, 5), speed=13),)
+    assert stable_window(window, params) is None
+    # speed 10,10,10,10,10.5: CV = 0.2/10.1 = 2% < 5%
+    window = steady(shape, (1, 5, 5), 4) + (sample(300, shape, (1, 5, 5), speed=10.5),)
+    assert stable_window(window, params) is not None
+
+
+def test_stability_points_average_each_minute_and_must_be_consecutive():
+    shape = shape_of()
+    window = tuple(sample(10 * i, shape, (1, 5, 5)) for i in range(1, 13))  # 10..120 s
+    points = stability_points(window, 60)
+    assert [len(p) for p in points] == [6, 6]  # (0, 60], (60, 120]
+    gap = (sample(0, shape, (1, 5, 5)), sample(200, shape, (1, 5, 5)))
+    assert len(stability_points(gap, 60)) == 1  # the 0 s sample is not consecutive
+
+
+def test_no_decision_before_the_window_is_stable():
+    shape = shape_of()
+    policy = NearchusPolicy()
+    window = steady(shape, (5, 5, 5), minutes=3)
+    assert policy.decide(observe(shape, window)) is None
+    # three points taken from 60 s: five can exist at 60 + 4*60 = 300 s
+    assert policy.decision_due_s(observe(shape, window)) == 300
+
+
+# -- scaling engine ------------------------------------------------------------------
+def test_e_job_096_scales_up_by_half_in_proportion():
+    # e_job = (4.8 + 4.8 + 4.8) / 15 = 0.96 >= 0.95 -> +50% = +7.5 cpu, 2.5 to each node
+    shape = shape_of()
+    plan = NearchusPolicy().decide(observe(shape, steady(shape, (4.8, 4.8, 4.8))))
+    assert plan.action == Action.SCALE_UP
+    assert cores(plan.shape) == [7.5, 7.5, 7.5]
+    assert plan.details["e_job"] == pytest.approx(0.96)
+
+
+def test_scale_up_is_proportional_to_what_each_node_holds():
+    shape = shape_of(ps=(2,), workers=(4, 6))  # 12 cpu, +50% = +6: ps +1, workers +2, +3
+    plan = NearchusPolicy().decide(observe(shape, steady(shape, (1.95, 3.9, 5.9))))
+    assert cores(plan.shape) == [3, 6, 9]
+
+
+@pytest.mark.parametrize(
+    ("budget", "free", "limit", "expected"),
+    [
+        (20, 100, None, [20 / 3] * 3),  # budget left 5 -> +33%
+        (100, 3, None, [6, 6, 6]),  # the cluster has 3 free -> +20%
+        (100, 100, 6, [6, 6, 6]),  # a 6-cpu node limit -> +20%
+    ],
+)
+def test_scale_up_is_capped_by_budget_cluster_and_node_limit(budget, free, limit, expected):
+    shape = shape_of()
+    node_limit = Resources(limit) if limit else None
+    obs = observe(shape, steady(shape, (5, 5, 5)), budget, free, node_limit=node_limit)
+    plan = NearchusPolicy().decide(obs)
+    assert plan.action == Action.SCALE_UP
+    assert cores(plan.shape) == pytest.approx(expected, abs=2e-3)
+
+
+def test_at_the_budget_an_efficient_job_keeps_its_shape_and_waits_for_room():
+    shape = shape_of()
+    obs = observe(shape, steady(shape, (5, 5, 5)), budget=15)
+    policy = NearchusPolicy()
+    assert policy.decide(obs) is None
+    assert policy.decision_due_s(obs) == math.inf  # nothing until the cluster changes
+
+
+def net_window(shape, hot_samples, total=30):
+    """``total`` samples 10 s apart; the first ``hot_samples`` have the PS link at 95%."""
+    return tuple(
+        sample(10 * (i + 1), shape, (5, 4, 4), net={"ps-0": 95 if i < hot_samples else 50})
+        for i in range(total)
+    )
+
+
+def test_psn_four_of_thirty_samples_above_ninety_percent_adds_a_ps():
+    # 4/30 = 13% > 10% of samples above 90% of the link -> PSN on ps-0
+    shape = shape_of()
+    window = net_window(shape, hot_samples=4)
+    assert psn_bottleneck(window, NearchusPolicy().params) == "ps-0"
+    plan = NearchusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.ADD_PS
+    # r_ps = 5 re-divided evenly over 2 PS; workers unchanged
+    assert cores(plan.shape) == [2.5, 5, 5, 2.5]
+    assert plan.shape.n_ps == 2
+
+
+def test_three_of_thirty_is_not_psn_so_it_is_an_mu_bottleneck_add_a_worker():
+    # 3/30 = 10% is not *more* than 10% -> MU bottleneck: a worker, r_wk / n_wk = 10 / 3
+    shape = shape_of()
+    window = net_window(shape, hot_samples=3)
+    assert psn_bottleneck(window, NearchusPolicy().params) is None
+    plan = NearchusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.ADD_WORKER
+    assert cores(plan.shape) == pytest.approx([5, 10 / 3, 10 / 3, 10 / 3], abs=1e-3)
+
+
+def test_only_the_last_thirty_network_samples_count():
+    shape = shape_of()
+    # 10 old hot samples, then 30 cool ones: the hot ones are older than N_net
+    window = net_window(shape, hot_samples=10, total=40)
+    window = window[:10] + tuple(
+        sample(10 * (i + 11), shape, (5, 4, 4), net={"ps-0": 50}) for i in range(30)
+    )
+    assert psn_bottleneck(window, NearchusPolicy().params) is None
+
+
+# -- resource optimizer ----------------------------------------------------------------
+def test_component_level_moves_idle_ps_cpu_to_the_workers():
+    # e_ps = 0.5/5 = 0.1 < 0.8 <= e_wk = 4.75/5; idle PS cpu 4.5, 90% of it (4.05) moves:
+    # PS 5 - 4.05 = 0.95, each worker 5 + 2.025 = 7.025
+    shape = shape_of()
+    plan = NearchusPolicy().decide(observe(shape, steady(shape, (0.5, 4.75, 4.75))))
+    assert plan.action == Action.REBALANCE
+    assert cores(plan.shape) == pytest.approx([0.95, 7.025, 7.025], abs=1e-3)
+    assert plan.shape.total().cpu_cores == pytest.approx(15)
+    # all of it, the literal reading: PS 0.5, workers 7.25
+    literal = NearchusPolicy(reclaim_fraction=1.0)
+    plan = literal.decide(observe(shape, steady(shape, (0.5, 4.75, 4.75))))
+    assert cores(plan.shape) == [0.5, 7.25, 7.25]
+
+
+def test_node_level_rebalances_within_a_component_in_proportion_to_use():
+    # two PS of 4 cpu using 4 and 1: total 8, 0.1 floor each, 7.8 split 4:1 -> 6.34, 1.66
+    shape = shape_of(ps=(4, 4), workers=(10,))
+    used = {"ps-0": 4.0, "ps-1": 1.0, "worker-0": 10.0}
+    balanced = nearchus_optimizer.node_level(shape, used, 0.8, 0.1)
+    assert cores(balanced) == pytest.approx([6.34, 1.66, 10])
+    # components: e_ps = 5/8 < 0.8 <= e_wk = 1 -> the PS give their idle 3 to the worker
+    moved = nearchus_optimizer.component_level(balanced, used, 0.8, 1.0, 0.1)
+    assert sum(cores(moved)[:2]) == pytest.approx(5) and cores(moved)[2] == pytest.approx(13)
+
+
+def test_no_component_move_when_both_or_neither_are_below_threshold():
+    shape = shape_of()
+    both_low = {"ps-0": 1.0, "worker-0": 2.0, "worker-1": 2.0}
+    assert nearchus_optimizer.component_level(shape, both_low, 0.8, 1.0, 0.1) == shape
+    both_high = {"ps-0": 4.5, "worker-0": 4.5, "worker-1": 4.5}
+    assert nearchus_optimizer.optimize(shape, both_high, 0.8) is None
+
+
+def test_component_move_stops_at_the_node_limit():
+    shape = shape_of()
+    used = {"ps-0": 0.5, "worker-0": 4.75, "worker-1": 4.75}
+    moved = nearchus_optimizer.component_level(shape, used, 0.8, 1.0, 0.1, limit_cores=6)
+    assert cores(moved) == [3, 6, 6]  # the workers could only take 1 cpu each
+
+
+# -- stop rule -------------------------------------------------------------------------
+def plans_and_history(speeds):
+    """launch + two add-worker moves; ``speeds`` of the two shapes before the current one."""
+    a, b, c = shape_of(), shape_of(workers=(5, 5, 5)), shape_of(workers=(4, 4, 4, 4))
+    plans = (
+        Plan(a, Action.LAUNCH, "launch"),
+        Plan(b, Action.ADD_WORKER, "mu"),
+        Plan(c, Action.ADD_WORKER, "mu"),
+    )
+    history = (ShapeRecord(a, speeds[0]), ShapeRecord(b, speeds[1]))
+    return c, plans, history
+
+
+def test_two_scale_outs_in_a_row_without_a_two_percent_gain_stop_the_search():
+    # speed before the two moves 10.0; now 10.1 < 10.0 * 1.02 -> converged, keep the shape
+    shape, plans, history = plans_and_history((10.0, 10.05))
+    window = steady(shape, (5, 3.5, 3.5, 3.5, 3.5), speed=10.1)  # e_job 0.90: add a worker
+    obs = observe(shape, window, plans=plans, history=history)
+    policy = NearchusPolicy()
+    assert policy.decide(obs) is None
+    assert policy.decision_due_s(obs) == math.inf
+    # 10.3 >= 10.2: the moves paid off, the engine goes on
+    faster = observe(shape, steady(shape, (5, 3.5, 3.5, 3.5, 3.5), speed=10.3), plans=plans,
+                     history=history)  # fmt: skip
+    assert policy.decide(faster).action == Action.ADD_WORKER
+
+
+def test_parameters_are_named_validated_and_overridable_by_the_registry():
+    assert make_policy("nearchus", r_up=0.3).params.r_up == 0.3
+    with pytest.raises(SpecError, match="r0"):
+        NearchusPolicy(r0=1.5)
+    with pytest.raises(SpecError, match="policy nearchus: unexpected parameter 'r_upp'"):
+        make_policy("nearchus", r_upp=0.3)
+    defaults = NearchusPolicy().params
+    assert (defaults.e_thd_job, defaults.r_up, defaults.n_comp, defaults.cv_max) == (
+        0.95, 0.5, 5, 0.05)  # fmt: skip
+    assert (defaults.n_net, defaults.psn_sample_fraction, defaults.psn_link_utilization) == (
+        30, 0.10, 0.90)  # fmt: skip
+    assert defaults.e_thd_opt == 0.8

@@ -1,0 +1,112 @@
+"""nearchus+, rightsize's improved NEARCHUS: each change against hand-computed numbers."""
+
+import math
+
+import pytest
+from tests.test_scaling_nearchus import cores, observe, sample, shape_of, steady
+
+from rightsize.core.resources import Resources
+from rightsize.scaling.api import Action, Plan, ShapeRecord
+from rightsize.scaling.nearchus import NearchusPolicy
+from rightsize.scaling.nearchus_plus import NearchusPlusPolicy, balanced_ps_cores
+
+
+def test_balanced_split_sizes_the_ps_for_the_speed_the_workers_will_reach():
+    # c_ps = 0.5, c_wk = 9.5 core-s per step, 20% slack: k = 0.6/9.5, a = 15 k / (1 + k)
+    k = 0.5 * 1.2 / 9.5
+    assert balanced_ps_cores(15, 0.5, 9.5, 0.2) == pytest.approx(15 * k / (1 + k))
+
+
+def test_idle_ps_is_rebalanced_without_starving_it():
+    # speed 1 step/s: the PS uses 0.5 (c_ps 0.5), workers 9.5 (c_wk 9.5) of 15 cpu.
+    # The literal optimizer (all idle CPU moved) leaves the PS exactly 0.5, the faithful
+    # default (90% of it) 0.5 + 0.45 = 0.95; nearchus+ sizes it from the cost per step, 0.891.
+    shape = shape_of()
+    window = steady(shape, (0.5, 4.75, 4.75), speed=1.0)
+    literal = NearchusPolicy(reclaim_fraction=1.0).decide(observe(shape, window))
+    assert cores(literal.shape)[0] == 0.5
+    faithful = NearchusPolicy().decide(observe(shape, window))
+    assert cores(faithful.shape)[0] == pytest.approx(0.95)
+    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.REBALANCE
+    assert cores(plan.shape)[0] == pytest.approx(0.891, abs=1e-3)
+    assert plan.shape.total().cpu_cores == pytest.approx(15, abs=3e-3)  # millicore rounding
+
+
+def test_a_saturated_ps_gets_cpu_back_in_the_faithful_blind_spot():
+    # PS at 1.0/1.0 (saturated), workers at 0.85: both >= E_thd_opt, so faithful NEARCHUS
+    # adds a worker; nearchus+ sees PSC and moves cpu to the PS
+    shape = shape_of(ps=(1.0,), workers=(7.0, 7.0))
+    window = steady(shape, (1.0, 5.95, 5.95), speed=1.0)
+    assert NearchusPolicy().decide(observe(shape, window)).action == Action.ADD_WORKER
+    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.REBALANCE
+    assert cores(plan.shape)[0] > 1.0
+
+
+def test_mu_bottleneck_adds_as_many_workers_as_the_measured_cap_needs():
+    # workers hold 24 cpu each and use 16 (MU): 48 / 16 = 3 workers -> add 1 (at most 2x)
+    shape = shape_of(ps=(2,), workers=(24, 24))
+    plan = NearchusPlusPolicy().decide(observe(shape, steady(shape, (1.0, 16, 16))))
+    assert plan.action == Action.ADD_WORKER
+    assert cores(plan.shape) == pytest.approx([2, 16, 16, 16])
+    assert plan.details["worker_mu"] == 16
+    # 48 cpu used at 6 each would want 8 workers: capped at twice the current count
+    plan = NearchusPlusPolicy().decide(observe(shape, steady(shape, (1.0, 6, 6))))
+    assert plan.shape.n_workers == 4
+
+
+def test_scale_up_goes_to_the_budget_in_one_move_with_more_workers():
+    # 15 cpu (PS 1, workers 7 each), e_job 1.0, budget 100: x6.67 in one move.
+    # Per worker at most 7 * 1.5 = 10.5 cpu -> 93.33 / 10.5 = 9 workers; PS link 10% -> 1 PS.
+    shape = shape_of(ps=(1,), workers=(7, 7))
+    net = {"ps-0": 10.0}
+    plan = NearchusPlusPolicy().decide(observe(shape, steady(shape, (1, 7, 7), net=net)))
+    assert plan.action == Action.SCALE_UP
+    assert plan.shape.total().cpu_cores == pytest.approx(100, abs=0.1)
+    assert (plan.shape.n_ps, plan.shape.n_workers) == (1, 9)
+
+
+def test_scale_up_adds_ps_for_the_link_the_growth_will_need():
+    # PS link at 40%; growing 6.67x would put it at 267% -> ceil(2.67 / 0.9) = 3 PS
+    shape = shape_of(ps=(1,), workers=(7, 7))
+    net = {"ps-0": 40.0}
+    plan = NearchusPlusPolicy().decide(observe(shape, steady(shape, (1, 7, 7), net=net)))
+    assert plan.shape.n_ps == 3
+
+
+def test_scale_up_respects_a_worker_mu_cap_seen_before():
+    shape = shape_of(ps=(1,), workers=(7, 7))
+    plans = (Plan(shape, Action.ADD_WORKER, "mu", {"worker_mu": 5.0}),)
+    obs = observe(shape, steady(shape, (1, 7, 7)), plans=plans)
+    plan = NearchusPlusPolicy().decide(obs)
+    assert plan.shape.n_workers == math.ceil(93.333 / 5)
+
+
+def test_when_the_search_stops_it_goes_back_to_the_fastest_shape():
+    best, worse = shape_of(), shape_of(workers=(5, 5, 5))
+    current = shape_of(workers=(4, 4, 4, 4))
+    plans = (Plan(best, Action.LAUNCH, "l"), Plan(worse, Action.ADD_WORKER, "m"),
+             Plan(current, Action.ADD_WORKER, "m"))  # fmt: skip
+    history = (ShapeRecord(best, 12.0), ShapeRecord(worse, 10.0))
+    window = steady(current, (5, 3.5, 3.5, 3.5, 3.5), speed=10.0)
+    obs = observe(current, window, plans=plans, history=history)
+    plan = NearchusPlusPolicy().decide(obs)
+    assert plan.shape == best and plan.details["final"]
+    done = observe(best, steady(best, (1, 5, 5), speed=12.0), plans=(*plans, plan))
+    assert NearchusPlusPolicy().decide(done) is None
+    assert NearchusPlusPolicy().decision_due_s(done) == math.inf
+
+
+def test_noise_alone_does_not_rebalance_nodes():
+    # two PS at 0.55 and 0.6 efficiency differ by 0.05 < node_spread 0.1: no node move
+    shape = shape_of(ps=(2, 2), workers=(10,))
+    window = tuple(sample(60 * (i + 1), shape, (1.1, 1.2, 9.9)) for i in range(5))
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=14))
+    assert plan is None or plan.action != Action.REBALANCE or cores(plan.shape)[:2] != [2, 2]
+
+
+def test_nearchus_plus_parameters_extend_the_faithful_ones():
+    params = NearchusPlusPolicy(max_scale_out=3).params
+    assert params.r_up == 0.5 and params.max_scale_out == 3
+    assert NearchusPlusPolicy().initial_shape(Resources(100), Resources(100)).n_workers == 2
