@@ -41,13 +41,15 @@ def held_out_split(records: list[ProbeRecord], fraction: float, seed: int) -> tu
     return train, test
 
 
+def halves(mtu: int) -> tuple:
+    """(name, predicate) of the learned model's two halves, split at the MTU (Srift §4.2)."""
+    return (("small", lambda r: r.size_bytes <= mtu), ("large", lambda r: r.size_bytes > mtu))
+
+
 def candidate_errors(train, test, mtu: int, seed: int) -> dict:
     """Held-out MAPE of every candidate, per half, so the chosen one can be seen in context."""
     out = {}
-    for half, keep in (
-        ("small", lambda r: r.size_bytes <= mtu),
-        ("large", lambda r: r.size_bytes > mtu),
-    ):
+    for half, keep in halves(mtu):
         tr, te = [r for r in train if keep(r)], [r for r in test if keep(r)]
         y_tr, y_te = (
             np.array([r.bus_bytes_per_s for r in tr]),
@@ -68,10 +70,7 @@ def noise_floor(train, test, mtu: int) -> dict:
     for r in train:
         points.setdefault((r.size_bytes, r.world, r.concurrent), []).append(r.bus_bytes_per_s)
     out = {}
-    for half, keep in (
-        ("small", lambda r: r.size_bytes <= mtu),
-        ("large", lambda r: r.size_bytes > mtu),
-    ):
+    for half, keep in halves(mtu):
         te = [r for r in test if keep(r) and (r.size_bytes, r.world, r.concurrent) in points]
         guess = np.array([np.mean(points[(r.size_bytes, r.world, r.concurrent)]) for r in te])
         out[half] = mape(guess, np.array([r.bus_bytes_per_s for r in te]))

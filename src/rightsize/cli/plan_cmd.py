@@ -136,23 +136,24 @@ def run(args: argparse.Namespace) -> int:
     result = plan(options, comm_model(args.comm_model), request, args.mode, args.top)
     if args.skypilot_yaml:
         _write_skypilot(args, result.plans)
-    rows = result.plans + result.baselines
-    if args.json:
-        print_json([p.to_dict() for p in rows])
+    header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
+              f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
+    return print_plans(result.plans + result.baselines, header, args.json)
+
+
+def print_plans(plans: list[CloudPlan], header: str, as_json: bool) -> int:
+    """The plans as a table under ``header``, or as a JSON list of objects."""
+    if as_json:
+        print_json([p.to_dict() for p in plans])
         return 0
-    print(f"{request.iterations} iterations at global batch {request.global_batch}, "
-          f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
-    print_plans(rows)
-    return 0
-
-
-def print_plans(plans: list[CloudPlan]) -> None:
+    print(header)
     print(format_table(
         ["policy", "configuration", "s/iter", "total time", "total cost", "$/h", "models"],
         [[p.policy, str(p.config), f"{p.seconds_per_iter:.4g}", format_duration(p.total_seconds),
           format_money(p.total_cost), f"{p.price_per_hour:.4g}",
           "; ".join(f"{k}: {v}" for k, v in p.models.items())] for p in plans],
     ))  # fmt: skip
+    return 0
 
 
 def _write_skypilot(args: argparse.Namespace, plans: list[CloudPlan]) -> None:
@@ -185,10 +186,6 @@ def _run_fc2(args, profiles, catalog, caps, request: PlanRequest) -> int:
     planner = Fc2Planner(profiles[0], workers, ps, fc2)
     names = ["cost-opt", "time-opt", "scala-opt"] + (["scala-opt-m"] if args.worker_type else [])
     plans = [planner.recommend(name, args.worker_type) for name in names]
-    if args.json:
-        print_json([p.to_dict() for p in plans])
-        return 0
-    print(f"FC2 recommendations: parameter server {ps.name} ({ps.network_gbps:g} Gbps), "
-          f"worker batch {fc2.worker_batch}, {fc2.iterations} global steps")  # fmt: skip
-    print_plans(plans)
-    return 0
+    header = (f"FC2 recommendations: parameter server {ps.name} ({ps.network_gbps:g} Gbps), "
+              f"worker batch {fc2.worker_batch}, {fc2.iterations} global steps")  # fmt: skip
+    return print_plans(plans, header, args.json)

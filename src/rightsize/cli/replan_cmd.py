@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rightsize.cli.output import print_json, progress_printer
+from rightsize.cli.output import progress_printer
 from rightsize.cli.plan_cmd import add_request_arguments, comm_model, print_plans, request_from
 from rightsize.cli.profiles import resolve_profiles
 from rightsize.core.catalog import load_catalogs
@@ -63,11 +63,7 @@ def run(args: argparse.Namespace) -> int:
     options = build_options(resolve_profiles(args, progress), catalog, caps, args.spot, args.region)
     plans = replan(options, comm_model(args.comm_model), request_from(args), status, interruption,
                    SearchSettings(top=args.top))  # fmt: skip
-    if args.json:
-        print_json([p.to_dict() for p in plans])
-        return 0
-    limits = plans[0].iterations
-    print(f"re-planning {limits} remaining iterations after losing {', '.join(sorted(lost))} "
-          f"({format_duration(status.elapsed_s)} and {format_money(status.spent_usd)} spent)")  # fmt: skip
-    print_plans(plans)
-    return 0
+    header = (f"re-planning {plans[0].iterations} remaining iterations after losing "
+              f"{', '.join(sorted(lost))} ({format_duration(status.elapsed_s)} and "
+              f"{format_money(status.spent_usd)} spent)")  # fmt: skip
+    return print_plans(plans, header, args.json)

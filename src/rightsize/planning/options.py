@@ -56,7 +56,7 @@ class InstanceOption:
     price_per_hour: float
     cap: int
     layers: tuple[LayerGrad, ...]
-    mem_bytes_per_s: float = float("inf")  # the device's, for DDP's bucket copies
+    mem_bytes_per_s: float
 
     @property
     def name(self) -> str:
