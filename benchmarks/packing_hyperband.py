@@ -12,12 +12,21 @@ configuration found and the speedup over the original:
   pack_opt strategies under the same memory limit (standing in for a device's
   memory; 40 MiB admits ~12 MLP-3 trials);
 - ``knn+mix`` — kNN with trials that differ only in activation fused too
-  (``--mix-activations``, beyond the paper).
+  (``--mix-activations``, beyond the paper);
+- beyond the paper: ``knn-ragged`` (``--batch-mode ragged``: no padded rows),
+  ``knn-concurrent`` (``--concurrent-brackets``: brackets side by side, packed
+  across), both together, with mixed activations, and
+  ``knn-ragged-concurrent-for-loop`` with torch.optim's default kernels.
 
-Because packing never changes a trial's result, every packed variant must visit
-the same configurations, measure the same losses and find the same best as
-``original``; the script checks this and records it. Variants run in a
-shuffled order per repetition; medians over repetitions are reported.
+Every variant runs at every ``--threads`` count (default 1 and 2), in a shuffled
+order per repetition; medians over repetitions are reported. Because packing
+never changes a trial's result, every packed variant must visit the same
+configurations, measure the same losses and find the same best as its
+*reference*: ``original`` for the fused-kernel variants, ``original-for-loop``
+for the for-loop one; the script checks and records it. Speedups are wall-time
+ratios: at the same thread count, and against the reference at its best thread
+count; the ``headline`` is the reference at its best thread count against the
+fastest packed variant that agrees with it.
 
 Usage:
     python benchmarks/packing_hyperband.py --out benchmarks/results/packing_hyperband_mlp3.json
@@ -29,11 +38,14 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from packing_common import setup_process, write_report
 from rightsize.core.units import parse_memory
@@ -50,61 +62,164 @@ from rightsize.packing.space import load_space
 from rightsize.workloads.registry import WorkloadRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {  # name -> (pack_opt strategy, how an unpacked trial is trained, mix activations)
-    "original": ("none", "torch-fused", False),
-    "original-for-loop": ("none", "torch-for-loop", False),
-    "batch-size": ("batch-size", "torch-fused", False),
-    "random": ("random", "torch-fused", False),
-    "knn": ("knn", "torch-fused", False),
-    "knn+mix": ("knn", "torch-fused", True),
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the search; ``reference`` is the original it must agree with."""
+
+    strategy: str  # pack_opt strategy; none = the original Hyperband
+    optimizer_impl: str = "fused"  # torch.optim kernels, packed and unpacked alike
+    mix: bool = False  # --mix-activations
+    batch_mode: str = "pad"
+    concurrent: bool = False  # --concurrent-brackets
+    workers: int = 1  # --workers: processes with one torch thread each
+
+    @property
+    def reference(self) -> str:
+        return "original" if self.optimizer_impl == "fused" else "original-for-loop"
+
+
+VARIANTS = {
+    "original": Variant("none"),
+    "original-for-loop": Variant("none", "for-loop"),
+    "batch-size": Variant("batch-size"),
+    "random": Variant("random"),
+    "knn": Variant("knn"),
+    "knn+mix": Variant("knn", mix=True),
+    "knn-ragged": Variant("knn", batch_mode="ragged"),
+    "knn-concurrent": Variant("knn", concurrent=True),
+    "knn-ragged-concurrent": Variant("knn", batch_mode="ragged", concurrent=True),
+    "knn-ragged-concurrent+mix": Variant("knn", mix=True, batch_mode="ragged", concurrent=True),
+    "knn-ragged-concurrent-for-loop": Variant(
+        "knn", "for-loop", batch_mode="ragged", concurrent=True
+    ),
+    # two worker processes, one torch thread each (the original: two trials at a time)
+    "original-2w": Variant("none", workers=2),
+    "original-for-loop-2w": Variant("none", "for-loop", workers=2),
+    "knn-ragged-concurrent-2w": Variant("knn", batch_mode="ragged", concurrent=True, workers=2),
+    "knn-ragged-concurrent+mix-2w": Variant(
+        "knn", mix=True, batch_mode="ragged", concurrent=True, workers=2
+    ),
+    "knn-ragged-concurrent-for-loop-2w": Variant(
+        "knn", "for-loop", batch_mode="ragged", concurrent=True, workers=2
+    ),
 }
+DEFAULT_VARIANTS = ",".join(VARIANTS)
 
 
-def run_variant(name: str, args, registry: WorkloadRegistry, space) -> dict:
-    strategy, engine, mix = VARIANTS[name]
+def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space) -> dict:
+    variant = VARIANTS[name]
     settings = TuneSettings(
         workload=args.workload, dataset=args.dataset, max_resource=args.max_resource, eta=args.eta,
         seed=args.seed, steps_per_unit=args.steps_per_unit,
         memory_limit_bytes=parse_memory(args.memory_limit, "--memory-limit"),
-        packopt=PackOptSettings(strategy, args.threshold), unpacked_engine=engine,
-        pack=PackSettings(mix_activations=mix),
+        packopt=PackOptSettings(variant.strategy, args.threshold),
+        unpacked_engine=f"torch-{variant.optimizer_impl}",
+        pack=PackSettings(
+            batch_mode=variant.batch_mode, mix_activations=variant.mix,
+            optimizer_impl=variant.optimizer_impl,
+        ),
+        concurrent_brackets=variant.concurrent, workers=variant.workers,
+        worker_allocator=args.allocator,
     )  # fmt: skip
+    torch.set_num_threads(threads)
     search = prepare_search(settings, space, registry)
-    cpu_start = time.process_time()
+    cpu_start = _cpu_s()
     report = search_report(search, run_search(search))
-    # CPU seconds of this process: on a shared, oversubscribed machine wall time
-    # includes waiting for a core; CPU time is closer to the work each variant does
-    report["cpu_s"] = time.process_time() - cpu_start
+    # CPU seconds of this process and its (joined) workers: with one thread, closer
+    # than wall time to the work done on a busy machine; with two OpenMP threads
+    # they spin at barriers and inflate it
+    report["cpu_s"] = _cpu_s() - cpu_start
+    report["threads"], report["cores"] = threads, threads * variant.workers
     return report
 
 
-def summarize(reports: dict[str, list[dict]]) -> dict:
-    original = reports["original"][0]
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def summarize(reports: dict[tuple[str, int], list[dict]]) -> dict:
+    """Medians per (variant, threads), speedups at the same thread count and best against best."""
     rows = {}
-    for name, runs in reports.items():
-        wall = statistics.median(r["wall_s"] for r in runs)
+    for (name, threads), runs in reports.items():
+        reference = reports.get((VARIANTS[name].reference, threads))
         first = runs[0]
-        rows[name] = {
-            "wall_s": wall,
+        rows[f"{name}@{threads}t"] = {
+            "variant": name, "threads": threads, "workers": VARIANTS[name].workers,
+            "cores": threads * VARIANTS[name].workers, "reference": VARIANTS[name].reference,
+            "wall_s": statistics.median(r["wall_s"] for r in runs),
             "walls_s": [r["wall_s"] for r in runs],
             "cpu_s": statistics.median(r["cpu_s"] for r in runs),
             "cpus_s": [r["cpu_s"] for r in runs],
             "best": first["best"],
-            "same_best_as_original": all(_best(r) == _best(original) for r in runs),
-            "same_losses_as_original": all(_losses(r) == _losses(original) for r in runs),
+            "same_best_as_reference": reference is not None
+            and all(_best(r) == _best(reference[0]) for r in runs),
+            "same_losses_as_reference": reference is not None
+            and all(_losses(r) == _losses(reference[0]) for r in runs),
+            "same_best_as_original": all(_best(r) == _best(_any(reports, "original")) for r in runs),
             "packs_per_rung": [len(r["packs"]) for r in first["rungs"]],
             "largest_pack_per_rung": [max(len(p) for p in r["packs"]) for r in first["rungs"]],
             "switch_s": sum(r["switch_s"] for r in first["rungs"]),
-        }
-    base, base_cpu = rows["original"]["wall_s"], rows["original"]["cpu_s"]
-    loop = rows.get("original-for-loop")
+        }  # fmt: skip
     for row in rows.values():
-        row["speedup_vs_original"] = base / row["wall_s"]
-        row["cpu_speedup_vs_original"] = base_cpu / row["cpu_s"]
-        if loop is not None:
-            row["speedup_vs_original_for_loop"] = loop["wall_s"] / row["wall_s"]
-            row["cpu_speedup_vs_original_for_loop"] = loop["cpu_s"] / row["cpu_s"]
+        # the reference (one trial at a time) using as many cores, as OpenMP threads
+        same = rows.get(f"{row['reference']}@{row['cores']}t")
+        if same:
+            row["speedup_vs_reference_same_cores"] = same["wall_s"] / row["wall_s"]
+            row["cpu_speedup_vs_reference_same_cores"] = same["cpu_s"] / row["cpu_s"]
+        best_reference = _best_row(rows, row["reference"])
+        if best_reference:
+            row["speedup_vs_best_reference"] = best_reference["wall_s"] / row["wall_s"]
     return rows
+
+
+def headline(rows: dict) -> dict:
+    """Per reference: its fastest run against the fastest packed variant that agrees with it.
+
+    ``<reference>`` is the paper's original, one trial at a time on the device
+    (at its best thread count); ``<reference> or 2 workers`` also lets the
+    original train two trials at a time, one per core — a stronger baseline
+    than the paper's.
+    """
+    out = {}
+    for reference in ("original", "original-for-loop"):
+        agreeing = [
+            r for r in rows.values()
+            if r["reference"] == reference and not r["variant"].startswith(reference)
+            and r["same_best_as_reference"] and r["same_losses_as_reference"]
+        ]  # fmt: skip
+        for label, names in (
+            (reference, (reference,)),
+            (f"{reference} or 2 workers", (reference, f"{reference}-2w")),
+        ):
+            bases = [r for r in rows.values() if r["variant"] in names]
+            if bases and agreeing:
+                base, best = min(bases, key=_wall), min(agreeing, key=_wall)
+                out[label] = {
+                    "reference": _key(base), "reference_wall_s": base["wall_s"],
+                    "packed": _key(best), "packed_wall_s": best["wall_s"],
+                    "speedup": base["wall_s"] / best["wall_s"],
+                }  # fmt: skip
+    return out
+
+
+def _wall(row: dict) -> float:
+    return row["wall_s"]
+
+
+def _key(row: dict) -> str:
+    return f"{row['variant']}@{row['threads']}t"
+
+
+def _best_row(rows: dict, variant: str) -> dict | None:
+    candidates = [r for r in rows.values() if r["variant"] == variant]
+    return min(candidates, key=lambda r: r["wall_s"]) if candidates else None
+
+
+def _any(reports: dict, name: str) -> dict:
+    return next(runs[0] for (n, _), runs in reports.items() if n == name)
 
 
 def _best(report: dict) -> tuple:
@@ -131,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs of each variant (medians kept)"
     )
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variants", default=DEFAULT_VARIANTS)
+    parser.add_argument(
+        "--threads", default="1,2", help="torch thread counts, each variant at each (default 1,2)"
+    )
     parser.add_argument("--allocator", choices=("retain", "default"), default="retain")
     parser.add_argument(
         "--quick", action="store_true", help="R=9, 2 steps per unit, 1 run: check it runs"
@@ -141,41 +258,61 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.max_resource, args.steps_per_unit, args.repeats = 9, 2, 1
-    process = setup_process(args.threads, args.allocator)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    process = setup_process(thread_counts[0], args.allocator)
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
     names = args.variants.split(",")
-    if "original" not in names:
-        parser.error("--variants must include original (the reference)")
-    reports: dict[str, list[dict]] = {name: [] for name in names}
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or "original" not in names:
+        parser.error(f"--variants: unknown {unknown}; must include original; have {list(VARIANTS)}")
+    # a variant with worker processes runs them at one thread each: only at --threads 1
+    runs = [
+        (name, threads)
+        for name in names
+        for threads in thread_counts
+        if VARIANTS[name].workers == 1 or threads == 1
+    ]
+    reports: dict[tuple[str, int], list[dict]] = {run: [] for run in runs}
     rng = random.Random(args.seed)
     for repeat in range(args.repeats):
-        rng.shuffle(names)
-        for name in names:
-            report = run_variant(name, args, registry, space)
-            reports[name].append(report)
+        rng.shuffle(runs)  # interleaved: drift lands on every variant alike
+        for name, threads in runs:
+            report = run_variant(name, threads, args, registry, space)
+            reports[(name, threads)].append(report)
             best = report["best"]
             print(
-                f"run {repeat + 1}/{args.repeats} {name:18s} {report['wall_s']:7.1f}s "
+                f"run {repeat + 1}/{args.repeats} {name:32s} {threads}t {report['wall_s']:7.1f}s "
                 f"(cpu {report['cpu_s']:7.1f}s)  best {best['trial_id']} "
                 f"loss {best['val_loss']:.5f} {best['config']}",
                 file=sys.stderr,
                 flush=True,
             )
     rows = summarize(reports)
-    for name, row in rows.items():
+    for key, row in sorted(rows.items(), key=lambda item: (item[1]["threads"], item[0])):
         print(
-            f"{name:18s} median {row['wall_s']:7.1f}s  speedup {row['speedup_vs_original']:.2f}x  "
-            f"cpu {row['cpu_s']:7.1f}s  cpu speedup {row['cpu_speedup_vs_original']:.2f}x  "
-            f"same best: {row['same_best_as_original']}  same losses: {row['same_losses_as_original']}",
+            f"{key:36s} median {row['wall_s']:7.1f}s  "
+            f"vs {row['reference']} same cores "
+            f"{row.get('speedup_vs_reference_same_cores', float('nan')):.2f}x, vs its best "
+            f"{row.get('speedup_vs_best_reference', float('nan')):.2f}x  cpu {row['cpu_s']:7.1f}s  "
+            f"same best/losses: {row['same_best_as_reference']}/{row['same_losses_as_reference']}",
+            file=sys.stderr,
+        )
+    top = headline(rows)
+    for reference, item in top.items():
+        print(
+            f"headline vs {reference}: {item['reference']} {item['reference_wall_s']:.1f}s / "
+            f"{item['packed']} {item['packed_wall_s']:.1f}s = {item['speedup']:.2f}x",
             file=sys.stderr,
         )
     body = {
         "process": process,
+        "load_average": os.getloadavg(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "space_size": space.size,
         "variants": rows,
-        "reports": {name: runs[0] for name, runs in reports.items()},
+        "headline": top,
+        "reports": {f"{n}@{t}t": runs[0] for (n, t), runs in reports.items()},
     }
     write_report(args.out, "packing_hyperband", "packing_hyperband.py", argv, body)
     return 0

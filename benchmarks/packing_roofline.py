@@ -9,8 +9,12 @@ measures how close it gets:
    the products an MLP-3 step on digits runs at batch 45;
 2. training FLOPs of one MLP-3 step (forward + backward, counted by
    ``torch.utils.flop_counter``), and the achieved FLOP/s of packs of
-   n = 1 .. 32 identical-shape trials (Adam, batch 45) and of plain PyTorch
-   alone (default and fused ``torch.optim``).
+   n = 1 .. 32 identical-shape trials (Adam, batch 45; padded and ragged
+   layouts) and of plain PyTorch alone (default and fused ``torch.optim``);
+3. the floor of one trial-step: its matrix products alone (forward and
+   backward, at the exact shapes, no autograd) plus one fused Adam update of
+   its parameters. No packing can beat it on this CPU, so ``alone / floor`` is
+   the largest speedup packing can give at this thread count.
 
 Usage:
     python benchmarks/packing_roofline.py --out benchmarks/results/packing_roofline.json
@@ -34,6 +38,8 @@ from packing_common import (
     write_report,
 )
 from packing_step import Alone, packed
+from rightsize.packing.optimizers import OptimizerSpec, new_state, torch_optimizer
+from rightsize.packing.pack import PackSettings
 
 
 def matmul_flops_per_s(shapes, rounds: int) -> list[dict]:
@@ -67,6 +73,34 @@ def training_flops(architectures, stream) -> float:
     return float(counter.get_total_flops())
 
 
+def floor_seconds(architectures, batch: int, rounds: int) -> dict:
+    """Seconds of one trial-step's products alone, and of its fused Adam update."""
+    model = architectures.workload((("activation", "relu"),)).make_model(0)
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = [(m.weight.detach(), m.bias.detach()) for m in layers]
+    x = torch.randn(batch, layers[0].in_features)
+
+    def products() -> None:
+        inputs = [x]
+        for w, b in weights:
+            inputs.append(torch.addmm(b, inputs[-1], w.t()))
+        grad = torch.randn_like(inputs[-1])
+        for k in range(len(weights) - 1, -1, -1):
+            torch.mm(grad.t(), inputs[k])  # weight gradient
+            grad.sum(0)  # bias gradient
+            if k:
+                grad = grad @ weights[k][0]  # input gradient
+
+    params = [p.detach().clone() for p in model.parameters()]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer = torch_optimizer(OptimizerSpec("adam", 1e-3), params, fused=True)
+    for p in params:
+        optimizer.state[p] = new_state(OptimizerSpec("adam", 1e-3), p)
+    timed = interleaved_medians({"products": products, "adam": optimizer.step}, rounds, inner=20)
+    return {name: result["median_s"] for name, result in timed.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -97,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in counts:
         specs = trial_set(n, "same", "same")
+        ragged = PackSettings(batch_mode="ragged")
         variants = {
             "pack": packed(specs, architectures, stream).train_step,
+            "pack_ragged": packed(specs, architectures, stream, ragged).train_step,
             "alone": Alone(specs, architectures, stream, fused=False),
             "alone_fused": Alone(specs, architectures, stream, fused=True),
         }
@@ -114,13 +150,28 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(
             f"n={n:2d}  pack {row['pack']['flops_per_s'] / 1e9:6.1f} GFLOP/s ({row['pack']['fraction_of_peak']:.0%})"
+            f"  ragged {row['pack_ragged']['flops_per_s'] / 1e9:6.1f}"
             f"  alone {row['alone']['flops_per_s'] / 1e9:6.1f}  alone fused {row['alone_fused']['flops_per_s'] / 1e9:6.1f}"
             f"  (peak {peak / 1e9:.1f})",
             file=sys.stderr,
             flush=True,
         )
+    floor = floor_seconds(architectures, b, rounds)
+    floor_s = floor["products"] + floor["adam"]
+    alone = {k: min(r[k]["step_s"] / r["n"] for r in rows) for k in ("alone", "alone_fused")}
+    bound = {k: v / floor_s for k, v in alone.items()}
+    print(
+        f"floor per trial-step {floor_s * 1e3:.3f} ms (products {floor['products'] * 1e3:.3f}, "
+        f"adam {floor['adam'] * 1e3:.3f}); largest possible speedup over alone "
+        f"{bound['alone']:.2f}x (default optim), {bound['alone_fused']:.2f}x (fused)",
+        file=sys.stderr,
+    )
     body = {
         "process": process,
+        "floor_s_per_trial_step": floor_s,
+        "floor_parts_s": floor,
+        "alone_best_s_per_trial_step": alone,
+        "largest_speedup_over_alone": bound,
         "matmul": matmul,
         "peak_matmul_flops_per_s": peak,
         "training_flops_per_trial_step": flops,

@@ -1,14 +1,15 @@
 """Per-step improvement of packing (packing paper §4.2 eq. 1-3), memory peak (§4.5), switching (§4.6).
 
 For MLP-3 and the small CNN, n = 2, 4, 8 trials are trained one step at a time
-three ways, interleaved round by round on the same machine:
+four ways, interleaved round by round on the same machine:
 
 - ``seq`` — each trial alone with plain PyTorch (its own ``nn.Module``, its own
   ``torch.optim`` optimizer in its default implementation, its own batch
   gathered from the dataset), one after another: T_s(Seq) of eq. 1;
 - ``seq_fused`` — the same with ``torch.optim(fused=True)`` (the update kernels a
   pack uses), to separate what packing gains from what the fused update gains;
-- ``pack`` — all n in one pack (``rightsize.packing.pack``): T_s(Pack) of eq. 2.
+- ``pack`` — all n in one pack (``rightsize.packing.pack``): T_s(Pack) of eq. 2;
+- ``pack_ragged`` — the same with ``--batch-mode ragged`` (no padded rows; beyond the paper).
 
 IMPV = (T_s(Seq) - T_s(Pack)) / T_s(Seq) (eq. 3), per scenario: same or
 different batch sizes (45, or spread over Table 3's 20..70), same or different
@@ -45,7 +46,7 @@ from packing_common import (
 from rightsize.packing.alone import train_alone
 from rightsize.packing.memory import PackMemory, measure_footprint
 from rightsize.packing.optimizers import torch_optimizer
-from rightsize.packing.pack import load, pack, train
+from rightsize.packing.pack import PackSettings, load, pack, train
 from rightsize.packing.trial import TrialState
 from rightsize.profiling.memory import CpuPeakMeter, tensor_bytes
 
@@ -83,20 +84,28 @@ class Alone:
         self.step += 1
 
 
-def packed(specs, architectures, stream):
-    return pack([load(TrialState(s), architectures, "cpu") for s in specs], stream)
+def packed(specs, architectures, stream, settings: PackSettings | None = None):
+    loaded = [load(TrialState(s), architectures, "cpu") for s in specs]
+    return pack(loaded, stream, settings or PackSettings())
 
 
 def step_case(specs, architectures, stream, rounds: int, inner: int) -> dict:
     p = packed(specs, architectures, stream)
+    ragged = packed(specs, architectures, stream, PackSettings(batch_mode="ragged"))
     variants = {
         "seq": Alone(specs, architectures, stream, fused=False),
         "seq_fused": Alone(specs, architectures, stream, fused=True),
         "pack": p.train_step,
+        "pack_ragged": ragged.train_step,
     }
     timed = interleaved_medians(variants, rounds, inner)
     seq, fused, packed_s = (timed[k]["median_s"] for k in ("seq", "seq_fused", "pack"))
+    ragged_s = timed["pack_ragged"]["median_s"]
     return {
+        "pack_ragged_s": ragged_s,
+        "impv_ragged": (seq - ragged_s) / seq,
+        "impv_ragged_vs_fused": (fused - ragged_s) / fused,
+        "memory_ragged": memory_case(ragged, specs, architectures, pad=False),
         "trials": [_describe(s) for s in specs],
         "groups": p.fused_sizes,
         "seq_s": seq,
@@ -107,11 +116,11 @@ def step_case(specs, architectures, stream, rounds: int, inner: int) -> dict:
         "speedup": seq / packed_s,
         "speedup_vs_fused": fused / packed_s,
         "runs": {k: v["runs_s"] for k, v in timed.items()},
-        "memory": memory_case(p, specs, architectures),
+        "memory": memory_case(p, specs, architectures, pad=True),
     }
 
 
-def memory_case(p, specs, architectures) -> dict:
+def memory_case(p, specs, architectures, pad: bool) -> dict:
     """Measured peak of one pack step, pack_opt's estimate, and what admission charges."""
     tensors = []
     for group in p.groups:
@@ -128,7 +137,7 @@ def memory_case(p, specs, architectures) -> dict:
             cache[options] = measure_footprint(architectures.workload(options))
         return cache[options]
 
-    memory = PackMemory(footprint, capacity_bytes=0)
+    memory = PackMemory(footprint, capacity_bytes=0, pad=pad)
     return {
         "measured_peak_bytes": peak,
         "estimated_bytes": memory.pack_bytes(specs),
@@ -221,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:16s} n={n} batch={batches:9s} opt={optimizers:9s} act={activations:9s} "
                     f"seq {case['seq_s'] * 1e3:7.2f}ms  seq(fused) {case['seq_fused_s'] * 1e3:7.2f}ms  "
                     f"pack {case['pack_s'] * 1e3:7.2f}ms  IMPV {case['impv']:+.2f} "
-                    f"(vs fused {case['impv_vs_fused']:+.2f})",
+                    f"(vs fused {case['impv_vs_fused']:+.2f})  ragged "
+                    f"{case['pack_ragged_s'] * 1e3:7.2f}ms  IMPV {case['impv_ragged']:+.2f} "
+                    f"(vs fused {case['impv_ragged_vs_fused']:+.2f})",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -241,6 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "median_impv": statistics.median(r["impv"] for r in results),
         "median_impv_vs_fused": statistics.median(r["impv_vs_fused"] for r in results),
+        "median_impv_ragged": statistics.median(r["impv_ragged"] for r in results),
+        "median_impv_ragged_vs_fused": statistics.median(
+            r["impv_ragged_vs_fused"] for r in results
+        ),
+        "largest_peak_over_admitted": max(
+            r[key]["measured_peak_bytes"] / r[key]["admitted_bytes"]
+            for r in results
+            for key in ("memory", "memory_ragged")
+        ),
     }
     write_report(
         args.out, "packing_step", "packing_step.py", argv,

@@ -45,6 +45,7 @@ from rightsize.perf.compute import ComputeModel
 from rightsize.perf.iteration import (
     ComputeDraw,
     ddp_copy_s,
+    is_ddp,
     simulate_iteration,
     straggler_compute,
 )
@@ -62,7 +63,13 @@ CASES = {  # workload: (dataset, memory limit for the profile, per-process batch
     "small-cnn": ("synthetic-cifar", "256Mi", (8, 32, 128)),
     "resnet18": ("synthetic-cifar", "384Mi", (8, 32, 64)),
 }
-VARIANTS = ("srift", "shared", "shared+ddp", "shared+ddp+serial")
+#: variant -> the planner's exchange mode (perf/iteration.py) it predicts with
+VARIANTS = {
+    "srift": "per-layer",
+    "shared": "per-layer",
+    "shared+ddp": "ddp-buckets",
+    "shared+ddp+serial": "ddp-serial",
+}
 ATTEMPTS = 3
 
 
@@ -136,13 +143,13 @@ def predict(profile: Profile, alone: DeviceRates, shared: DeviceRates, world: in
                               np.random.default_rng(seed))  # fmt: skip
     backward = total * mean.backward_s / mean.total_s
     link = Link(cpu_model(), 0.0, profile.device.threads, (meminfo("MemTotal") or 0) / 2**30)
-    ddp = variant.startswith("shared+ddp")
+    exchange = VARIANTS[variant]
+    ddp = is_ddp(exchange)
     grads = grads_of(profile, batch)
     result = simulate_iteration(
         total - backward, backward, grads, world, comm, link,
-        optimizer_s=compute.optimizer_s if ddp else 0.0, exchange="ddp-buckets" if ddp else "per-layer",
+        optimizer_s=compute.optimizer_s if ddp else 0.0, exchange=exchange,
         copy_s=ddp_copy_s(grads, shared.mem_bytes_per_s) if ddp else 0.0,
-        overlap=variant != "shared+ddp+serial",
     )  # fmt: skip
     return result.iteration_s
 

@@ -11,8 +11,17 @@ within one seed, so every policy sees the same arrivals.
     python benchmarks/schedule_experiments.py            # full: 5 seeds, 5 CNNs
     python benchmarks/schedule_experiments.py --quick    # 1 seed, ResNet-50 only
 
+NEARCHUS and nearchus+ launch with at least 15 vCPU here (``launch_min_cores=15``):
+§V-A starts NEARCHUS and Optimus alike at "(1ps, 2wk) and 15 vCPUs", and Optimus's
+three 5-vCPU nodes are 15 vCPU whatever the budget. ``nearchus-r0-only`` is §IV's
+launch at R0 = 15% of the budget alone (4.5 vCPU for a 30-vCPU job).
+
 Variants are labelled policies with parameters, e.g. the literal reading of
 the Resource Optimizer (all idle CPU moved): ``nearchus-all-idle=nearchus:reclaim_fraction=1``.
+
+Both link-sharing models run side by side (``--link-sharing job,cluster``, ``cluster.links``):
+each job as if alone on the servers' links, and every training job's nodes sharing them.
+A lone job is the same under both, so the single-job tables are too (a check).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from pathlib import Path
 
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.links import LINK_SHARING, check_link_sharing
 from rightsize.cluster.models import NEARCHUS_CNNS
 from rightsize.cluster.report import SIMULATED_NOTE
 from rightsize.cluster.simulator import SimConfig, Simulator
@@ -36,7 +46,12 @@ from rightsize.scaling.registry import make_policy
 
 OUT = Path(__file__).resolve().parent / "results" / "schedule_experiments.json"
 POLICIES = ("nearchus", "nearchus+", "dlrover", "optimus", "fa-bf")
-VARIANTS = ("nearchus-all-idle=nearchus:reclaim_fraction=1",)
+#: §V-A's common start, given to the NEARCHUS policies named plainly in ``--policies``.
+SECTION_V_PARAMS = {"nearchus": {"launch_min_cores": 15.0}, "nearchus+": {"launch_min_cores": 15.0}}
+VARIANTS = (
+    "nearchus-all-idle=nearchus:reclaim_fraction=1,launch_min_cores=15",
+    "nearchus-r0-only=nearchus:launch_min_cores=0",
+)
 SINGLE_BUDGET_CORES = 100.0  # §V-A: "start with (1ps, 2wk) and 15 vCPUs", R0 = 15% of 100
 SINGLE_EPOCHS = 300.0
 MULTI_METRICS = ("avg_jct_s", "avg_queue_s", "avg_run_s", "makespan_s", "cpu_used_pct",
@@ -56,7 +71,9 @@ COMPARISONS = (
 
 def policies(names: list[str], variants: list[str]) -> dict[str, tuple[str, dict]]:
     """label -> (policy name, parameters), for plain names and ``label=policy:k=v,...``."""
-    out: dict[str, tuple[str, dict]] = {name: (name, {}) for name in names}
+    out: dict[str, tuple[str, dict]] = {
+        name: (name, dict(SECTION_V_PARAMS.get(name, {}))) for name in names
+    }
     for text in variants:
         label, _, spec = text.partition("=")
         name, _, params = spec.partition(":")
@@ -64,9 +81,9 @@ def policies(names: list[str], variants: list[str]) -> dict[str, tuple[str, dict
     return out
 
 
-def run_all(trace, cluster, labelled, seed: int) -> dict:
+def run_all(trace, cluster, labelled, seed: int, link_sharing: str) -> dict:
     """Each labelled policy on ``trace`` with ``seed``: label -> SimResult."""
-    config = SimConfig(seed=seed)
+    config = SimConfig(seed=seed, link_sharing=link_sharing)
     return {
         label: Simulator(cluster, make_policy(name, **params), config).run(trace)
         for label, (name, params) in labelled.items()
@@ -100,12 +117,12 @@ def summarize(per_seed: list[dict], metrics: tuple[str, ...]) -> dict:
     }
 
 
-def multi_job(cluster_name: str, labelled, seeds: list[int], log) -> dict:
+def multi_job(cluster_name: str, labelled, seeds: list[int], sharing: str, log) -> dict:
     cluster = parse_cluster(cluster_name)
     per_seed = []
     for seed in seeds:
-        log(f"40-job trace, cluster {cluster_name}, seed {seed}")
-        results = run_all(nearchus_trace(seed), cluster, labelled, seed)
+        log(f"40-job trace, cluster {cluster_name}, seed {seed}, links shared per {sharing}")
+        results = run_all(nearchus_trace(seed), cluster, labelled, seed, sharing)
         per_seed.append({label: r.summary() for label, r in results.items()})
     keys = {"jct": "avg_jct_s", "queue": "avg_queue_s"}
     return {
@@ -115,13 +132,13 @@ def multi_job(cluster_name: str, labelled, seeds: list[int], log) -> dict:
     }
 
 
-def single(cluster_name: str, model: str, labelled, seeds: list[int], log) -> dict:
+def single(cluster_name: str, model: str, labelled, seeds: list[int], sharing: str, log) -> dict:
     cluster = parse_cluster(cluster_name)
     trace = single_job(model, SINGLE_BUDGET_CORES, SINGLE_EPOCHS)
     per_seed = []
     for seed in seeds:
-        log(f"single job {model}, cluster {cluster_name}, seed {seed}")
-        results = run_all(trace, cluster, labelled, seed)
+        log(f"single job {model}, cluster {cluster_name}, seed {seed}, links per {sharing}")
+        results = run_all(trace, cluster, labelled, seed, sharing)
         rows = {}
         for label, result in results.items():
             job = result.jobs[0]
@@ -156,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", default="A,B")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--variant", action="append", default=None, metavar="LABEL=POLICY:K=V")
+    parser.add_argument("--link-sharing", default=",".join(LINK_SHARING),
+                        help="link-sharing models to run, side by side (job, cluster)")  # fmt: skip
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     seeds = list(range(1, 2 if args.quick else args.seeds + 1))
@@ -163,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = list(VARIANTS) if args.variant is None else args.variant
     labelled = policies(args.policies.split(","), variants)
     clusters = args.clusters.split(",")
+    modes = [check_link_sharing(m) for m in args.link_sharing.split(",")]
     started = time.perf_counter()
 
     def log(message: str) -> None:
@@ -174,14 +194,21 @@ def main(argv: list[str] | None = None) -> int:
         "note": SIMULATED_NOTE,
         "seeds": seeds,
         "policies": {label: [name, params] for label, (name, params) in labelled.items()},
+        "link_sharing": modes,
         "single_job": {
             "budget_cpu": SINGLE_BUDGET_CORES,
             "epochs": SINGLE_EPOCHS,
             "results": {
-                c: {m: single(c, m, labelled, seeds, log) for m in models} for c in clusters
+                mode: {
+                    c: {m: single(c, m, labelled, seeds, mode, log) for m in models}
+                    for c in clusters
+                }
+                for mode in modes
             },
         },
-        "multi_job": {c: multi_job(c, labelled, seeds, log) for c in clusters},
+        "multi_job": {
+            mode: {c: multi_job(c, labelled, seeds, mode, log) for c in clusters} for mode in modes
+        },
     }
     data["wall_s"] = time.perf_counter() - started
     write_json(data, Path(args.out))
@@ -195,9 +222,30 @@ def _fmt(value: float | None, scale: float = 1.0, pattern: str = "{:.2f}") -> st
 
 
 def print_summary(data: dict) -> None:
-    """Median tables on stdout (hours; changes as percentages)."""
+    """Median tables on stdout (hours; changes as percentages), one set per link-sharing model,
+    then the headline comparisons of the models side by side."""
     print(f"# {data['note']}; seeds {data['seeds']}")
-    for cluster, block in data["multi_job"].items():
+    for mode in data["link_sharing"]:
+        print(f"\n## links shared per {mode}")
+        print_multi(data["multi_job"][mode])
+        print_single(data["single_job"]["results"][mode], data["single_job"]["budget_cpu"])
+    print_sharing_comparison(data)
+
+
+def print_sharing_comparison(data: dict) -> None:
+    modes = data["link_sharing"]
+    print("\n40-job comparisons by link-sharing model (medians over seeds)")
+    print(f"{'cluster':8} {'comparison':22} " + " ".join(f"{m:>9}" for m in modes))
+    first = data["multi_job"][modes[0]]
+    for cluster, block in first.items():
+        for name in block["comparisons"]:
+            values = [data["multi_job"][m][cluster]["comparisons"][name]["median"] for m in modes]
+            cells = " ".join(f"{_fmt(v, 0.01, '{:+.1f}%'):>9}" for v in values)
+            print(f"{cluster:8} {name:22} {cells}")
+
+
+def print_multi(multi: dict) -> None:
+    for cluster, block in multi.items():
         print(f"\n40-job trace, cluster {cluster} (medians over seeds)")
         print(
             "policy               avg JCT h  avg queue h  avg run h  makespan h  CPU used %  restarts"
@@ -208,8 +256,11 @@ def print_summary(data: dict) -> None:
                   f"  {_fmt(m['cpu_used_pct'], 1, '{:.1f}'):>10}  {_fmt(m['restarts'], 1, '{:.0f}'):>8}")  # fmt: skip
         for name, c in block["comparisons"].items():
             print(f"  {name:22} {_fmt(c['median'], 0.01, '{:+.1f}%')}")
-    for cluster, models in data["single_job"]["results"].items():
-        print(f"\nsingle job, budget {data['single_job']['budget_cpu']:g} cpu, cluster {cluster}")
+
+
+def print_single(results: dict, budget_cpu: float) -> None:
+    for cluster, models in results.items():
+        print(f"\nsingle job, budget {budget_cpu:g} cpu, cluster {cluster}")
         print("model        policy               best steps/s  JCT h  to 95% h  restarts")
         for model, block in models.items():
             for label, m in block["medians"].items():

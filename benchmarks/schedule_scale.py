@@ -9,6 +9,7 @@ are recorded too, as a check that the runs did the work.
 
     python benchmarks/schedule_scale.py              # 10,000 jobs, 3 repeats
     python benchmarks/schedule_scale.py --quick      # 1,000 jobs, 1 repeat
+    python benchmarks/schedule_scale.py --link-sharing cluster   # every job's nodes share links
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.links import LINK_SHARING
 from rightsize.cluster.simulator import SimConfig, Simulator
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.scaling.registry import make_policy
@@ -33,13 +35,13 @@ POLICIES = ("fa-bf", "nearchus", "nearchus+", "dlrover", "optimus")
 TARGET_S = 10.0  # the issue's goal: 10,000 jobs in under 10 s
 
 
-def time_policy(name: str, jobs: int, cluster: str, seed: int, repeats: int) -> dict:
-    trace = nearchus_trace(seed, jobs)
+def time_policy(name: str, jobs: int, cluster: str, config: SimConfig, repeats: int) -> dict:
+    trace = nearchus_trace(config.seed, jobs)
     spec = parse_cluster(cluster)
     walls, summary = [], {}
     for _ in range(repeats):
         started = time.perf_counter()
-        result = Simulator(spec, make_policy(name), SimConfig(seed=seed)).run(trace)
+        result = Simulator(spec, make_policy(name), config).run(trace)
         walls.append(time.perf_counter() - started)
         summary = result.summary()
     wall = statistics.median(walls)
@@ -63,12 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default="B")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--link-sharing", default=SimConfig.link_sharing, choices=LINK_SHARING)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     jobs, repeats = (1_000, 1) if args.quick else (args.jobs, args.repeats)
+    load_at_start = os.getloadavg()  # 2 shared cores: the load says how far to trust the times
+    config = SimConfig(seed=args.seed, link_sharing=args.link_sharing)
     rows = []
     for name in args.policies.split(","):
-        row = time_policy(name, jobs, args.cluster, args.seed, repeats)
+        row = time_policy(name, jobs, args.cluster, config, repeats)
         print(f"{name:10} {row['wall_s_median']:7.2f} s  {row['jobs_per_s']:8.0f} jobs/s  "
               f"(simulated avg JCT {row['simulated_avg_jct_h']:.2f} h, "
               f"{row['simulated_restarts']} restarts)", flush=True)  # fmt: skip
@@ -80,10 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": jobs,
         "repeats": repeats,
         "cluster": args.cluster,
+        "link_sharing": args.link_sharing,
         "target_s_per_10k_jobs": TARGET_S,
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
+            "load_avg_at_start": load_at_start,
             "load_avg_at_end": os.getloadavg(),
         },  # fmt: skip
         "results": rows,

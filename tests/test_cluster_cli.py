@@ -36,6 +36,17 @@ def test_trace_experiment_json_says_it_is_simulated(capsys):
     assert len(data["jobs"]["optimus"]) == 3
 
 
+def test_link_sharing_across_jobs_is_selectable(capsys):
+    # Optimus's jobs on cluster A run on many 5-vCPU nodes; when several run at once they
+    # outnumber the 9 servers, so sharing the links across jobs makes them run longer
+    base = ["--trace", "nearchus-40", "--cluster", "A", "--policies", "optimus", "--json"]
+    code, job_mode, _ = run(capsys, *base)
+    code_shared, shared, _ = run(capsys, *base, "--link-sharing", "cluster")
+    assert code == 0 == code_shared
+    alone, together = (json.loads(o)["results"][0]["avg_run_s"] for o in (job_mode, shared))
+    assert together > alone
+
+
 def test_plots_are_written(capsys, tmp_path):
     code, out, _ = run(capsys, "--trace", str(DATA / "pollux_tiny.csv"), "--work-scale", "0.01",
                        "--cluster", "B", "--policies", "fa-bf,nearchus+", "--plots",
@@ -66,6 +77,7 @@ def test_plots_are_written(capsys, tmp_path):
         (["--job", "resnet5", "--budget", "10"], "did you mean 'resnet50'"),
         (["--job", "resnet50", "--budget", "30", "--cluster", "Z"], "unknown cluster"),
         (["--trace", "nearchus-40", "--param", "nearchus:r_upp=1"], "unexpected parameter"),
+        (["--trace", "nearchus-40", "--link-sharing", "pod"], "invalid choice: 'pod'"),
         (["--trace", "nearchus-40", "--param", "dlrover:r_up=1"], "dlrover: unexpected parameter"),
         (
             ["--trace", "nearchus-40", "--policies", "fa-bf", "--param", "dlrover:r_up=1"],

@@ -13,8 +13,8 @@ from rightsize.core.shape import ClusterShape
 TINY = SimModel("tiny", 100, (50, 30, 20), 1.0, 10, 1.0, 1000)
 
 
-def cluster(link=1e9, server=20) -> ClusterSpec:
-    return ClusterSpec("t", 100, 10**12, server, 10**11, link)
+def cluster(link=1e9, server=20, servers=0) -> ClusterSpec:
+    return ClusterSpec("t", 100, 10**12, server, 10**11, link, servers=servers)
 
 
 def shape(ps=(10.0,), workers=(5.0, 5.0)) -> ClusterShape:
@@ -55,7 +55,7 @@ def test_mu_caps_what_a_worker_can_use():
 
 def test_ps_network_caps_the_step_rate_and_fills_the_link():
     # a 120 B/s link: 1 PS moves 100 B per step -> at most 1.2 steps/s; three workers
-    # want 3 x 0.6 (each moves 200 B per step over its own 120 B/s link: 1.67 s per step)
+    # want 3 x 1.0 (compute-bound: 100 B each way over a full-duplex 120 B/s link is 0.83 s)
     perf = JobModel(TINY, cluster(link=120)).evaluate(shape(workers=(10.0, 10.0, 10.0)))
     assert perf.bottleneck == "ps-network" and perf.steps_per_s == pytest.approx(1.2)
     assert perf.nodes[0].net_bytes_per_s == pytest.approx(120)
@@ -63,9 +63,21 @@ def test_ps_network_caps_the_step_rate_and_fills_the_link():
 
 
 def test_worker_link_slows_a_worker_when_transfer_outlasts_compute():
-    # 2 x 100 B over a 100 B/s link = 2 s per step > 10 core-s / 10 cores = 1 s
-    perf = JobModel(TINY, cluster(link=100)).evaluate(shape(ps=(10.0, 10.0), workers=(10.0,)))
+    # 100 B in and 100 B out at once over a full-duplex 50 B/s link = 2 s per step
+    # > 10 core-s / 10 cores = 1 s
+    perf = JobModel(TINY, cluster(link=50)).evaluate(shape(ps=(10.0, 10.0), workers=(10.0,)))
     assert perf.steps_per_s == pytest.approx(0.5)
+
+
+def test_nodes_share_their_servers_links():
+    # 4 nodes on 2 servers: each gets half of a 100 B/s link, 50 B/s -> the worker's
+    # 100 B each way take 2 s per step; the PS (share 1/2 each) caps at 50 / 50 = 1 step/s
+    spread = shape(ps=(10.0, 10.0), workers=(10.0, 10.0))
+    perf = JobModel(TINY, cluster(link=100, servers=2)).evaluate(spread)
+    assert perf.steps_per_s == pytest.approx(2 * 0.5)
+    # on 4 or more servers every node has a link of its own: compute-bound, 2 x 1 step/s
+    alone = JobModel(TINY, cluster(link=100, servers=4)).evaluate(spread)
+    assert alone.steps_per_s == pytest.approx(2.0) and alone.bottleneck == "workers"
 
 
 def test_ps_compute_caps_the_rate_and_saturates_the_ps():
@@ -77,7 +89,7 @@ def test_ps_compute_caps_the_rate_and_saturates_the_ps():
 
 def test_a_hot_ps_limits_the_job_however_many_ps_are_added():
     # 90% of the parameters in one tensor: its PS link caps the job at 100 / 90 steps/s;
-    # four link-bound workers would do 4 x 0.5
+    # four link-bound workers would do 4 x 1
     hot = SimModel("hot", 100, (90, 5, 5), 1.0, 10, 1.0, 1000)
     workers = (20, 20, 20, 20)
     two = JobModel(hot, cluster(link=100)).evaluate(shape(ps=(10, 10), workers=workers))
@@ -119,8 +131,13 @@ def test_every_simulated_model_is_built_and_documented():
 def test_clusters_a_b_and_custom():
     assert CLUSTERS["A"].capacity.cpu_cores == 100 and CLUSTERS["B"].cpu_cores == 300
     assert parse_cluster("b") is CLUSTERS["B"]
+    assert CLUSTERS["A"].servers == 9 == CLUSTERS["B"].servers  # NEARCHUS Table I
     custom = parse_cluster("cpu=64,net_gbps=10,server_cores=16")
     assert custom.cpu_cores == 64 and custom.link_bytes_per_s == 10 * GBPS
+    assert custom.servers == 4  # 64 vCPU of 16-core servers
+    assert parse_cluster("cpu=64,net_gbps=10,servers=6").servers == 6
+    with pytest.raises(SpecError, match="servers"):
+        parse_cluster("cpu=64,net_gbps=10,servers=0")
     with pytest.raises(UnknownNameError, match="unknown cluster 'C'"):
         parse_cluster("C")
     with pytest.raises(SpecError, match="net_gbps"):

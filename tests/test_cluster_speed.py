@@ -1,6 +1,8 @@
 """The simulator's fast paths give exactly what the plain code would (issue 5: speed without
 changing any result)."""
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -8,14 +10,28 @@ from hypothesis import strategies as st
 from rightsize.cluster.clusters import CLUSTERS
 from rightsize.cluster.jobmodel import JobModel
 from rightsize.cluster.models import sim_model
-from rightsize.cluster.simjob import Noise, SimJob, metric_sample, node_metrics
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simjob import (
+    Noise,
+    SampleDetail,
+    SimJob,
+    metric_sample,
+    node_metrics,
+    sample_detail,
+)
+from rightsize.cluster.simulator import SimConfig, Simulator, observation
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
-from rightsize.scaling.api import MetricSample, NodeMetrics, Observation, ShapeRecord
-from rightsize.scaling.optimus import OptimusPolicy, group_speeds, speed_points
+from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
+from rightsize.scaling.optimus import KnownSpeeds, OptimusPolicy, group_speeds, speed_points
 from rightsize.scaling.registry import make_policy
+from rightsize.scaling.shapes import (
+    one_ps_two_workers,
+    redistributed,
+    scaled_out,
+    scaled_up,
+    with_node,
+)
 
 SHAPE = ClusterShape.from_counts(1, 3, Resources(2.5, 10), Resources(4.25, 20))
 
@@ -72,24 +88,36 @@ def test_speed_points_from_a_grouped_prior_equal_the_ungrouped_ones():
     assert speed_points(later, known) == speed_points([*prior, *later])
     assert speed_points(later, known)[0] == (1, 2, 1.1)
     assert known == {(1, 2): [1.0], (1, 3): [1.4]}  # left unchanged
+    # KnownSpeeds (what Optimus keeps per prior) gives the same points, new (p, w) or not.
+    four = ClusterShape.from_counts(2, 2, Resources(5), Resources(5))
+    remembered = KnownSpeeds.of(prior)
+    for records in (later, [ShapeRecord(four, 0.9), *later], [ShapeRecord(four, 0.9)], []):
+        assert remembered.points(records) == speed_points(records, known)
+        assert remembered.points(records) == speed_points([*prior, *records])
 
 
 def test_samples_without_nodes_keep_the_random_stream():
-    """A policy that reads no node metrics gets samples without them, the same speeds, and the
+    """A policy that reads no node metrics gets samples without them, one that reads columns
+    gets columns equal to those of the NodeMetrics it would have had, the same speeds, and the
     same later samples (the node noise is drawn either way)."""
     spec = nearchus_trace(1, 1).jobs[0]
     model = JobModel(sim_model(spec.model), CLUSTERS["B"])
-    windows = []
-    for nodes in (True, False):
+    windows = {}
+    for detail in SampleDetail:
         job = SimJob(spec, model, 1e9, np.random.default_rng(7))
         job.perf, job.started_s, job.ready_s = model.evaluate(SHAPE), 0.0, 0.0
-        job.collect(300.0, 60.0, 600.0, Noise(), nodes)
-        job.collect(600.0, 60.0, 600.0, Noise(), True)
-        windows.append(job.window)
-    with_nodes, without = windows
+        job.collect(300.0, 60.0, 600.0, Noise(), detail)
+        job.collect(600.0, 60.0, 600.0, Noise(), SampleDetail.NODES)
+        windows[detail] = job.window
+    with_nodes, without = windows[SampleDetail.NODES], windows[SampleDetail.NONE]
+    columns = windows[SampleDetail.COLUMNS]
     assert [s.steps_per_s for s in with_nodes] == [s.steps_per_s for s in without]
     assert all(s.nodes == () for s in without[:5]) and len(without[0:5]) == 5
-    assert with_nodes[5:] == without[5:]
+    assert with_nodes[5:] == without[5:] == columns[5:]
+    for full, lean in zip(with_nodes[:5], columns[:5], strict=True):
+        assert lean.nodes == () and lean.columns == NodeColumns.of(full.nodes)
+        assert lean.cpu_used_cores == full.cpu_used_cores == sum(lean.columns.cpu_used_cores)
+        assert (lean.time_s, lean.steps_per_s) == (full.time_s, full.steps_per_s)
 
 
 def test_optimus_reads_no_node_metrics_and_its_decisions_do_not_need_them():
@@ -107,3 +135,40 @@ def test_a_run_is_still_a_pure_function_of_its_inputs():
             for _ in range(2)
         ]
         assert runs[0] == runs[1]
+
+
+def test_fast_observation_equals_the_normally_built_one():
+    fields = {
+        "job": "j", "time_s": 60.0, "shape": SHAPE, "budget": Resources(40), "free": Resources(9),
+        "window": (), "events": (), "history": (), "decisions": 1, "steps_done": 5,
+        "steps_total": 50, "plans": (), "prior": (), "node_limit": Resources(64),
+        "shape_since_s": 30.0,
+    }  # fmt: skip
+    fast, plain = observation(dict(fields)), Observation(**fields)
+    assert fast == plain and repr(fast) == repr(plain)
+    assert set(fields) == {f.name for f in dataclasses.fields(Observation)}  # every field
+    assert fast.headroom == plain.headroom == Resources(9)
+
+
+def test_remembered_shape_moves_give_the_same_object_and_the_plain_value():
+    # Equal arguments -> the very same shape, equal to what the shape methods compute.
+    up = scaled_up(SHAPE, 0.5)
+    assert up is scaled_up(ClusterShape.from_dict(SHAPE.to_dict()), 0.5)
+    assert up == SHAPE.scaled_up(Resources(SHAPE.total().cpu_cores * 0.5, 35))
+    out = scaled_out(SHAPE, NodeRole.WORKER, 2)
+    assert out is scaled_out(SHAPE, NodeRole.WORKER, 2) and out.n_workers == 5
+    assert out.role_total(NodeRole.WORKER) == SHAPE.role_total(NodeRole.WORKER)
+    assert with_node(SHAPE, NodeRole.PS, Resources(5)) == SHAPE.with_node_added(
+        NodeRole.PS, Resources(5)
+    )
+    assert redistributed(SHAPE, NodeRole.WORKER, Resources(9)) is redistributed(
+        SHAPE, NodeRole.WORKER, Resources(9)
+    )
+    assert one_ps_two_workers(Resources(15)) is one_ps_two_workers(Resources(15.0))
+
+
+def test_the_simulator_gives_each_policy_the_least_node_detail_it_reads():
+    assert sample_detail(make_policy("optimus")) == SampleDetail.NONE
+    assert sample_detail(make_policy("nearchus")) == SampleDetail.COLUMNS
+    assert sample_detail(make_policy("nearchus+")) == SampleDetail.COLUMNS
+    assert sample_detail(make_policy("dlrover")) == SampleDetail.NODES

@@ -137,3 +137,40 @@ def test_diverged_trials_rank_last():
     result = band.run()
     assert trainer.calls[1][0] == ["s1-001"]  # s=1: 3 trials, keep 1: not the NaN one
     assert result.best.trial_id != "s1-000" and not math.isnan(result.best_loss)
+
+
+# -- concurrent brackets ------------------------------------------------------------------
+
+
+def _band(trainer, plan, concurrent, resume=True):
+    return Hyperband(
+        9, 3, lambda s, n: [_trial(s, k) for k in range(n)], plan, trainer, resume=resume,
+        concurrent=concurrent,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("score", [lambda spec: 1 + int(spec.trial_id[-3:]), lambda spec: 1.0])
+def test_concurrent_brackets_train_phase_by_phase_and_find_the_same_best(score):
+    # ties (score 1.0) must resolve as in the sequential run: the earliest seen there
+    sequential = _band(ScriptedTrainer(score), lambda t, s, i: [t], False).run()
+    trainer, planned = ScriptedTrainer(score), []
+
+    def plan(trials, s, i):
+        planned.append((s, i, len(trials)))
+        return [trials]
+
+    concurrent = _band(trainer, plan, True).run()
+    # R = 9, eta = 3: phases end at r = 1, 3, 9; every bracket trains in every phase:
+    # 9 + 5 + 3 trials to r=1, then 3 + 5 + 3 promoted or continuing to 3, then 1 + 1 + 3
+    assert [(len(c[0]), c[3]) for c in trainer.calls] == [(17, 1), (11, 3), (5, 9)]
+    assert [set(c[1]) for c in trainer.calls] == [{0}, {1}, {3}]  # all resume from one step
+    assert planned == [(3, 0, 17), (3, 1, 11), (3, 2, 5)]  # key: one past the last bracket
+    assert [(r.bracket, r.rung, r.n, r.r, r.losses) for r in concurrent.rungs] == [
+        (r.bracket, r.rung, r.n, r.r, r.losses) for r in sequential.rungs
+    ]
+    assert (concurrent.best, concurrent.best_loss) == (sequential.best, sequential.best_loss)
+
+
+def test_concurrent_brackets_need_resume():
+    with pytest.raises(SpecError, match="concurrent brackets need resuming trials"):
+        _band(ScriptedTrainer(lambda spec: 1.0), lambda t, s, i: [t], True, resume=False)

@@ -34,6 +34,7 @@ MIXED = [
     (20, "sgd", 0.1, "relu"),
     (45, "momentum", 0.1, "relu"),
 ]
+MIXED_KINDS = [("adam", 0.01), ("momentum", 0.1), ("adagrad", 0.1), ("sgd", 0.1)]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -93,8 +94,20 @@ def assert_same(result, reference, exact=True):
         PackSettings(fuse=False),
         PackSettings(mix_activations=True),
         PackSettings(mix_activations=True, batch_mode="bucket"),
+        PackSettings(batch_mode="ragged"),
+        PackSettings(batch_mode="ragged", mix_activations=True),
+        PackSettings(stack_optimizer=False),
     ],
-    ids=["fused-padded", "fused-exact", "general-path", "fused-mixed-activations", "bucketed"],
+    ids=[
+        "fused-padded",
+        "fused-exact",
+        "general-path",
+        "fused-mixed-activations",
+        "bucketed",
+        "ragged",
+        "ragged-mixed-activations",
+        "one-optimizer-unit-per-trial",
+    ],
 )
 def test_mlp_trials_match_alone_bit_for_bit(mlp, settings):
     architectures, stream = mlp
@@ -104,6 +117,51 @@ def test_mlp_trials_match_alone_bit_for_bit(mlp, settings):
     for t in trials:
         alone = train_alone(TrialState(t), architectures, stream, 30, fused_optimizer=True)
         assert_same(results[t.trial_id], alone)
+
+
+@pytest.mark.parametrize("batch_mode", ["pad", "ragged"])
+def test_for_loop_updates_match_torch_optim_default_bit_for_bit(mlp, batch_mode):
+    architectures, stream = mlp
+    trials = specs(MIXED)
+    settings = PackSettings(batch_mode=batch_mode, optimizer_impl="for-loop")
+    _, results = packed(trials, architectures, stream, {t.trial_id: 12 for t in trials}, settings)
+    for t in trials:
+        alone = train_alone(TrialState(t), architectures, stream, 12, fused_optimizer=False)
+        assert_same(results[t.trial_id], alone)
+
+
+# many trials per optimizer spec: stacked updates, fresh and resumed, in a pack that shrinks
+SHARED_SPECS = [(b, kind, lr, "relu") for kind, lr in MIXED_KINDS for b in (70, 45, 20)]
+
+
+@pytest.mark.parametrize("batch_mode", ["pad", "ragged"])
+def test_stacked_updates_of_one_spec_match_alone_bit_for_bit(mlp, batch_mode):
+    architectures, stream = mlp
+    trials = specs(SHARED_SPECS, seed=300)
+    targets = {t.trial_id: 6 + (i % 3) * 3 for i, t in enumerate(trials)}  # 6, 9, 12 steps
+    settings = PackSettings(batch_mode=batch_mode)
+    if batch_mode == "ragged":  # one unit per spec once Momentum's buffers exist
+        probe = pack([load(TrialState(t), architectures, "cpu") for t in trials], stream, settings)
+        probe.train_step()
+        assert probe.optimizer_units == 4
+    p, results = packed(trials, architectures, stream, targets, settings)
+    assert len(p.switches) == 3
+    for t in trials:
+        alone = train_alone(
+            TrialState(t), architectures, stream, targets[t.trial_id], fused_optimizer=True
+        )
+        assert_same(results[t.trial_id], alone)
+    # resumed: every trial's checkpoint at 12 steps, packed again for 4 more
+    resumed = [load(results[t.trial_id].state, architectures, "cpu") for t in trials[2::3]]
+    again = train(pack(resumed, stream, settings), {t.spec.trial_id: 16 for t in resumed})
+    for t in trials[2::3]:
+        alone = train_alone(TrialState(t), architectures, stream, 16, fused_optimizer=True)
+        assert again[t.trial_id].val_loss == alone.val_loss
+        for name, value in alone.state.params.items():
+            assert torch.equal(again[t.trial_id].state.params[name], value), name
+        for name, state in alone.state.optimizer_state.items():
+            for key, value in state.items():
+                assert torch.equal(again[t.trial_id].state.optimizer_state[name][key], value)
 
 
 def test_mlp_trials_match_torch_optim_default_within_rounding(mlp):
@@ -180,20 +238,22 @@ def test_a_checkpointed_trial_resumes_where_it_stopped(mlp):
         assert torch.equal(resumed.params[name], value)
 
 
-def test_small_cnn_trials_match_alone_within_rounding():
+@pytest.mark.parametrize("batch_mode", ["pad", "ragged"])
+def test_small_cnn_trials_match_alone_within_rounding(batch_mode):
     registry = WorkloadRegistry()
     architectures = Architectures(lambda o: registry.get("small-cnn", "digits", {"width": 8, **o}))
     stream = DataStream(architectures.workload(()).dataset, width=40, seed=2)
     trials = specs(
         [(40, "adam", 0.01, "relu"), (30, "momentum", 0.05, "relu"), (40, "sgd", 0.1, "tanh")]
     )
-    settings = PackSettings(mix_activations=True)
+    settings = PackSettings(mix_activations=True, batch_mode=batch_mode)
     p = pack([load(TrialState(s), architectures, "cpu") for s in trials], stream, settings)
     assert [len(g.trials) for g in p.groups] == [3]  # convolutions, activations and all
     results = train(p, {t.trial_id: 6 for t in trials}, record_losses=True)
     for t in trials:
         alone = train_alone(TrialState(t), architectures, stream, 6, fused_optimizer=True)
-        assert_same(results[t.trial_id], alone, exact=False)
+        # ragged runs each trial's own convolution on its own rows: the call it makes alone
+        assert_same(results[t.trial_id], alone, exact=batch_mode == "ragged")
 
 
 # -- models the fused path must refuse, and the general path must still isolate -------------

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rightsize.core.errors import SpecError, UnknownNameError
-from rightsize.packing.packopt import PackOptSettings, distance, pack_opt
+from rightsize.packing.packopt import PackOptSettings, balance, distance, pack_opt
 from rightsize.packing.space import Config, load_space, parse_space
 from rightsize.packing.trial import spec_from_config
 
@@ -160,3 +160,23 @@ def test_every_trial_lands_in_exactly_one_group_that_fits(
         assert all(len({t.batch_size for t in g}) == 1 for g in groups)
     if strategy == "knn":
         assert all(distance(SMALL, g[0], t) <= threshold for g in groups for t in g)
+
+
+def test_balance_reshapes_groups_while_that_shortens_the_busiest_worker():
+    def sizes(groups, workers, fits=lambda group: True):
+        made = [[trial(f"t{i}-{k}", 20) for k in range(n)] for i, n in enumerate(groups)]
+        return [len(g) for g in balance(made, workers, fits)]
+
+    # a group costs its trials + 2. [10]: 12 on one worker; halved, [5, 5]: 7 | 7
+    assert sizes([10], 2) == [5, 5] and sizes([10], 1) == [10]
+    # [7, 3]: 9 | 5. Moving a trial: [6, 4], 8 | 6, then [5, 5], 7 | 7; halving [7] instead
+    # gives [4, 3, 3]: 6 | 10
+    assert sizes([7, 3], 2) == [5, 5]
+    # a move must fit: with groups of at most 3 the [3] cannot grow; halving [7] is worse
+    assert sizes([7, 3], 2, fits=lambda group: len(group) <= 3) == [7, 3]
+    assert sizes([5, 5], 2) == [5, 5] and sizes([1], 2) == [1]
+
+
+def test_balance_keeps_pack_opts_order_within_a_group():
+    group = [trial(f"t{k}", 20) for k in range(5)]
+    assert balance([group], 2, lambda g: True) == [group[:3], group[3:]]

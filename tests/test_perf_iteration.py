@@ -95,18 +95,21 @@ def test_ddp_buckets_group_in_ready_order():
 
 
 def test_ddp_bucket_copies_are_serial_time():
-    # 3e9 gradient bytes copied in and out at 10 GB/s: 2 * 3e9 / 1e10 = 0.6 s
+    # 3e9 gradient bytes copied in and out: each copy reads and writes them, 4 * 3e9 bytes
+    # moved at 10 GB/s (read + write) = 1.2 s
     layers = [LayerGrad(10**9, 0.5), LayerGrad(2 * 10**9, 1.0)]
-    assert ddp_copy_s(layers, 1e10) == pytest.approx(0.6)
-    t = simulate_iteration(0.3, 1.0, layers, world=1, comm=FlatComm(), link=LINK, copy_s=0.6)
-    assert t.iteration_s == pytest.approx(0.3 + 1.0 + 0.6) and t.optimizer_s == pytest.approx(0.6)
+    assert ddp_copy_s(layers, 1e10) == pytest.approx(1.2)
+    t = simulate_iteration(0.3, 1.0, layers, world=1, comm=FlatComm(), link=LINK, copy_s=1.2)
+    assert t.iteration_s == pytest.approx(0.3 + 1.0 + 1.2) and t.optimizer_s == pytest.approx(1.2)
 
 
 def test_exchange_after_backward_when_it_cannot_overlap():
     # both 1e9-byte layers start together after backward: two transfers share 1 GB/s and
     # end at 2.0 s, so t_iter = 0.3 + 1.0 + 2.0 (overlapped it would be 0.3 + 2.5)
     layers = [LayerGrad(10**9, 1.0), LayerGrad(10**9, 0.5)]
-    t = simulate_iteration(0.3, 1.0, layers, world=2, comm=FlatComm(), link=LINK, overlap=False)
+    t = simulate_iteration(
+        0.3, 1.0, layers, world=2, comm=FlatComm(), link=LINK, exchange="ddp-serial"
+    )
     assert t.exchange_s == pytest.approx(2.0) and t.iteration_s == pytest.approx(3.3)
 
 

@@ -12,6 +12,7 @@ from rightsize.core.catalog import load_catalog
 from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import CommModel
+from rightsize.perf.iteration import EXCHANGES, ddp_copy_s, is_ddp, simulate_iteration
 from rightsize.planning.baselines import cap_plan, greedy_config, tap_plan
 from rightsize.planning.estimate import Estimator, PlanRequest
 from rightsize.planning.options import bmax_on, make_option
@@ -37,6 +38,15 @@ class FreeComm(CommModel):
 
     def bus_bandwidth(self, size_bytes, world, link, concurrent=1):
         return 1e15
+
+
+class SlowComm(CommModel):
+    """Every transfer gets 100 MB/s of bus bandwidth: the exchange matters."""
+
+    kind = "slow"
+
+    def bus_bandwidth(self, size_bytes, world, link, concurrent=1):
+        return 1e8
 
 
 @pytest.fixture(scope="module")
@@ -243,15 +253,40 @@ def test_memory_line_gives_the_target_bmax():
     assert bmax_on(profile, 16 * 2**30) == int((0.9 * 16 * 2**30 - 1e6) // 1e6)
 
 
-def test_ddp_buckets_add_the_bucket_copies_at_device_bandwidth(catalog):
+def test_ddp_modes_add_the_bucket_copies_and_the_optimizer_step(catalog):
     (fast,) = options_for(catalog, {"fast.x": 8})
     config = Config((Slot("fast.x", 2, 32),))
-    per_layer = Estimator({"fast.x": fast}, FreeComm(), PlanRequest(64, 1000)).estimate(config)
-    ddp = PlanRequest(64, 1000, exchange="ddp-buckets")
-    bucketed = Estimator({"fast.x": fast}, FreeComm(), ddp).estimate(config)
-    # the exchange hides either way (FreeComm); DDP adds 2 x gradient bytes / V100's 900 GB/s
+
+    def seconds(exchange: str) -> float:
+        request = PlanRequest(64, 1000, exchange=exchange)
+        return Estimator({"fast.x": fast}, FreeComm(), request).estimate(config).seconds_per_iter
+
+    # the exchange is free (FreeComm), so overlapped or serial alike; DDP adds the optimizer
+    # step and two copies of the gradients, each reading and writing them: 4 x gradient
+    # bytes at V100's 900 GB/s (read + write)
     grad_bytes = sum(g.param_bytes for g in fast.layers)
     assert fast.mem_bytes_per_s == pytest.approx(900e9, rel=0.01)
-    assert bucketed.seconds_per_iter - per_layer.seconds_per_iter == pytest.approx(
-        2 * grad_bytes / fast.mem_bytes_per_s
-    )
+    ddp_terms = fast.compute.optimizer_s + 4 * grad_bytes / fast.mem_bytes_per_s
+    assert seconds("ddp-buckets") - seconds("per-layer") == pytest.approx(ddp_terms)
+    assert seconds("ddp-serial") == pytest.approx(seconds("ddp-buckets"))
+
+
+def test_the_estimator_predicts_what_the_iteration_simulator_does(catalog):
+    # no spread, so the straggler phase is the mean: the search's cached estimate must equal
+    # the plain simulator in every exchange mode
+    (fast,) = options_for(catalog, {"fast.x": 8})
+    config, mean, comm = Config((Slot("fast.x", 2, 32),)), fast.vm_compute(32), SlowComm()
+    predicted = {}
+    for mode in EXCHANGES:
+        request = PlanRequest(64, 1000, exchange=mode)
+        predicted[mode] = Estimator({"fast.x": fast}, comm, request).estimate(config)
+        ddp = is_ddp(mode)
+        expected = simulate_iteration(
+            mean.total_s - mean.backward_s, mean.backward_s, fast.layers, 2, comm, fast.link,
+            optimizer_s=fast.compute.optimizer_s if ddp else 0.0, exchange=mode,
+            copy_s=ddp_copy_s(fast.layers, fast.mem_bytes_per_s) if ddp else 0.0,
+        )  # fmt: skip
+        assert predicted[mode].seconds_per_iter == pytest.approx(expected.iteration_s)
+    # the slow exchange outlasts backward, and serial waits for backward first
+    serial, overlapped = predicted["ddp-serial"], predicted["ddp-buckets"]
+    assert serial.seconds_per_iter > overlapped.seconds_per_iter

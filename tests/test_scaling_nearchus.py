@@ -8,7 +8,15 @@ from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling import nearchus_optimizer
-from rightsize.scaling.api import Action, MetricSample, NodeMetrics, Observation, Plan, ShapeRecord
+from rightsize.scaling.api import (
+    Action,
+    MetricSample,
+    NodeColumns,
+    NodeMetrics,
+    Observation,
+    Plan,
+    ShapeRecord,
+)
 from rightsize.scaling.nearchus import (
     NearchusPolicy,
     psn_bottleneck,
@@ -62,6 +70,14 @@ def test_launch_is_r0_of_the_budget_as_one_ps_and_two_workers():
     assert cores(launched) == [5, 5, 5]
     assert NearchusPolicy().initial_shape(Resources(100), Resources(14.9)) is None  # waits
     assert cores(NearchusPolicy(r0=0.3).initial_shape(Resources(100), Resources(100))) == [10] * 3
+
+
+def test_launch_min_cores_starts_small_budgets_like_optimus():
+    # §V-A: both start at 15 vCPU; R0 of a 30-vCPU budget would be 4.5 -> 15 (5 each)
+    policy = NearchusPolicy(launch_min_cores=15)
+    assert cores(policy.initial_shape(Resources(30), Resources(100))) == [5, 5, 5]
+    assert cores(policy.initial_shape(Resources(200), Resources(200))) == [10, 10, 10]  # R0 30
+    assert cores(policy.initial_shape(Resources(12), Resources(100))) == [4, 4, 4]  # budget
 
 
 def test_budget_below_the_minimal_shape_is_a_user_error():
@@ -251,6 +267,25 @@ def test_two_scale_outs_in_a_row_without_a_two_percent_gain_stop_the_search():
     assert policy.decide(faster).action == Action.ADD_WORKER
 
 
+def test_rebalances_neither_count_toward_the_stop_nor_break_the_run():
+    a, b, c = shape_of(), shape_of(ps=(4,), workers=(6, 5)), shape_of(workers=(5, 5, 5))
+    d = shape_of(workers=(4, 4, 4, 4))
+    steady_d = steady(d, (5, 3.5, 3.5, 3.5, 3.5), speed=10.3)  # e_job 0.9
+    # launch a (10.0), rebalanced to b (10.1), then two add-worker moves: the speed to
+    # beat is the best of a and b, 10.1, and 10.3 < 10.1 * 1.02 = 10.302 -> converged
+    # (against a alone, 10.3 >= 10.2 would go on)
+    plans = (Plan(a, Action.LAUNCH, "launch"), Plan(b, Action.REBALANCE, "opt"),
+             Plan(c, Action.ADD_WORKER, "mu"), Plan(d, Action.ADD_WORKER, "mu"))  # fmt: skip
+    history = (ShapeRecord(a, 10.0), ShapeRecord(b, 10.1), ShapeRecord(c, 10.2))
+    assert NearchusPolicy().decide(observe(d, steady_d, plans=plans, history=history)) is None
+    # a scale-out and a rebalance are not two scale-outs: the engine goes on (the old rule,
+    # counting rebalances, stopped here: 10.3 < 10.3 * 1.02)
+    two = (Plan(a, Action.LAUNCH, "launch"), Plan(c, Action.ADD_WORKER, "mu"),
+           Plan(d, Action.REBALANCE, "opt"))  # fmt: skip
+    history = (ShapeRecord(a, 10.3), ShapeRecord(c, 10.3))
+    assert NearchusPolicy().decide(observe(d, steady_d, plans=two, history=history)) is not None
+
+
 def test_parameters_are_named_validated_and_overridable_by_the_registry():
     assert make_policy("nearchus", r_up=0.3).params.r_up == 0.3
     with pytest.raises(SpecError, match="r0"):
@@ -263,3 +298,45 @@ def test_parameters_are_named_validated_and_overridable_by_the_registry():
     assert (defaults.n_net, defaults.psn_sample_fraction, defaults.psn_link_utilization) == (
         30, 0.10, 0.90)  # fmt: skip
     assert defaults.e_thd_opt == 0.8
+
+
+# -- the columns view (speed: a mechanism may give NEARCHUS columns instead of nodes) --------
+def columns_only(window: tuple[MetricSample, ...]) -> tuple[MetricSample, ...]:
+    """The same samples as a mechanism may give a policy that does not need node objects."""
+    lean = []
+    for s in window:
+        copy = MetricSample(s.time_s, (), s.steps_per_s, s.samples_per_s)
+        copy.__dict__["columns"] = NodeColumns.of(s.nodes)  # what the simulator supplies
+        lean.append(copy)
+    return tuple(lean)
+
+
+def test_columns_view_the_nodes_and_feed_the_sums():
+    shape = shape_of()
+    s = sample(60.0, shape, [2.0, 4.5, 5.0], net={"ps-0": 95.0})
+    assert s.columns.names == ("ps-0", "worker-0", "worker-1")
+    assert s.columns.cpu_used_cores == (2.0, 4.5, 5.0)
+    assert s.columns.net_utilization == (0.95, 0.0, 0.0)
+    assert s.columns.net_utilization_of("ps-0") == 0.95
+    assert s.columns.net_utilization_of("ps-9") is None
+    assert s.cpu_used_cores == 11.5 and s.cpu_allocated_cores == 15.0
+    assert columns_only((s,))[0].e_job == s.e_job == 11.5 / 15
+
+
+def test_nearchus_decides_the_same_from_columns_as_from_nodes():
+    assert NearchusPolicy.needs_node_objects is False
+    shape = shape_of(ps=(5.0, 5.0), workers=(5.0, 5.0))
+    hot = {"ps-0": 95.0, "ps-1": 40.0}  # PSN on ps-0 in every sample
+    for window, action in (
+        (steady(shape, [2.0, 1.0, 4.8, 4.9], net=hot), Action.ADD_PS),  # e_job 0.635, PSN
+        (steady(shape, [4.9, 4.8, 4.9, 4.9]), Action.SCALE_UP),  # e_job 0.975
+        (steady(shape, [1.0, 1.0, 4.9, 4.9]), Action.REBALANCE),  # idle PS, no PSN
+    ):
+        lean = columns_only(window)
+        params = NearchusPolicy().params
+        full, thin = stable_window(window, params), stable_window(lean, params)
+        assert (thin.e_job, thin.speed, thin.used) == (full.e_job, full.speed, full.used)
+        assert psn_bottleneck(lean, params) == psn_bottleneck(window, params)
+        plan = NearchusPolicy().decide(observe(shape, lean))
+        assert plan == NearchusPolicy().decide(observe(shape, window))
+        assert plan.action == action

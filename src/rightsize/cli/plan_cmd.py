@@ -14,6 +14,7 @@ from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money, parse_duration, parse_money
 from rightsize.perf.comm import AnalyticCommModel, CommModel
 from rightsize.perf.comm_learned import LearnedCommModel
+from rightsize.perf.iteration import EXCHANGES
 from rightsize.planning.estimate import PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
 from rightsize.planning.plan import CloudPlan
@@ -98,9 +99,11 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--exchange",
-        choices=["per-layer", "ddp-buckets"],
+        choices=EXCHANGES,
         default="per-layer",
-        help="how gradients overlap backward in the simulator",
+        help="per-layer: Srift as written (default); ddp-buckets: a PyTorch DDP step "
+        "(buckets, bucket copies, optimizer); ddp-serial: the same with the exchange "
+        "after backward (CPU hosts whose processes fill the cores)",
     )
     parser.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON")

@@ -12,6 +12,7 @@ import sys
 from rightsize.cli.args import parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.links import LINK_SHARING
 from rightsize.cluster.models import model_names
 from rightsize.cluster.plots import write_plots
 from rightsize.cluster.report import (
@@ -75,6 +76,13 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=1, help="trace and noise seed (default 1)")
     parser.add_argument("--order", choices=("fcfs", "sjf"), default="fcfs", help="queue order")
     parser.add_argument(
+        "--link-sharing",
+        choices=LINK_SHARING,
+        default="job",
+        help="who shares the servers' links: each job as if alone (default) or every "
+        "training job's nodes",
+    )
+    parser.add_argument(
         "--work-scale",
         type=float,
         default=1.0,
@@ -131,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = parse_cluster(args.cluster)
     policies = build_policies(args.policies, args.param)
     trace = _trace(args)
-    config = SimConfig(seed=args.seed, order=args.order)
+    config = SimConfig(seed=args.seed, order=args.order, link_sharing=args.link_sharing)
     progress = progress_printer(args.quiet or args.json)
     results = run_policies(trace, cluster, policies, config, progress)
     single = bool(args.job)

@@ -15,6 +15,7 @@ from rightsize.core.units import format_bytes, format_duration, parse_memory
 from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
 from rightsize.packing.executor import STEPS_PER_UNIT
 from rightsize.packing.hyperband import Bracket, hyperband_schedule
+from rightsize.packing.optimizers import IMPLEMENTATIONS
 from rightsize.packing.pack import BATCH_MODES, PackSettings
 from rightsize.packing.packopt import DISTANCES, PACK_STRATEGIES, PackOptSettings
 from rightsize.packing.runner import (
@@ -102,7 +103,30 @@ def register(subparsers) -> None:
         "--batch-mode",
         choices=BATCH_MODES,
         default="pad",
-        help="pad: a fused group computes at its largest batch (paper §3.1.1); exact: fused groups split by batch size",
+        help="pad: a fused group computes at its largest batch (paper §3.1.1); exact: fused "
+        "groups split by batch size; bucket: split where padding costs more than a group; "
+        "ragged: each trial over exactly its own rows (beyond the paper)",
+    )
+    parser.add_argument(
+        "--optimizer-impl",
+        choices=IMPLEMENTATIONS,
+        default="fused",
+        help="torch.optim kernels for packed and unpacked trials: fused (default) or for-loop "
+        "(torch.optim's default on the CPU; same math, different rounding)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train packs side by side in N processes with one torch thread each (default 1; "
+        "each pack then gets 1/N of --memory-limit)",
+    )
+    parser.add_argument(
+        "--concurrent-brackets",
+        action="store_true",
+        help="run Hyperband's brackets side by side and pack across them (same results; "
+        "beyond the paper)",
     )
     parser.add_argument(
         "--mix-activations",
@@ -173,11 +197,15 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
         fixed_options=tuple(sorted(parse_options(args.option).items())),
         max_resource=args.max_resource, eta=args.eta, seed=args.seed,
         steps_per_unit=args.steps_per_unit, resume=not args.no_resume, device=args.device,
+        concurrent_brackets=args.concurrent_brackets,
         memory_limit_bytes=limit, profile_path=args.profile,
         packopt=PackOptSettings(args.pack, args.threshold, args.max_pack_size, args.distance),
         pack=PackSettings(
-            fuse=not args.no_fuse, batch_mode=args.batch_mode, mix_activations=args.mix_activations
+            fuse=not args.no_fuse, batch_mode=args.batch_mode,
+            mix_activations=args.mix_activations, optimizer_impl=args.optimizer_impl,
         ),
+        unpacked_engine=f"torch-{args.optimizer_impl}",
+        workers=args.workers, worker_allocator=args.allocator,
         dataset_size=args.dataset_size,
     )  # fmt: skip
 
@@ -214,7 +242,7 @@ def _print_schedule(schedule: list[Bracket], as_json: bool) -> int:
 
 
 def _print_report(report: dict) -> None:
-    best = report["best"]
+    best, concurrent = report["best"], report.get("concurrent_brackets", False)
     print(
         f"tune {report['workload']} on {report['dataset']}: {report['space_size']:,} configurations, "
         f"Hyperband R={report['max_resource']:g} eta={report['eta']:g}, pack {report['strategy']}, "
@@ -228,6 +256,8 @@ def _print_report(report: dict) -> None:
         f"wall time {format_duration(report['wall_s'])}; {report['trial_steps']:,} trial-steps "
         f"({report['steps_per_unit']} steps per unit); pack memory limit "
         f"{format_bytes(report['memory_capacity_bytes'])}"
+        + (f" each on {report['workers']} workers" if report.get("workers", 1) > 1 else "")
+        + ("; brackets run concurrently" if concurrent else "")
     )
     print()
     rows = [
@@ -238,8 +268,10 @@ def _print_report(report: dict) -> None:
     print(
         format_table(["s", "rung", "n", "r", "steps", "packs", "largest", "wall", "switch"], rows)
     )
-    print("\npack groups per rung (trial ids):")
+    # concurrent brackets: packs mix brackets, so keep the bracket in each id
+    print("\npack groups per rung (trial ids" + (", per phase" if concurrent else "") + "):")
     for r in report["rungs"]:
-        groups = " ".join("[" + " ".join(i.split("-", 1)[1] for i in p) + "]" for p in r["packs"])
+        ids = (lambda i: i) if concurrent else (lambda i: i.split("-", 1)[1])
+        groups = " ".join("[" + " ".join(ids(i) for i in p) + "]" for p in r["packs"])
         print(textwrap.fill(groups, width=100, initial_indent=f"  s={r['bracket']} rung {r['rung']}: ",
                             subsequent_indent="      "))  # fmt: skip

@@ -4,11 +4,15 @@ NEARCHUS §V uses **cluster A** — 100 vCPUs of 20-core servers (2× Intel
 E5-2660v3, 128 GB) on 1 Gbps Ethernet, resource-constrained — and **cluster B**
 — 300 vCPUs of 64-core servers (2× Xeon 8375C, 256 GB) on 50 Gbps,
 resource-abundant (Table I). Memory for jobs is the servers' memory per core
-times the vCPUs. ``parse_cluster`` also accepts
-``cpu=200,net_gbps=10,server_cores=32`` for a cluster of your own.
+times the vCPUs. Both span 9 servers (Table I), whose links a job's nodes
+share. ``parse_cluster`` also accepts ``cpu=200,net_gbps=10,server_cores=32``
+for a cluster of your own (servers: the pool over the server size, rounded up,
+unless ``servers=N`` is given).
 """
 
 from __future__ import annotations
+
+import math
 
 from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.core.errors import SpecError, unknown_name
@@ -20,19 +24,19 @@ GBPS = 1e9 / 8  # bytes per second in one Gbit/s
 CLUSTERS = {
     "A": ClusterSpec(
         "A", 100, 100 * 128 * GB // 20, 20, 128 * GB, 1 * GBPS,
-        "NEARCHUS cluster A: 100 vCPU, 20-core servers, 1 Gbps (Table I, §V)",
+        "NEARCHUS cluster A: 100 vCPU of 9 20-core servers, 1 Gbps (Table I, §V)", 9,
     ),
     "B": ClusterSpec(
         "B", 300, 300 * 256 * GB // 64, 64, 256 * GB, 50 * GBPS,
-        "NEARCHUS cluster B: 300 vCPU, 64-core servers, 50 Gbps (Table I, §V)",
+        "NEARCHUS cluster B: 300 vCPU of 9 64-core servers, 50 Gbps (Table I, §V)", 9,
     ),
 }  # fmt: skip
 
-_KEYS = ("cpu", "memory", "net_gbps", "server_cores", "server_memory")
+_KEYS = ("cpu", "memory", "net_gbps", "server_cores", "server_memory", "servers")
 
 
 def parse_cluster(text: str) -> ClusterSpec:
-    """``A``, ``B``, or ``cpu=N,net_gbps=G[,server_cores=C,memory=M,server_memory=M]``.
+    """``A``, ``B``, or ``cpu=N,net_gbps=G[,server_cores=C,memory=M,server_memory=M,servers=S]``.
 
     Raises:
         UnknownNameError: an unknown cluster name.
@@ -65,4 +69,9 @@ def _custom(text: str, fields: dict[str, str]) -> ClusterSpec:
     server_memory = parse_memory(fields.get("server_memory", f"{server_cores * 4}Gi"))
     if cpu <= 0 or gbps <= 0 or server_cores < 1 or memory <= 0:
         raise SpecError(f"--cluster {text!r}: cpu, net_gbps, server_cores and memory must be > 0")
-    return ClusterSpec("custom", cpu, memory, server_cores, server_memory, gbps * GBPS, text)
+    servers = fields.get("servers", str(math.ceil(cpu / server_cores)))
+    if not servers.isdigit() or int(servers) < 1:
+        raise SpecError(f"--cluster servers={servers!r} must be a whole number >= 1")
+    return ClusterSpec(
+        "custom", cpu, memory, server_cores, server_memory, gbps * GBPS, text, int(servers)
+    )

@@ -21,7 +21,21 @@ The bottlenecks NEARCHUS measures (§III-B) are explicit:
   level at which one TensorFlow process stagnates on a server of that size
   (NEARCHUS Fig. 3: 16, 21 and 37 vCPU on 20-, 32- and 64-core servers).
 - **Worker link**: each asynchronous step pulls the parameters and pushes the
-  gradients (``2·P`` bytes) over the worker's own link (DLRover's ``t_IO``).
+  gradients over the worker's link (DLRover's ``t_IO``); the link is full
+  duplex, so the ``P`` bytes in and the ``P`` bytes out overlap and take
+  ``P / link`` — as a PS link is modelled, so that a PS's link and its workers'
+  saturate at different rates and adding a PS relieves a PSN bottleneck
+  (NEARCHUS §III-B, Fig. 5).
+- **Shared server links**: nodes are spread evenly over the cluster's ``S``
+  servers (Kubernetes spreads pods; NEARCHUS Table I: 9 servers for A and B),
+  and the nodes on one server share its link equally, so with ``n`` nodes
+  training each gets ``link · min(1, S / n)``. :meth:`JobModel.evaluate`
+  counts one job's nodes alone (the job as if alone on the cluster);
+  :meth:`JobModel.evaluate_shared` counts every job's, which the simulator
+  passes when its ``link_sharing`` is ``"cluster"``. An equal share is the
+  fluid limit of even spreading; it ignores which pods a server hosts (a job's
+  PS and workers on one server talk without the link, NEARCHUS §III-B's
+  SameNode) and that a light flow leaves bandwidth to heavy ones.
 - **PS compute (PSC)**: every worker step makes each PS apply its share of the
   update; a PS whose usable cores cannot keep up caps the job's step rate.
 - **PS network (PSN)**: each PS link carries its share of every step's
@@ -43,7 +57,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
@@ -115,6 +129,7 @@ class ClusterSpec:
         server_memory_bytes: memory of one server — the largest node's memory.
         link_bytes_per_s: each server's network link, per direction.
         description: where the numbers come from.
+        servers: how many servers the pool spans (0: a link per node, however many).
     """
 
     name: str
@@ -124,12 +139,14 @@ class ClusterSpec:
     server_memory_bytes: int
     link_bytes_per_s: float
     description: str = ""
+    servers: int = 0
 
-    @property
+    # Cached (a spec is frozen): the simulator hands the node limit to every decision.
+    @cached_property
     def capacity(self) -> Resources:
         return Resources(self.cpu_cores, self.memory_bytes)
 
-    @property
+    @cached_property
     def node_limit(self) -> Resources:
         return Resources(self.server_cores, self.server_memory_bytes)
 
@@ -166,7 +183,7 @@ class Performance:
     bottleneck: str  # "workers", "ps-compute" or "ps-network"
     nodes: tuple[NodeLoad, ...]
 
-    @property
+    @cached_property  # the simulator sums it over the running jobs at every change
     def cpu_used_cores(self) -> float:
         return sum(n.cpu_used_cores for n in self.nodes)
 
@@ -202,6 +219,8 @@ class JobModel:
         self.cluster = cluster
         self._mu = cluster.mu_cores
         self._cache: dict[ClusterShape, Performance] = {}
+        self._shared_cache: dict[tuple[ClusterShape, int], Performance] = {}
+        self._link_limits: dict[ClusterShape, tuple[float, float]] = {}
 
     def speed(self, shape: ClusterShape) -> float:
         """True steps per second of ``shape`` (a cached :meth:`evaluate`)."""
@@ -213,20 +232,70 @@ class JobModel:
         Raises:
             SpecError: the shape has no PS or no worker.
         """
-        if shape not in self._cache:
+        perf = self._cache.get(shape)  # one lookup: comparing equal shapes is not free
+        if perf is None:
             if len(self._cache) >= CACHE_SHAPES:
                 self._cache.clear()
-            self._cache[shape] = self._evaluate(shape)
-        return self._cache[shape]
+            perf = self._cache[shape] = self._evaluate(shape)
+        return perf
 
-    def _evaluate(self, shape: ClusterShape) -> Performance:
+    def evaluate_shared(self, shape: ClusterShape, sharing_nodes: int) -> Performance:
+        """True speed and load of ``shape`` when ``sharing_nodes`` training nodes in all (this
+        job's among them) spread over the cluster's servers and share their links.
+
+        The same object as :meth:`evaluate` whenever the smaller link share changes nothing
+        (fewer nodes than servers, or a job that neither its workers' transfers nor its PS
+        links limit at that share); otherwise cached per (shape, ``sharing_nodes``).
+        """
+        perf = self.evaluate(shape)
+        if sharing_nodes <= max(len(shape.nodes), self.cluster.servers):
+            return perf
+        link = self.node_link_bytes_per_s(sharing_nodes)
+        if not self._link_binds(shape, perf, link):
+            return perf
+        key = (shape, sharing_nodes)
+        shared = self._shared_cache.get(key)
+        if shared is None:
+            if len(self._shared_cache) >= CACHE_SHAPES:
+                self._shared_cache.clear()
+            shared = self._shared_cache[key] = self._evaluate(shape, link)
+        return shared
+
+    def _link_binds(self, shape: ClusterShape, perf: Performance, link: float) -> bool:
+        """Whether ``shape`` at a node link of ``link`` is slower than ``perf`` (its speed on
+        a larger link): a worker's transfer outlasts its compute, or a PS link caps the rate.
+        The same float comparisons as :meth:`_evaluate` (a correctly rounded division is
+        monotone, so the smallest quotient has the largest divisor): "no" means the identical
+        result."""
+        limits = self._link_limits.get(shape)
+        if limits is None:
+            if len(self._link_limits) >= CACHE_SHAPES:
+                self._link_limits.clear()
+            limits = self._link_limits[shape] = self._limits(shape)
+        fastest_compute_s, busiest_ps_bytes = limits
+        return fastest_compute_s < self.model.param_bytes / link or (
+            busiest_ps_bytes > 0 and link / busiest_ps_bytes < perf.steps_per_s
+        )
+
+    def _limits(self, shape: ClusterShape) -> tuple[float, float]:
+        """The shortest worker compute time per step, and the most bytes one PS moves per step
+        (``inf`` and 0 when there are none) — what :meth:`_link_binds` compares with a link."""
+        model = self.model
+        usable = [min(n.resources.cpu_cores, self._mu) for n in shape.workers]
+        compute_s = min((model.step_core_s / u for u in usable if u > 0), default=float("inf"))
+        shares = partition_shares(model.tensor_bytes, len(shape.ps))
+        busiest = max((s * model.param_bytes for s in shares if s), default=0.0)
+        return compute_s, busiest
+
+    def _evaluate(self, shape: ClusterShape, link: float | None = None) -> Performance:
         ps_nodes, workers = shape.ps, shape.workers
         if not ps_nodes or not workers:
             raise SpecError(f"a simulated job needs a PS and a worker, got {shape.describe()}")
-        model, link = self.model, self.cluster.link_bytes_per_s
+        model = self.model
+        link = self.node_link_bytes_per_s(len(shape.nodes)) if link is None else link
         shares = partition_shares(model.tensor_bytes, len(ps_nodes))
         ps_usable = [min(n.resources.cpu_cores, self._mu) for n in ps_nodes]
-        transfer_s = 2 * model.param_bytes / link
+        transfer_s = model.param_bytes / link  # full duplex: pull and push overlap
         rates = [self._worker_rate(n.resources.cpu_cores, transfer_s) for n in workers]
         wanted = sum(rates)
         caps = {"workers": wanted}
@@ -246,6 +315,11 @@ class JobModel:
         by_name = {n.name: n for n in nodes}
         ordered = tuple(by_name[n.name] for n in shape.nodes)
         return Performance(steps, steps * model.batch_size, bottleneck, ordered)
+
+    def node_link_bytes_per_s(self, nodes: int) -> float:
+        """One node's share of its server's link when ``nodes`` nodes spread over the servers."""
+        servers, link = self.cluster.servers, self.cluster.link_bytes_per_s
+        return link * min(1.0, servers / nodes) if servers and nodes else link
 
     def _worker_rate(self, cores: float, transfer_s: float) -> float:
         usable = min(cores, self._mu)

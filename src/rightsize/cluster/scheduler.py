@@ -88,7 +88,7 @@ class Scheduler(Generic[J]):
 
         ``slack_cores`` tolerates the drift of per-node millicore rounding.
         """
-        before = self.allocations.get(job.name, Resources())
+        before = self.allocations[job.name] if job.name in self.allocations else Resources()
         free = self.free()
         grow_cpu = amount.cpu_cores - before.cpu_cores
         grow_memory = amount.memory_bytes - before.memory_bytes

@@ -16,21 +16,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from rightsize.cluster.jobmodel import JobModel, Performance
 from rightsize.cluster.traces import TraceJob
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import (
     EventKind,
     MetricSample,
+    NodeColumns,
     NodeEvent,
     NodeMetrics,
     Plan,
+    Policy,
     ShapeRecord,
 )
+
+TEMPLATES = 4096  # remembered sample templates (a cache bound, as JobModel's CACHE_SHAPES)
 
 
 def node_metrics(base: dict, cpu_used_cores: float, net_bytes_per_s: float) -> NodeMetrics:
@@ -52,9 +57,20 @@ def node_metrics(base: dict, cpu_used_cores: float, net_bytes_per_s: float) -> N
 
 
 def metric_sample(
-    time_s: float, nodes: tuple[NodeMetrics, ...], steps_per_s: float, samples_per_s: float
+    time_s: float,
+    nodes: tuple[NodeMetrics, ...],
+    steps_per_s: float,
+    samples_per_s: float,
+    cpu_used_cores: float | None = None,
+    columns: NodeColumns | None = None,
 ) -> MetricSample:
-    """A :class:`MetricSample` built like :func:`node_metrics`, for the same reason (tested)."""
+    """A :class:`MetricSample` built like :func:`node_metrics`, for the same reason (tested).
+
+    ``cpu_used_cores`` and ``columns``, if given, fill the sample's remembered values, which
+    are then not derived from ``nodes``: the caller gives what they would be — the nodes' CPU
+    use summed in node order, and the nodes' metrics as columns (or instead of ``nodes``, for a
+    policy that reads only those: ``Policy.needs_node_objects``).
+    """
     sample = object.__new__(MetricSample)
     fields = {
         "time_s": time_s,
@@ -62,8 +78,37 @@ def metric_sample(
         "steps_per_s": steps_per_s,
         "samples_per_s": samples_per_s,
     }
+    if cpu_used_cores is not None:
+        fields["cpu_used_cores"] = cpu_used_cores
+    if columns is not None:
+        fields["columns"] = columns
     object.__setattr__(sample, "__dict__", fields)
     return sample
+
+
+class SampleDetail(StrEnum):
+    """What of each node a simulated sample carries: what its policy reads."""
+
+    NONE = "none"  # job-level fields only (``Policy.reads_node_metrics`` False)
+    COLUMNS = "columns"  # ``MetricSample.columns`` only (``Policy.needs_node_objects`` False)
+    NODES = "nodes"  # a NodeMetrics per node (and the columns, derived when read)
+
+
+def sample_detail(policy: Policy) -> SampleDetail:
+    """The least per-node detail ``policy`` reads."""
+    if not policy.reads_node_metrics:
+        return SampleDetail.NONE
+    return SampleDetail.NODES if policy.needs_node_objects else SampleDetail.COLUMNS
+
+
+def measured(true: float, cv: float, draw: float, cap: float) -> float:
+    """A measurement of ``true`` with multiplicative noise ``cv·draw``, never negative nor above
+    ``cap``: ``min(true · max(1 + cv·draw, 0), cap)``, spelled out because the builtin calls cost
+    more than the arithmetic (the simulator measures millions of values). Same float either way.
+    """
+    factor = 1.0 + cv * draw
+    value = true * (0.0 if 0.0 > factor else factor)
+    return cap if cap < value else value
 
 
 class JobState(StrEnum):
@@ -102,13 +147,17 @@ class SimJob:
     ready_s: float = 0.0  # absolute time the current shape starts training
     shape_since_s: float = 0.0  # absolute time the current shape was requested
     next_sample_s: float = 0.0
-    window: list[MetricSample] = field(default_factory=list)
-    events: list[NodeEvent] = field(default_factory=list)
-    history: list[ShapeRecord] = field(default_factory=list)
-    plans: list[Plan] = field(default_factory=list)
+    # Tuples, replaced rather than mutated: an observation takes them as they are, and a policy
+    # that remembers its verdict on a window (by identity) sees the same one until it changes.
+    window: tuple[MetricSample, ...] = ()
+    events: tuple[NodeEvent, ...] = ()
+    history: tuple[ShapeRecord, ...] = ()
+    plans: tuple[Plan, ...] = ()
     prior: tuple[ShapeRecord, ...] = ()
     quiet: bool = False
     version: int = 0  # bumps whenever the completion time changes
+    epoch: int = 0  # bumps at every (re)start: a decision tick from an older epoch is void
+    link_nodes: int = 0  # nodes it has training on the servers' links (``cluster.links``)
     timeline: list[tuple[float, float, float]] = field(default_factory=list)  # (t, samples/s, cpu)
     _template_for: Performance | None = field(default=None, repr=False)
     _template_cache: _SampleTemplate | None = field(default=None, repr=False)
@@ -161,15 +210,16 @@ class SimJob:
     def restart(self, now: float, plan: Plan, restart_s: float) -> None:
         """Stop training, take ``plan``'s shape, and train again after ``restart_s``."""
         if self.perf is not None and self.state == JobState.RUNNING:
-            self.history.append(ShapeRecord(self.shape, self.measured_speed()))
-        self.plans.append(plan)
+            self.history += (ShapeRecord(self.shape, self.measured_speed()),)
+        self.plans += (plan,)
+        self.epoch += 1
         self.shape = plan.shape
         self.perf = self.model.evaluate(plan.shape)
         self.state = JobState.STARTING
         self.shape_since_s = now
         self.ready_s = now + restart_s
-        self.window.clear()
-        self.events.clear()
+        self.window = ()
+        self.events = ()
         self.set_rate(now, 0.0, 0.0)
 
     def ready(self, now: float) -> None:
@@ -178,9 +228,17 @@ class SimJob:
         self.next_sample_s = now
         oom = self.perf.oom_nodes
         for node in oom:
-            self.events.append(NodeEvent(self.rel(now), node, EventKind.OOM_KILLED))
+            self.events += (NodeEvent(self.rel(now), node, EventKind.OOM_KILLED),)
         speed = 0.0 if oom else self.perf.samples_per_s
         self.set_rate(now, speed, 0.0 if oom else self.perf.cpu_used_cores)
+
+    def rerate(self, now: float, perf: Performance) -> None:
+        """Train on at ``perf`` from ``now`` (the same shape at another link share). A rate
+        set at this same instant lasted no time: it leaves the timeline (it is no best speed)."""
+        if self.timeline and self.timeline[-1][0] == now:
+            self.timeline.pop()
+        self.perf = perf
+        self.set_rate(now, perf.samples_per_s, perf.cpu_used_cores)
 
     def measured_speed(self) -> float:
         """Mean measured steps/s over the window (the true speed if nothing was measured)."""
@@ -190,53 +248,71 @@ class SimJob:
 
     # -- metrics -----------------------------------------------------------------------
     def collect(
-        self, now: float, interval_s: float, max_window_s: float, noise: Noise, nodes: bool = True
+        self,
+        now: float,
+        interval_s: float,
+        max_window_s: float,
+        noise: Noise,
+        detail: SampleDetail = SampleDetail.NODES,
     ) -> None:
-        """Add the metric samples due up to ``now``, keeping at most ``max_window_s`` of them
-        (without per-node metrics unless ``nodes``: see ``Policy.reads_node_metrics``)."""
+        """Add the metric samples due up to ``now``, keeping at most ``max_window_s`` of them,
+        with the per-node ``detail`` the policy reads (see :func:`sample_detail`)."""
         first = max(self.next_sample_s + interval_s, now - max_window_s + interval_s)
-        count = int((now - first) // interval_s) + 1 if now >= first else 0
-        if count <= 0:
+        if now < first:
             return
-        times = first + interval_s * np.arange(count)
-        self.next_sample_s = float(times[-1])
-        self.window.extend(self._samples(times, noise, nodes))
+        times = [first + interval_s * k for k in range(int((now - first) // interval_s) + 1)]
+        self.next_sample_s = times[-1]
+        window = self.window + self._samples(times, noise, detail)
         cutoff = self.rel(now - max_window_s)
-        drop = next((i for i, s in enumerate(self.window) if s.time_s > cutoff), len(self.window))
-        del self.window[:drop]
+        drop = next((i for i, s in enumerate(window) if s.time_s > cutoff), len(window))
+        self.window = window[drop:]
 
-    def _samples(self, times: np.ndarray, noise: Noise, nodes: bool) -> list[MetricSample]:
-        """Noisy samples at ``times``: one draw from the job's generator, the arithmetic done on
-        the whole (samples x values) block at once — element-wise float64 numpy gives the same
-        numbers as Python floats — and only the frozen metric objects built per sample."""
+    def _samples(
+        self, times: list[float], noise: Noise, detail: SampleDetail
+    ) -> tuple[MetricSample, ...]:
+        """Noisy samples at ``times``: one draw of every sample's noise from the job's generator,
+        then each value by :func:`measured` in Python floats — the same IEEE operations numpy
+        would do on the block, without its per-call cost on a few numbers — and only the frozen
+        metric objects ``detail`` asks for built per sample."""
         template = self._template()
         count = len(template.bases)
-        draws = self.rng.standard_normal((len(times), 2 * count + 1))
-        cv = np.where(times - self.ready_s < noise.warmup_s, noise.warmup_cv, noise.steady_cv)
-        z = np.maximum(1.0 + cv[:, None] * draws, 0.0)
-        rows = np.minimum(template.true * z, template.cap).tolist()
+        # Without per-node detail the per-node noise is still drawn, so the job's random
+        # stream, and every later sample, is the same whatever the detail.
+        block = self.rng.standard_normal((len(times), 2 * count + 1))
+        true, cap = template.true, template.cap
         batch = self.model.model.batch_size
-        start = self.started_s or 0.0
+        start, ready = self.started_s or 0.0, self.ready_s
         out = []
-        for t, row in zip(times.tolist(), rows, strict=True):
-            # Without ``nodes`` the per-node noise is still drawn (above), so the job's random
-            # stream, and every later sample, is the same whether or not nodes are built.
-            metrics = (
-                tuple(map(node_metrics, template.bases, row[:count], row[count:-1]))
-                if nodes
-                else ()
-            )
-            out.append(metric_sample(t - start, metrics, row[-1], row[-1] * batch))
-        return out
+        if detail == SampleDetail.NONE:  # the speed alone: the block's last column
+            for t, draw in zip(times, block[:, -1].tolist(), strict=True):
+                cv = noise.warmup_cv if t - ready < noise.warmup_s else noise.steady_cv
+                speed = measured(true[-1], cv, draw, cap[-1])
+                out.append(metric_sample(t - start, (), speed, speed * batch))
+            return tuple(out)
+        for t, draw in zip(times, block.tolist(), strict=True):
+            cv = noise.warmup_cv if t - ready < noise.warmup_s else noise.steady_cv
+            row = [measured(v, cv, d, c) for v, d, c in zip(true, draw, cap, strict=True)]
+            used, speed = row[:count], row[-1]
+            if detail == SampleDetail.NODES:
+                nodes, columns = tuple(map(node_metrics, template.bases, used, row[count:-1])), None
+            else:
+                nodes, columns = (), template.columns(used, row[count:-1])
+            out.append(metric_sample(t - start, nodes, speed, speed * batch, sum(used), columns))
+        return tuple(out)
 
     def _template(self) -> _SampleTemplate:
-        """The current shape's :class:`_SampleTemplate`, built once per performance."""
+        """The current shape's :class:`_SampleTemplate` (see :func:`sample_template`)."""
         if self._template_for is not self.perf:
-            self._template_cache = _SampleTemplate.of(
-                self.perf, self.model.cluster.link_bytes_per_s
-            )
+            self._template_cache = sample_template(self.perf, self.model.cluster.link_bytes_per_s)
             self._template_for = self.perf
         return self._template_cache
+
+
+@lru_cache(maxsize=TEMPLATES)
+def sample_template(perf: Performance, link_bytes_per_s: float) -> _SampleTemplate:
+    """What samples of a job at ``perf`` are made of, built once per performance: jobs of one
+    model that reach the same shape share its (cached) performance, and so its template."""
+    return _SampleTemplate.of(perf, link_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -252,8 +328,37 @@ class _SampleTemplate:
     """
 
     bases: tuple[dict, ...]
-    true: np.ndarray
-    cap: np.ndarray
+    true: tuple[float, ...]
+    cap: tuple[float, ...]
+    link: float
+
+    def columns(self, cpu_used: list[float], net_bytes_per_s: list[float]) -> NodeColumns:
+        """One sample's :class:`NodeColumns`, equal to ``NodeColumns.of`` the NodeMetrics
+        :func:`node_metrics` would build (each link's utilization: its bytes over capacity)."""
+        link = self.link
+        net = [b / link for b in net_bytes_per_s] if link else [None] * len(net_bytes_per_s)
+        columns = object.__new__(NodeColumns)  # filled directly, as in metric_sample
+        fields = {
+            "names": self.names,
+            "roles": self.roles,
+            "cpu_used_cores": tuple(cpu_used),
+            "cpu_allocated_cores": self.allocated,
+            "net_utilization": tuple(net),
+        }
+        object.__setattr__(columns, "__dict__", fields)
+        return columns
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(b["name"] for b in self.bases)
+
+    @cached_property
+    def roles(self) -> tuple[NodeRole, ...]:
+        return tuple(b["role"] for b in self.bases)
+
+    @cached_property
+    def allocated(self) -> tuple[float, ...]:
+        return tuple(b["cpu_allocated_cores"] for b in self.bases)
 
     @classmethod
     def of(cls, perf: Performance, link: float) -> _SampleTemplate:
@@ -277,4 +382,4 @@ class _SampleTemplate:
         true += [0.0 if oom else n.net_bytes_per_s for n in nodes]
         true.append(0.0 if oom else perf.steps_per_s)
         cap = [n.cpu_allocated_cores for n in nodes] + [link] * len(nodes) + [math.inf]
-        return cls(bases, np.array(true), np.array(cap))
+        return cls(bases, tuple(map(float, true)), tuple(map(float, cap)), link)

@@ -17,6 +17,10 @@ A job whose policy kept its shape over a full window (``max_window_s``) is no
 longer polled — its shape, and so the distribution of its metrics, cannot
 change — until capacity frees up; it is then asked again with its last
 window. This keeps 10,000-job traces fast without changing any decision rule.
+With links shared cluster-wide (``SimConfig.link_sharing``) other jobs'
+traffic can still change a quiet job's speed; that alone does not poll it
+again (an approximation: its policy had stopped, or saw nothing to change
+over a full window).
 Each job draws its noise from its own generator, spawned from the seed in
 trace order, so a run is a pure function of (trace, cluster, policy, config).
 """
@@ -31,11 +35,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
+from rightsize.cluster.links import LinkBook, check_link_sharing
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import JobState, Noise, SimJob
+from rightsize.cluster.simjob import JobState, Noise, SimJob, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import RightsizeError
 from rightsize.core.resources import CPU_DECIMALS, Resources
@@ -62,6 +67,8 @@ class SimConfig:
             NEARCHUS's stability period and Optimus's interval).
         oom_patience_s: an OOM-killed job whose policy does nothing for this long fails.
         order: queue order, ``fcfs`` or ``sjf``.
+        link_sharing: who shares the servers' links (``cluster.links``): ``job`` (each
+            job as if alone) or ``cluster`` (every training job's nodes).
         seed: the seed every random draw derives from.
     """
 
@@ -73,11 +80,25 @@ class SimConfig:
     max_window_s: float = 600.0
     oom_patience_s: float = 900.0
     order: str = "fcfs"
+    link_sharing: str = "job"
     seed: int = 1
+
+    def __post_init__(self) -> None:
+        check_link_sharing(self.link_sharing)
 
     @property
     def restart_s(self) -> float:
         return self.launch_s + self.init_s
+
+
+def observation(fields: dict) -> Observation:
+    """An :class:`Observation` with every field given in ``fields``, filled directly instead of
+    through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field), as
+    ``simjob.metric_sample`` does: the simulator builds one or two per tick. The result equals
+    the normally built object (tested)."""
+    obs = object.__new__(Observation)
+    object.__setattr__(obs, "__dict__", fields)
+    return obs
 
 
 class Simulator:
@@ -127,6 +148,9 @@ class _Run:
         self.now = 0.0
         self.usage: list[tuple[float, float, float]] = []  # (t, cpu used, cpu allocated)
         self._launches: dict[str, Plan] = {}
+        self._checked: set[tuple[str, Resources]] = set()  # (model, budget) pairs checked
+        self.detail = sample_detail(self.policy)
+        self.links = LinkBook(config.link_sharing, cluster.servers)
         seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
         models: dict[str, JobModel] = {}
         self.jobs = [
@@ -158,7 +182,7 @@ class _Run:
             if kind == COMPLETE:
                 if version == job.version and job.state == JobState.RUNNING:
                     self.complete(job)
-            elif kind != TICK or version == job.version:  # a tick from before a restart is void
+            elif kind != TICK or version == job.epoch:  # a tick from before a restart is void
                 handlers[kind](job)
         results = tuple(job_result(j) for j in sorted(self.jobs, key=lambda j: j.arrival_s))
         return SimResult(
@@ -167,7 +191,12 @@ class _Run:
         )  # fmt: skip
 
     def _check_budget(self, job: SimJob) -> None:
-        """A budget too small for the policy's minimal shape is the user's error: raise now."""
+        """A budget too small for the policy's minimal shape is the user's error: raise now
+        (once per model and budget: the policy's answer depends on nothing else here)."""
+        key = (job.spec.model, job.budget)
+        if key in self._checked:
+            return
+        self._checked.add(key)
         try:
             job.prior = self.priors.prior(self.policy, job.model, job.budget)
             request = LaunchRequest(
@@ -200,25 +229,32 @@ class _Run:
         return plan.shape.total()
 
     def ready(self, job: SimJob) -> None:
+        if not job.perf.oom_nodes:
+            self.links.start(job)
         job.ready(self.now)
         self._schedule_completion(job)
+        self._reshare()
         self._record_usage()
-        self.push(self._first_tick_s(job), TICK, job, job.version)
+        self.push(self._first_tick_s(job), TICK, job, job.epoch)
 
     def _first_tick_s(self, job: SimJob) -> float:
         """One interval from now — or, if the policy says it cannot decide before a later time
-        (Optimus: an interval after the shape was requested), that time, provided nothing the
-        skipped ticks would have done can show: the job is training, will not finish first
-        (its window at completion is its last tick's), and no sample will have left the
-        window by then (the later tick generates the same samples from the same draws).
+        (Optimus: an interval after the shape was requested; NEARCHUS: ``N_comp`` stability
+        periods after its first sample), that time, provided nothing the skipped ticks would
+        have done can show: the job is training, will not finish first (its window at
+        completion is its last tick's), and no sample will have left the window by then (the
+        later tick generates the same samples from the same draws).
         This reads ``decision_due_s`` on an empty window as a bound no sample can bring
         forward — true of every policy here (checked: identical results), and a policy whose
-        due date depends on what it measures answers "now" to an empty window (DLRover)."""
+        due date depends on what it measures answers "now" to an empty window (DLRover). The
+        window stays empty until the first sample, one metric interval after the (re)start,
+        so the policy is asked as of then (a stability detector's count starts there)."""
         cfg = self.config
         first = self.now + cfg.decision_interval_s
         if job.rate <= 0:  # OOM-killed: asked every interval (see _next_tick)
             return first
-        due_s = self.policy.decision_due_s(self._observe(job))
+        first_sample_s = job.next_sample_s + cfg.metric_interval_s
+        due_s = self.policy.decision_due_s(self._observe(job, at=first_sample_s))
         when = (job.started_s or 0.0) + due_s
         completion_s = job.completion_s()
         if (
@@ -237,7 +273,7 @@ class _Run:
         if not job.quiet:
             job.collect(
                 self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
-                self.policy.reads_node_metrics,
+                self.detail,
             )  # fmt: skip
         observation = self._observe(job)
         plan = self.policy.decide(observation)
@@ -261,18 +297,20 @@ class _Run:
             cfg.max_window_s - 2 * cfg.metric_interval_s
         )
         if job.rate <= 0:  # OOM-killed: keep asking until the policy fixes it or patience ends
-            self.push(self.now + cfg.decision_interval_s, TICK, job, job.version)
+            self.push(self.now + cfg.decision_interval_s, TICK, job, job.epoch)
             return
         job.quiet = math.isinf(due_s) or full
         if not job.quiet:
             when = max(self.now + cfg.decision_interval_s, (job.started_s or 0.0) + due_s)
-            self.push(when, TICK, job, job.version)
+            self.push(when, TICK, job, job.epoch)
 
     def complete(self, job: SimJob) -> None:
         job.advance(self.now)
         job.state = JobState.FINISHED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
+        if self.links.stop(job):
+            self._reshare()
         self.priors.record_finished(job.spec.model, ShapeRecord(job.shape, job.measured_speed()))
         self.scheduler.finish(job)
         self.admit()
@@ -280,9 +318,23 @@ class _Run:
 
     # -- mechanics ---------------------------------------------------------------------
     def _restart(self, job: SimJob, plan: Plan) -> None:
+        stopped = self.links.stop(job)
         job.restart(self.now, plan, self.config.restart_s)
         job.quiet = False
         self.push(job.ready_s, READY, job)
+        if stopped:
+            self._reshare()
+
+    def _reshare(self) -> None:
+        """The training nodes changed: move every job whose link share changed its speed to
+        the new speed from now (a job still polled first measures what it ran at so far)."""
+        cfg = self.config
+        for job, perf in self.links.changed(self.scheduler.running):
+            if not job.quiet:
+                job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
+                            self.detail)  # fmt: skip
+            job.rerate(self.now, perf)
+            self._schedule_completion(job)
 
     def _schedule_completion(self, job: SimJob) -> None:
         when = job.completion_s()
@@ -293,6 +345,7 @@ class _Run:
         job.state = JobState.FAILED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
+        self.links.stop(job)  # (only OOM-killed jobs fail, and they hold no link share)
         self.scheduler.finish(job)
         self.admit()
         self._wake()
@@ -304,25 +357,30 @@ class _Run:
         for job in self.scheduler.running:
             held = self.scheduler.allocations[job.name].cpu_cores
             if job.quiet and held < job.budget.cpu_cores - MILLICORE:
-                self.push(self.now, TICK, job, job.version)  # asked with its last window
+                self.push(self.now, TICK, job, job.epoch)  # asked with its last window
 
-    def _observe(self, job: SimJob) -> Observation:
-        return Observation(
-            job=job.name,
-            time_s=job.rel(self.now),
-            shape=job.shape,
-            budget=job.budget,
-            free=self.scheduler.free_for_running(),
-            window=tuple(job.window),
-            events=tuple(job.events),
-            history=tuple(job.history),
-            decisions=job.restarts,
-            steps_done=int(job.samples_done / job.model.model.batch_size),
-            steps_total=int(job.samples_total / job.model.model.batch_size),
-            plans=tuple(job.plans),
-            prior=job.prior,
-            node_limit=self.cluster.node_limit,
-            shape_since_s=job.rel(job.shape_since_s),
+    def _observe(self, job: SimJob, at: float | None = None) -> Observation:
+        """The job as its policy sees it now (or at ``at``, for a job with nothing new to see
+        before then: see ``_first_tick_s``)."""
+        batch = job.model.model.batch_size
+        return observation(
+            {
+                "job": job.name,
+                "time_s": job.rel(self.now if at is None else at),
+                "shape": job.shape,
+                "budget": job.budget,
+                "free": self.scheduler.free_for_running(),
+                "window": job.window,
+                "events": job.events,
+                "history": job.history,
+                "decisions": job.restarts,
+                "steps_done": int(job.samples_done / batch),
+                "steps_total": int(job.samples_total / batch),
+                "plans": job.plans,
+                "prior": job.prior,
+                "node_limit": self.cluster.node_limit,
+                "shape_since_s": job.rel(job.shape_since_s),
+            }
         )
 
     def _check_plan(self, job: SimJob, plan: Plan, free: Resources) -> None:
@@ -347,7 +405,7 @@ class _Run:
             )
 
     def _record_usage(self) -> None:
-        used = sum(j.perf.cpu_used_cores for j in self.scheduler.running if j.rate > 0)
+        used = sum([j.perf.cpu_used_cores for j in self.scheduler.running if j.rate > 0])
         allocated = self.scheduler.allocated.cpu_cores
         if self.usage and self.usage[-1][0] == self.now:
             self.usage.pop()  # several changes at one instant: keep the last

@@ -30,12 +30,17 @@ class Resources:
     memory_bytes: int = 0
     gpus: int = 0
 
-    def __post_init__(self) -> None:
-        cpu_cores = round(float(self.cpu_cores), CPU_DECIMALS)
-        object.__setattr__(self, "cpu_cores", cpu_cores)
-        if type(self.memory_bytes) is not int:  # skip the (hot) no-op store
-            object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
-        if cpu_cores < 0 or self.memory_bytes < 0 or self.gpus < 0:
+    def __init__(self, cpu_cores: float = 0.0, memory_bytes: int = 0, gpus: int = 0) -> None:
+        # Written by hand (dataclass keeps a class's own ``__init__``): the generated one stores
+        # each field through ``object.__setattr__`` and then calls a ``__post_init__``, twice
+        # as slow, and the scheduling simulator builds hundreds of thousands of these.
+        fields = self.__dict__
+        fields["cpu_cores"] = cpu_cores = round(float(cpu_cores), CPU_DECIMALS)
+        fields["memory_bytes"] = memory_bytes = (
+            memory_bytes if type(memory_bytes) is int else int(memory_bytes)
+        )
+        fields["gpus"] = gpus
+        if cpu_cores < 0 or memory_bytes < 0 or gpus < 0:
             raise ResourceError(f"resources cannot be negative: {self}")
 
     @classmethod

@@ -19,7 +19,7 @@ from functools import cached_property
 from typing import Any
 
 from rightsize.core.errors import ResourceError, SpecError, unknown_name
-from rightsize.core.resources import Resources, sum_resources
+from rightsize.core.resources import CPU_DECIMALS, Resources, sum_resources
 
 
 class NodeRole(StrEnum):
@@ -36,6 +36,12 @@ class NodeSpec:
     name: str
     role: NodeRole
     resources: Resources
+
+    def __init__(self, name: str, role: NodeRole, resources: Resources) -> None:
+        # By hand, as ``Resources.__init__`` (the generated one sets each field through
+        # ``object.__setattr__``): every derived shape builds a new node per node.
+        fields = self.__dict__
+        fields["name"], fields["role"], fields["resources"] = name, role, resources
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "role": str(self.role), **self.resources.to_dict()}
@@ -77,7 +83,11 @@ class ClusterShape:
 
     @cached_property
     def _by_role(self) -> dict[NodeRole, tuple[NodeSpec, ...]]:
-        return {role: tuple(n for n in self.nodes if n.role == role) for role in NodeRole}
+        nodes = self.nodes  # two explicit passes: iterating the enum costs more than the work
+        return {
+            NodeRole.PS: tuple(n for n in nodes if n.role == NodeRole.PS),
+            NodeRole.WORKER: tuple(n for n in nodes if n.role == NodeRole.WORKER),
+        }
 
     @cached_property
     def _total(self) -> Resources:
@@ -151,7 +161,8 @@ class ClusterShape:
         return self._total
 
     def role_total(self, role: NodeRole) -> Resources:
-        return self._role_totals.get(role, Resources())
+        totals = self._role_totals
+        return totals[role] if role in totals else Resources()
 
     def dt_config(self) -> DTConfig:
         return DTConfig(
@@ -204,22 +215,26 @@ class ClusterShape:
             raise ResourceError("cannot scale up a shape with no nodes")
         count = len(self.nodes)
 
-        def share(node: NodeSpec) -> Resources:
-            cpu_w = node.resources.cpu_cores / total.cpu_cores if total.cpu_cores else 1 / count
-            mem_w = (
-                node.resources.memory_bytes / total.memory_bytes
-                if total.memory_bytes
-                else 1 / count
+        def grown(res: Resources) -> Resources:
+            # ``res + Resources(extra.cpu_cores * cpu_w, int(extra.memory_bytes * mem_w))``
+            # with the share's millicore rounding written out: the same numbers, one object.
+            cpu_w = res.cpu_cores / total.cpu_cores if total.cpu_cores else 1 / count
+            mem_w = res.memory_bytes / total.memory_bytes if total.memory_bytes else 1 / count
+            return Resources(
+                res.cpu_cores + round(extra.cpu_cores * cpu_w, CPU_DECIMALS),
+                res.memory_bytes + int(extra.memory_bytes * mem_w),
+                res.gpus,
             )
-            return Resources(extra.cpu_cores * cpu_w, int(extra.memory_bytes * mem_w), 0)
 
-        return ClusterShape(
-            tuple(NodeSpec(n.name, n.role, n.resources + share(n)) for n in self.nodes)
-        )
+        return ClusterShape(tuple(NodeSpec(n.name, n.role, grown(n.resources)) for n in self.nodes))
 
     # -- display ----------------------------------------------------------------------
     def describe(self) -> str:
         """Compact text, e.g. ``1 ps (2 cpu) + 2 workers (4 cpu)``."""
+        return self._description
+
+    @cached_property
+    def _description(self) -> str:  # plans and reports describe the same shapes many times
         parts = []
         for role in NodeRole:
             members = self.role(role)

@@ -4,7 +4,9 @@ For each group the executor loads its trials' checkpoints, packs them, trains
 them to the rung's step, evaluates them on the validation set and frees them
 back to checkpoints. With ``alone`` set, a group of one is trained by plain
 PyTorch instead (:func:`~rightsize.packing.alone.train_alone`): that is the
-original, unpacked Hyperband the paper compares against.
+original, unpacked Hyperband the paper compares against. With a
+:class:`~rightsize.packing.pool.WorkerPool` the groups are trained in parallel
+worker processes, one per core, instead of one after another.
 
 Resource unit: one unit of Hyperband's resource is ``steps_per_unit``
 training steps, the same for every batch size, so all trials of a rung stand
@@ -22,6 +24,7 @@ import torch
 from rightsize.packing.alone import train_alone
 from rightsize.packing.data import DataStream
 from rightsize.packing.pack import Clock, PackSettings, TrialResult, load, pack, train
+from rightsize.packing.pool import WorkerPool
 from rightsize.packing.trial import Architectures, TrialState
 
 #: Training steps per unit of Hyperband's resource (R = 81 units = 810 steps,
@@ -41,6 +44,8 @@ class RungExecutor:
         alone: train groups of one with plain PyTorch and this torch.optim
             implementation: ``fused`` or ``for-loop``; None packs them too.
         clock: wall-clock seconds.
+        pool: worker processes to train the groups on beside this one
+            (default: this process alone, one group after another).
     """
 
     def __init__(
@@ -52,8 +57,9 @@ class RungExecutor:
         settings: PackSettings | None = None,
         alone: str | None = None,
         clock: Clock = time.perf_counter,
+        pool: WorkerPool | None = None,
     ) -> None:
-        self.architectures, self.stream = architectures, stream
+        self.architectures, self.stream, self.pool = architectures, stream, pool
         self.steps_per_unit, self.device = steps_per_unit, device
         self.settings = settings or PackSettings()
         if alone not in (None, "fused", "for-loop"):
@@ -74,17 +80,27 @@ class RungExecutor:
         trained: dict[str, TrialState] = {}
         losses: dict[str, float] = {}
         switch_s = 0.0
-        for group in groups:
-            results, seconds = self._train_group([by_id[i] for i in group], target)
+        members = [[by_id[i] for i in group] for group in groups]
+        if self.pool is not None:
+            outcomes = self.pool.run(members, target, local=self)
+        else:
+            outcomes = [self.train_group(m, target) for m in members]
+        for results, seconds in outcomes:
             switch_s += seconds
             for trial_id, result in results.items():
                 trained[trial_id], losses[trial_id] = result.state, result.val_loss
                 self.trial_steps += target - by_id[trial_id].step
         return trained, losses, switch_s
 
-    def _train_group(
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def train_group(
         self, members: list[TrialState], target: int
     ) -> tuple[dict[str, TrialResult], float]:
+        """Train one group to ``target``: its results and the seconds its switches took."""
         if self.alone and len(members) == 1:
             state = members[0]
             result = train_alone(

@@ -16,6 +16,9 @@ become one batched product:
   weights concatenated; no copy of the input is made per trial.
 - ``Flatten`` after convolutions turns ``[B, n*C, h, w]`` into ``[n, B, C*h*w]``.
 - Activations and pooling act per element or per channel and are kept as they are.
+- With ragged blocks set (:func:`set_blocks`, ``--batch-mode ragged``) the same
+  layers compute the ragged layout of :mod:`rightsize.packing.ragged` instead:
+  every trial's rows concatenated, no padding.
 - With ``mix_activations`` (an extension beyond the paper, which treats a
   different activation as a different model) trials whose models differ only in
   their activation functions are fused too: :class:`StackedActivation` applies
@@ -37,6 +40,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from rightsize.packing.ragged import Spans, ragged_conv2d, ragged_linear, spans
 
 #: Activation functions: elementwise, and the only layers that may differ between
 #: trials fused with ``mix_activations``.
@@ -130,8 +135,11 @@ class StackedLinear(nn.Module):
         self.bias = _stacked(layers, "bias")
         self.shared_input = shared_input
         self.segments: Segments | None = None  # None: every trial uses every row
+        self.blocks: Spans | None = None  # ragged layout: each trial's rows; None: stacked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            return ragged_linear(x, self.weight, self.bias, self.blocks, self.shared_input)
         function = _SharedLinearFn if self.shared_input else _StackedLinearFn
         return function.apply(x, self.weight, self.bias, self.segments)
 
@@ -146,8 +154,12 @@ class StackedConv2d(nn.Module):
         self.bias = _stacked(layers, "bias")
         self.stride, self.padding, self.dilation = first.stride, first.padding, first.dilation
         self.shared_input = shared_input
+        self.blocks: Spans | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            conv = {"stride": self.stride, "padding": self.padding, "dilation": self.dilation}
+            return ragged_conv2d(x, self.weight, self.bias, self.blocks, self.shared_input, conv)
         n, out = self.weight.shape[:2]
         weight = self.weight.reshape(n * out, *self.weight.shape[2:])
         bias = None if self.bias is None else self.bias.reshape(n * out)
@@ -161,8 +173,11 @@ class StackedFlatten(nn.Module):
     def __init__(self, members: int) -> None:
         super().__init__()
         self.members = members
+        self.blocks: Spans | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.blocks is not None:
+            return x.flatten(1)  # ragged: rows stay rows
         if x.dim() == 3:
             return x
         return x.reshape(x.shape[0], self.members, -1).transpose(0, 1).contiguous()
@@ -173,6 +188,7 @@ class StackedActivation(nn.Module):
 
     def __init__(self, per_trial: Sequence[nn.Module]) -> None:
         super().__init__()
+        self.blocks: Spans | None = None
         self.keep(per_trial)
 
     def keep(self, per_trial: Sequence[nn.Module]) -> None:
@@ -187,6 +203,10 @@ class StackedActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if len(self._runs) == 1:
             return self._runs[0][2](x)
+        if self.blocks is not None:  # ragged: a run of trials is a block of rows
+            sizes = [self.blocks[hi - 1][1] - self.blocks[lo][0] for lo, hi, _ in self._runs]
+            parts = x.split(sizes)
+            return torch.cat([fn(p) for p, (_, _, fn) in zip(parts, self._runs, strict=True)])
         # linear layout [n, B, F]: trials along dim 0; conv layout [B, n*C, H, W]: dim 1.
         # split (not narrow): its backward is one cat, not a zero-filled tensor per run
         dim, width = (0, 1) if x.dim() == 3 else (1, x.shape[1] // self.members)
@@ -212,7 +232,10 @@ def structure(model: nn.Module, ignore_activations: bool = False) -> tuple:
 
 
 def fuse(
-    models: Sequence[nn.Module], probe: torch.Tensor, mix_activations: bool = False
+    models: Sequence[nn.Module],
+    probe: torch.Tensor,
+    mix_activations: bool = False,
+    ragged: bool = False,
 ) -> nn.Module | None:
     """One model computing every trial's output as ``[n, B, ...]``, or None if not fusable.
 
@@ -220,6 +243,7 @@ def fuse(
         models: n models of one architecture (same classes, names and shapes).
         probe: a small input batch, to record the call order and to verify the result.
         mix_activations: the models may differ in their activation functions.
+        ragged: also verify the ragged layout (every trial on the whole probe).
     """
     template = models[0]
     if any(True for _ in template.buffers()):
@@ -230,6 +254,12 @@ def fuse(
     fused = _rewrite(template, models, order, mix_activations)
     if fused is None or not _matches(fused, models, probe):
         return None
+    if ragged:
+        set_blocks(fused, [len(probe)] * len(models))
+        matches = _matches(fused, models, probe)
+        set_blocks(fused, None)
+        if not matches:
+            return None
     return fused
 
 
@@ -257,6 +287,17 @@ def set_segments(fused: nn.Module, batch_sizes: Sequence[int]) -> None:
     for module in fused.modules():
         if isinstance(module, StackedLinear):
             module.segments = tuple(segments)
+
+
+RAGGED_LAYERS = (StackedLinear, StackedConv2d, StackedFlatten, StackedActivation)
+
+
+def set_blocks(fused: nn.Module, rows: Sequence[int] | None) -> None:
+    """Switch the fused model to the ragged layout with trial ``i`` on ``rows[i]`` rows (None: stacked)."""
+    blocks = None if rows is None else spans(rows)
+    for module in fused.modules():
+        if isinstance(module, RAGGED_LAYERS):
+            module.blocks = blocks
 
 
 def _rewrite(template: nn.Module, models: Sequence[nn.Module], order: list[str], mix: bool):
@@ -321,6 +362,8 @@ def _matches(fused: nn.Module, models: Sequence[nn.Module], probe: torch.Tensor)
             expected = [m(probe) for m in models]
     except (RuntimeError, ValueError, TypeError):
         return False
+    if out.dim() == expected[0].dim() and out.numel() == len(models) * expected[0].numel():
+        out = out.view(len(models), *expected[0].shape)  # ragged: [n * B, ...]
     if out.shape != (len(models), *expected[0].shape):
         return False
     return all(

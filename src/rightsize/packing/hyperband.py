@@ -20,6 +20,15 @@ Packed Hyperband (§5.2) asks pack_opt at every rung which trials to train
 together. Sampling, ranking and promotion are the same whatever the packing,
 so every packing strategy visits the same configurations with the same seed;
 packing changes only how long it takes.
+
+Concurrent brackets (``concurrent=True``, beyond both papers): Algorithm 1
+runs its brackets one after another, so a bracket's last rungs (one to five
+trials) train with nobody to pack with. Every bracket's rungs end on the same
+few resources (R eta^-k), so the brackets can run side by side instead: the
+resource axis is cut at every rung end into *phases*, and in each phase every
+bracket's current trials (all resuming from the same step) are packed
+together by pack_opt. Sampling, ranking and promotion stay per bracket, so the
+trials, their losses and the best found are those of the sequential run.
 """
 
 from __future__ import annotations
@@ -95,6 +104,7 @@ class RungRecord:
     losses: dict[str, float]
     wall_s: float
     switch_s: float = 0.0
+    specs: dict[str, TrialSpec] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,6 +131,7 @@ class RungTrainer(Protocol):
 Sampler = Callable[[int, int], list[TrialSpec]]  # (bracket s, count) -> trials
 Planner = Callable[[list[TrialSpec], int, int], list[list[TrialSpec]]]  # (trials, s, i) -> groups
 Progress = Callable[[str], None]
+SeenKey = tuple[int, int, int]  # (bracket position, rung, trial position): the sequential order
 
 
 class Hyperband:
@@ -135,6 +146,8 @@ class Hyperband:
         resume: promoted trials continue from their checkpoint.
         clock: wall-clock seconds (a fake one in tests).
         progress: receives one line per rung.
+        concurrent: run the brackets side by side, packing across them (needs
+            ``resume``: a phase's trials must all stand on its first step).
     """
 
     def __init__(
@@ -147,28 +160,77 @@ class Hyperband:
         resume: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         progress: Progress = lambda _line: None,
+        concurrent: bool = False,
     ) -> None:
+        if concurrent and not resume:
+            raise SpecError(
+                "concurrent brackets need resuming trials (a phase packs trials that all "
+                "continue from one step): drop --no-resume or --concurrent-brackets"
+            )
         self.schedule = hyperband_schedule(max_resource, eta)
+        self.concurrent = concurrent
         self.eta = eta
         self._sample, self._plan, self._trainer = sample, plan, trainer
         self.resume, self._clock, self._progress = resume, clock, progress
 
     def run(self) -> SearchResult:
-        """Run every bracket; the best is the smallest loss seen (ties: the earliest seen)."""
+        """Run every bracket; the best is the smallest loss seen (ties: the earliest seen,
+        in the sequential order, whether or not the brackets ran concurrently)."""
         start = self._clock()
+        records = self._run_concurrent() if self.concurrent else self._run_sequential()
+        seen = []
+        for record in records:
+            bracket = next(b for b in self.schedule if b.s == record.bracket)
+            for k, (trial_id, loss) in enumerate(record.losses.items()):
+                key = (self.schedule.index(bracket), record.rung, k)
+                seen.append((_rank(loss), key, record.specs[trial_id], record.r))
+        loss, _, spec, resource = min(seen, key=lambda item: item[:2])
+        return SearchResult(spec, loss, resource, records, self._clock() - start)
+
+    def _run_sequential(self) -> list[RungRecord]:
         records: list[RungRecord] = []
-        seen: list[tuple[float, int, TrialSpec, float]] = []
         for bracket in self.schedule:
             states = [TrialState(t) for t in self._sample(bracket.s, bracket.rungs[0].n)]
             for i, rung in enumerate(bracket.rungs):
                 record, states = self._rung(bracket, i, states)
                 records.append(record)
-                for state in states:
-                    loss = record.losses[state.spec.trial_id]
-                    seen.append((_rank(loss), len(seen), state.spec, rung.r))
                 states = self._promote(states, record.losses, rung.n)
-        loss, _, spec, resource = min(seen, key=lambda item: item[:2])
-        return SearchResult(spec, loss, resource, records, self._clock() - start)
+        return records
+
+    def _run_concurrent(self) -> list[RungRecord]:
+        """Every bracket at once, phase by phase; a phase ends where some rung ends."""
+        runs = [
+            _BracketRun(b, [TrialState(t) for t in self._sample(b.s, b.rungs[0].n)])
+            for b in self.schedule
+        ]
+        records: list[RungRecord] = []
+        for phase, end in enumerate(sorted({r.r for b in self.schedule for r in b.rungs})):
+            runs = [run for run in runs if run.states]
+            if not runs:
+                break
+            trained, losses, packs, wall, switch_s = self._phase(runs, phase, end)
+            for run in runs:
+                record = run.advance(trained, losses, packs, wall, switch_s, end)
+                if record is not None:
+                    records.append(record)
+                    run.states = self._promote(run.states, record.losses, record.n)
+        position = {b.s: k for k, b in enumerate(self.schedule)}
+        return sorted(records, key=lambda r: (position[r.bracket], r.rung))
+
+    def _phase(self, runs: list[_BracketRun], phase: int, end: float):
+        """Train every bracket's current trials to ``end``, packed together."""
+        trials = [state for run in runs for state in run.states]
+        # pack_opt's random numbers for a phase: keyed one past the last bracket
+        groups = self._plan([t.spec for t in trials], len(self.schedule), phase)
+        packs = [[t.trial_id for t in group] for group in groups]
+        started = self._clock()
+        trained, losses, switch_s = self._trainer.train(trials, packs, end)
+        wall = self._clock() - started
+        self._progress(
+            f"phase {phase} to r={end:g}: {len(trials)} trials of {len(runs)} brackets in "
+            f"{len(groups)} pack(s) of up to {max(len(g) for g in groups)} — {wall:.2f}s"
+        )
+        return trained, losses, packs, wall, switch_s
 
     def _promote(
         self, states: list[TrialState], losses: dict[str, float], n: int
@@ -187,13 +249,44 @@ class Hyperband:
         started = self._clock()
         trained, losses, switch_s = self._trainer.train(states, ids, rung.r)
         wall = self._clock() - started
-        record = RungRecord(bracket.s, i, len(states), rung.r, ids, losses, wall, switch_s)
+        specs = {s.spec.trial_id: s.spec for s in states}
+        losses = {s.spec.trial_id: losses[s.spec.trial_id] for s in states}  # in trial order
+        record = RungRecord(bracket.s, i, len(states), rung.r, ids, losses, wall, switch_s, specs)
         self._progress(
             f"bracket s={bracket.s} rung {i}: {len(states)} trials x r={rung.r:g} in "
             f"{len(groups)} pack(s) of up to {max(len(g) for g in groups)} — {wall:.2f}s, "
             f"best loss {min(losses.values(), key=_rank):.4f}"
         )
         return record, [trained[s.spec.trial_id] for s in states]
+
+
+@dataclass
+class _BracketRun:
+    """A bracket during concurrent phases: its current rung, trials and the rung's costs so far."""
+
+    bracket: Bracket
+    states: list[TrialState]
+    rung: int = 0
+    wall_s: float = 0.0
+    switch_s: float = 0.0
+    packs: list[list[str]] = field(default_factory=list)
+
+    def advance(self, trained, losses, packs, wall_s: float, switch_s: float, end: float):
+        """Take a phase's results; the finished rung's record if the rung ends at ``end``."""
+        self.states = [trained[s.spec.trial_id] for s in self.states]
+        mine = {s.spec.trial_id for s in self.states}
+        self.wall_s, self.switch_s = self.wall_s + wall_s, self.switch_s + switch_s
+        self.packs += [p for p in packs if mine.intersection(p)]
+        rung = self.bracket.rungs[self.rung]
+        if rung.r != end:
+            return None
+        record = RungRecord(
+            self.bracket.s, self.rung, len(self.states), rung.r, self.packs,
+            {i: losses[i] for i in (s.spec.trial_id for s in self.states)},
+            self.wall_s, self.switch_s, {s.spec.trial_id: s.spec for s in self.states},
+        )  # fmt: skip
+        self.rung, self.wall_s, self.switch_s, self.packs = self.rung + 1, 0.0, 0.0, []
+        return record
 
 
 def _rank(loss: float) -> float:

@@ -47,10 +47,15 @@ from rightsize.workloads.workload import Workload
 
 #: Batch sizes whose saved-activation bytes give the per-sample slope.
 FOOTPRINT_BATCHES = (8, 16)
-#: Batch sizes whose measured step peaks give the per-sample transient bytes.
-FOOTPRINT_PEAK_BATCHES = (16, 64)
-#: Measurements of each step peak (the largest is kept: RSS readings can only miss).
-FOOTPRINT_PEAK_REPEATS = 2
+#: Batch sizes whose measured step peaks give the per-sample transient bytes: pack
+#: sized, since a pack's layers compute hundreds of rows at once. At 16 and 64 rows
+#: a step's tensors fit in freed heap that the resident-set meter cannot see:
+#: MLP-3 read 0 bytes per sample there, ~11-12 KB at 256-560 rows, and packs whose
+#: estimate used the small batches peaked up to 1.29x over it (issue 6).
+FOOTPRINT_PEAK_BATCHES = (256, 512)
+#: Measurements of each step peak (the largest is kept: RSS readings can only miss;
+#: at the peak batches MLP-3 read 5.7-11.9 KB per sample from one process to the next).
+FOOTPRINT_PEAK_REPEATS = 3
 #: Margin on a pack's estimate before it is compared with the capacity. Measured
 #: step peaks of fused MLP-3 packs were up to 1.21x the estimate (n = 8, batch
 #: sizes 20-70, benchmarks/packing_step.py); 1.25 covers that. Set 1.0 for the bare model.

@@ -37,6 +37,12 @@ ADAM_EPS = 1e-8  # torch.optim.Adam's default
 ADAGRAD_EPS = 1e-10  # torch.optim.Adagrad's default
 ADAGRAD_INITIAL_ACCUMULATOR = 0.0  # torch.optim.Adagrad's default
 
+#: How updates are computed: ``fused`` (torch.optim's fused kernels, one pass per
+#: tensor) or ``for-loop`` (torch.optim's default single-tensor implementation on
+#: the CPU: the same math, rounded differently, bit-identical to a trial alone
+#: with a default ``torch.optim`` optimizer).
+IMPLEMENTATIONS: tuple[str, ...] = ("fused", "for-loop")
+
 #: State tensors per parameter, by optimizer kind (torch.optim's names).
 STATE_KEYS: dict[str, tuple[str, ...]] = {
     "sgd": (),
@@ -107,6 +113,48 @@ def new_state(spec: OptimizerSpec, param: torch.Tensor) -> State:
     return {}  # SGD has none; Momentum's buffer is made from the first gradient
 
 
+#: The CPU fused kernels work in 64-byte units (16 float32 numbers) and round a
+#: tensor's scalar tail differently from its vectorised body (a contracted
+#: multiply-add), so a parameter is updated stacked, several trials in one
+#: tensor, only when each trial's part is whole units: then every number takes
+#: the path it takes in the trial's own call, and updates stay bit for bit.
+STACK_UNIT_ELEMENTS = 16
+
+
+def stackable(spec: OptimizerSpec, param: torch.Tensor, states: Sequence[State]) -> bool:
+    """Whether several trials' states of one parameter (each ``param``-shaped) can be stacked.
+
+    They can when they have the same keys and step count and each trial's part
+    is whole kernel units; Momentum's buffer must exist (torch.optim makes it
+    from a trial's first gradient).
+    """
+    if len(states) < 2 or param.numel() % STACK_UNIT_ELEMENTS:
+        return False
+    keys = {tuple(sorted(state)) for state in states}
+    if len(keys) != 1 or (spec.kind == "momentum" and not states[0]):
+        return False
+    return "step" not in states[0] or len({float(s["step"]) for s in states}) == 1
+
+
+def stack_state(spec: OptimizerSpec, stacked: torch.Tensor, states: Sequence[State]) -> State:
+    """One state for ``stacked`` (``[k, ...]``, k trials' parameter); trials' states become views.
+
+    The trials' step counts are equal (:func:`stackable`), so they share one
+    step tensor; each trial's checkpoint still copies its own.
+    """
+    if not states[0]:
+        run = new_state(spec, stacked)
+    else:
+        run = {
+            key: value.clone() if key == "step" else torch.stack([s[key] for s in states])
+            for key, value in states[0].items()
+        }
+    for i, state in enumerate(states):
+        state.clear()
+        state.update({key: t if key == "step" else t[i] for key, t in run.items()})
+    return run
+
+
 @dataclass
 class _Member:
     spec: OptimizerSpec
@@ -118,15 +166,21 @@ class VectorOptimizer:
     """Steps every trial of a pack with its own optimizer, one fused call per distinct spec.
 
     Args:
-        members: per trial, its optimizer spec, its parameter tensors (views
-            into a fused group's stacked parameters, or a model's own), and one
-            state dict per parameter. State dicts are updated in place, so the
-            caller's checkpoint sees them.
+        members: per trial (or per run of trials with one spec), its optimizer
+            spec, its parameter tensors (views into a fused group's stacked
+            parameters, several trials' at once when stacked, or a model's
+            own), and one state dict per parameter. State dicts are updated in
+            place, so the caller's checkpoint sees them.
     """
 
     def __init__(
-        self, members: Sequence[tuple[OptimizerSpec, list[torch.Tensor], list[State]]]
+        self,
+        members: Sequence[tuple[OptimizerSpec, list[torch.Tensor], list[State]]],
+        implementation: str = "fused",
     ) -> None:
+        if implementation not in IMPLEMENTATIONS:
+            raise unknown_name("optimizer implementation", implementation, IMPLEMENTATIONS)
+        self._kernel = {"fused": True} if implementation == "fused" else {"foreach": False}
         self._members = [_Member(spec, list(params), states) for spec, params, states in members]
         self._groups: dict[OptimizerSpec, list[int]] = {}
         for index, member in enumerate(self._members):
@@ -134,6 +188,11 @@ class VectorOptimizer:
             for param, state in zip(member.params, member.states, strict=True):
                 if not state:
                     state.update(new_state(member.spec, param))
+
+    @property
+    def units(self) -> int:
+        """Members: trials, or runs of trials updated stacked."""
+        return len(self._members)
 
     def step(self, grads: Sequence[Sequence[torch.Tensor]]) -> None:
         """Apply one update; ``grads[i]`` are trial ``i``'s gradients, in its parameter order."""
@@ -150,17 +209,17 @@ class VectorOptimizer:
                             states.append(state)
                             grad_list.append(grad)
                 if params:
-                    _UPDATES[spec.kind](spec, params, grad_list, states)
+                    _UPDATES[spec.kind](spec, params, grad_list, states, self._kernel)
 
 
-def _update_sgd(spec: OptimizerSpec, params, grads, states) -> None:
+def _update_sgd(spec: OptimizerSpec, params, grads, states, kernel: dict) -> None:
     _sgd.sgd(
-        params, grads, [None] * len(params), fused=True, weight_decay=0.0, momentum=0.0,
+        params, grads, [None] * len(params), **kernel, weight_decay=0.0, momentum=0.0,
         lr=spec.lr, dampening=0.0, nesterov=False, maximize=False,
     )  # fmt: skip
 
 
-def _update_momentum(spec: OptimizerSpec, params, grads, states) -> None:
+def _update_momentum(spec: OptimizerSpec, params, grads, states, kernel: dict) -> None:
     # The fused kernel treats a call as a first step only when every buffer is
     # missing, so trials on their first step and resumed ones are updated apart.
     fresh = [i for i, state in enumerate(states) if "momentum_buffer" not in state]
@@ -170,7 +229,7 @@ def _update_momentum(spec: OptimizerSpec, params, grads, states) -> None:
             continue
         buffers = [states[i].get("momentum_buffer") for i in chosen]
         _sgd.sgd(
-            [params[i] for i in chosen], [grads[i] for i in chosen], buffers, fused=True,
+            [params[i] for i in chosen], [grads[i] for i in chosen], buffers, **kernel,
             weight_decay=0.0, momentum=spec.momentum, lr=spec.lr, dampening=0.0,
             nesterov=False, maximize=False,
         )  # fmt: skip
@@ -180,17 +239,17 @@ def _update_momentum(spec: OptimizerSpec, params, grads, states) -> None:
             )
 
 
-def _update_adam(spec: OptimizerSpec, params, grads, states) -> None:
+def _update_adam(spec: OptimizerSpec, params, grads, states, kernel: dict) -> None:
     _adam.adam(
         params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-        [s["step"] for s in states], fused=True, amsgrad=False, beta1=spec.betas[0],
+        [s["step"] for s in states], **kernel, amsgrad=False, beta1=spec.betas[0],
         beta2=spec.betas[1], lr=spec.lr, weight_decay=0.0, eps=spec.adam_eps, maximize=False,
     )  # fmt: skip
 
 
-def _update_adagrad(spec: OptimizerSpec, params, grads, states) -> None:
+def _update_adagrad(spec: OptimizerSpec, params, grads, states, kernel: dict) -> None:
     _adagrad.adagrad(
-        params, grads, [s["sum"] for s in states], [s["step"] for s in states], fused=True,
+        params, grads, [s["sum"] for s in states], [s["step"] for s in states], **kernel,
         lr=spec.lr, weight_decay=0.0, lr_decay=0.0, eps=spec.adagrad_eps, maximize=False,
     )  # fmt: skip
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rightsize.core.errors import SpecError
+from rightsize.core.errors import SpecError, unknown_name
 from rightsize.packing.data import EVAL_ROWS, DataStream
 from rightsize.packing.fused import fuse, structure
 from rightsize.packing.members import FusedGroup, LoadedTrial, PlainGroup, per_sample_loss
-from rightsize.packing.optimizers import VectorOptimizer
+from rightsize.packing.optimizers import IMPLEMENTATIONS, VectorOptimizer
 from rightsize.packing.trial import (
     Architectures,
     TrialState,
@@ -38,7 +38,7 @@ from rightsize.packing.trial import (
     initial_rng_state,
 )
 
-BATCH_MODES = ("pad", "exact", "bucket")
+BATCH_MODES = ("pad", "exact", "bucket", "ragged")
 PROBE_ROWS = 4  # samples used to record a model's layer order and verify its fusion
 #: ``bucket`` mode's price of one more fused group, in rows of one trial's compute:
 #: a group's fixed per-step work (~25 operator calls, ~0.2 ms here) over the cost
@@ -58,12 +58,19 @@ class PackSettings:
             and smaller trials use their slice), ``exact`` (fused groups are
             also split by batch size, so no row is computed in vain) or
             ``bucket`` (fused groups split where padding would cost more than
-            one more group; see :func:`batch_buckets`).
+            one more group; see :func:`batch_buckets`) or ``ragged`` (beyond
+            the paper: one fused group computes each trial over exactly its
+            own rows, see :mod:`rightsize.packing.ragged`).
         bucket_overhead_rows: ``bucket`` mode's price of one more group.
         mix_activations: also fuse trials whose models differ only in their
             activation functions (an extension: the paper packs them as
             different models, which is what ``False`` does).
         eval_rows: validation samples per forward pass.
+        stack_optimizer: update trials of one optimizer spec in a fused group
+            as one stacked tensor per parameter (fewer, larger kernel calls;
+            bit-identical updates; fused kernels only). False: one unit per trial.
+        optimizer_impl: ``fused`` or ``for-loop`` torch.optim kernels (see
+            :data:`~rightsize.packing.optimizers.IMPLEMENTATIONS`).
     """
 
     fuse: bool = True
@@ -71,12 +78,16 @@ class PackSettings:
     mix_activations: bool = False
     bucket_overhead_rows: float = BUCKET_OVERHEAD_ROWS
     eval_rows: int = EVAL_ROWS
+    stack_optimizer: bool = True
+    optimizer_impl: str = "fused"
 
     def __post_init__(self) -> None:
         if self.batch_mode not in BATCH_MODES:
             raise SpecError(
                 f"batch mode {self.batch_mode!r}: choose one of {', '.join(BATCH_MODES)}"
             )
+        if self.optimizer_impl not in IMPLEMENTATIONS:
+            raise unknown_name("optimizer implementation", self.optimizer_impl, IMPLEMENTATIONS)
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,11 @@ class Pack:
         self.stream, self.settings, self._clock = stream, settings, clock
         self.groups = _build_groups(list(trials), stream, settings)
         self.switches: list[Switch] = []
+        # Momentum's buffers appear at a trial's first step: restack them after it
+        self._restack = self._stack and any(
+            t.spec.optimizer.kind == "momentum" and not any(t.optimizer_state.values())
+            for t in trials
+        )
         self._optimizer = self._make_optimizer()
 
     @property
@@ -136,6 +152,11 @@ class Pack:
         """Trials per group: fused groups first, then 1 per general-path trial."""
         return [len(g.trials) for g in self.groups]
 
+    @property
+    def optimizer_units(self) -> int:
+        """Optimizer members: one per trial, or per run of one spec updated stacked."""
+        return self._optimizer.units
+
     def train_step(self, report: bool = False) -> dict[str, float]:
         """One optimizer step of every trial; with ``report``, each trial's training loss."""
         batch = self.stream.batch(self.step, max(g.rows for g in self.groups))
@@ -150,6 +171,8 @@ class Pack:
             group.clear_grads()
             for trial in group.trials:
                 trial.step += 1
+        if self._restack:
+            self._optimizer, self._restack = self._make_optimizer(), False
         if not report:
             return {}
         return dict(zip(self.trial_ids, torch.stack(losses).tolist(), strict=True))
@@ -198,12 +221,13 @@ class Pack:
         raise KeyError(f"trial {trial_id!r} is not in this pack")
 
     def _make_optimizer(self) -> VectorOptimizer:
-        members = []
-        for group in self.groups:
-            for trial, params in zip(group.trials, group.params(), strict=True):
-                states = [trial.optimizer_state.setdefault(name, {}) for name in group.names]
-                members.append((trial.spec.optimizer, params, states))
-        return VectorOptimizer(members)
+        members = [m for g in self.groups for m in g.optimizer_members(self._stack)]
+        return VectorOptimizer(members, self.settings.optimizer_impl)
+
+    @property
+    def _stack(self) -> bool:
+        # stacked updates are bit-identical only with the fused kernels (optimizers.stackable)
+        return self.settings.stack_optimizer and self.settings.optimizer_impl == "fused"
 
 
 def pack(
@@ -281,7 +305,7 @@ def _build_groups(trials: list[LoadedTrial], stream: DataStream, settings: PackS
         for part in _split(members, settings):
             # one trial alone gains nothing from the stacked layers: its own model is as fast
             fusable = settings.fuse and len(part) > 1
-            fused = _try_fuse(part, probe, settings.mix_activations) if fusable else None
+            fused = _try_fuse(part, probe, settings) if fusable else None
             groups.extend([fused] if fused else [PlainGroup(t) for t in part])
     return groups
 
@@ -315,16 +339,25 @@ def batch_buckets(sizes: list[int], overhead_rows: float) -> list[tuple[int, int
     return runs[::-1]
 
 
-def _try_fuse(members: list[LoadedTrial], probe, mix_activations: bool) -> FusedGroup | None:
+def _try_fuse(members: list[LoadedTrial], probe, settings: PackSettings) -> FusedGroup | None:
     rows_loss = per_sample_loss(members[0].loss_fn)
     inputs, target = probe
     if rows_loss is None or len(inputs) != 1 or target.dim() != 1:
         return None
-    # batch sizes largest first, and equal activations next to each other
-    members = sorted(members, key=lambda t: (-t.spec.batch_size, t.spec.model_options))
-    model = fuse([m.model for m in members], inputs[0], mix_activations)
+    ragged = settings.batch_mode == "ragged"
+
+    def order(t: LoadedTrial) -> tuple:
+        # padded: batch sizes largest first; then equal activations and equal
+        # optimizers next to each other (fewer activation runs and optimizer calls)
+        spec = t.spec
+        optimizer = (spec.optimizer.kind, spec.optimizer.lr, repr(spec.optimizer))
+        batch = () if ragged else (-spec.batch_size,)
+        return (*batch, spec.model_options, optimizer, -spec.batch_size)
+
+    members = sorted(members, key=order)
+    model = fuse([m.model for m in members], inputs[0], settings.mix_activations, ragged)
     if model is None:
         return None
     for member in members:
         member.model = None  # the fused model's stacked tensors now hold its weights
-    return FusedGroup(members, model, rows_loss)
+    return FusedGroup(members, model, rows_loss, ragged)

@@ -146,3 +146,53 @@ def _knn(remaining: list[TrialSpec], settings, admits, rng, space) -> list[list[
         remaining = [t for t in remaining if id(t) not in chosen]
         groups.append(group)
     return groups
+
+
+#: ``balance``'s price of one more pack, in trials: a pack's training step costs
+#: about 0.6 ms per MLP-3 trial plus ~1.3 ms per pack on this CPU (one thread,
+#: ragged; benchmarks/packing_step.py), so halving a pack adds about two trials' work.
+BALANCE_PACK_OVERHEAD_TRIALS = 2.0
+
+
+def balance(
+    groups: list[list[TrialSpec]],
+    workers: int,
+    fits: Fits,
+    overhead_trials: float = BALANCE_PACK_OVERHEAD_TRIALS,
+) -> list[list[TrialSpec]]:
+    """Reshape pack_opt's groups while that shortens the busiest worker's work.
+
+    With several workers training packs side by side, one pack holding most of
+    a phase's trials would leave the others idle, but a smaller pack costs more
+    per trial. A group costs its trials plus ``overhead_trials``; groups go to
+    workers largest first, each to the least loaded (what the worker pool
+    does). Two moves are tried, and the better one kept while it lowers the
+    busiest worker's cost: move the largest group's last trial (kNN: the
+    farthest from its centroid) to the smallest group, if it fits there; or
+    halve the largest group (its halves keep pack_opt's order, and fit).
+    """
+    groups = sorted(groups, key=len, reverse=True)
+    cost = _makespan(groups, workers, overhead_trials)
+    while groups and len(groups[0]) > 1:
+        moves = [_halve(groups)]
+        if len(groups) > 1 and fits([*groups[-1], groups[0][-1]]):
+            moves.append([groups[0][:-1], *groups[1:-1], [*groups[-1], groups[0][-1]]])
+        best = min(moves, key=lambda g: _makespan(g, workers, overhead_trials))
+        if _makespan(best, workers, overhead_trials) >= cost:
+            break
+        groups = sorted(best, key=len, reverse=True)
+        cost = _makespan(groups, workers, overhead_trials)
+    return groups
+
+
+def _halve(groups: list[list[TrialSpec]]) -> list[list[TrialSpec]]:
+    half = (len(groups[0]) + 1) // 2
+    return [groups[0][:half], groups[0][half:], *groups[1:]]
+
+
+def _makespan(groups: list[list[TrialSpec]], workers: int, overhead_trials: float) -> float:
+    """The busiest worker's cost when groups (largest first) go to the least loaded."""
+    loads = [0.0] * workers
+    for group in groups:
+        loads[loads.index(min(loads))] += len(group) + overhead_trials
+    return max(loads)

@@ -15,12 +15,14 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.allocator import retain_freed_memory
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import STEPS_PER_UNIT, RungExecutor
 from rightsize.packing.hyperband import Hyperband, SearchResult, hyperband_schedule
@@ -32,7 +34,8 @@ from rightsize.packing.memory import (
 )
 from rightsize.packing.optimizers import OptimizerSpec
 from rightsize.packing.pack import PackSettings
-from rightsize.packing.packopt import PackOptSettings, pack_opt
+from rightsize.packing.packopt import PackOptSettings, balance, pack_opt
+from rightsize.packing.pool import WorkerPool
 from rightsize.packing.space import SearchSpace
 from rightsize.packing.trial import (
     Architectures,
@@ -66,11 +69,16 @@ class TuneSettings:
         seed: orders the data and draws configurations, trial seeds and centroids.
         steps_per_unit: training steps per unit of resource.
         resume: promoted trials continue from their checkpoint.
+        concurrent_brackets: run Hyperband's brackets side by side, packing
+            across them (see :class:`~rightsize.packing.hyperband.Hyperband`).
         device: ``cpu`` or ``cuda``.
         memory_limit_bytes: capacity a pack must fit (default: the device's memory).
         profile_path: a saved profile to take trial footprints from (default: measured).
         packopt, pack: pack_opt's and the pack's settings.
         unpacked_engine: how ``--pack none`` trains a trial (see :data:`ENGINES`).
+        workers: processes training groups side by side, one torch thread each
+            (each pack then gets ``1/workers`` of the memory limit).
+        worker_allocator: the workers' allocator mode (``retain`` or ``default``).
         dataset_size: nominal size of a synthetic dataset.
     """
 
@@ -82,15 +90,20 @@ class TuneSettings:
     seed: int = 0
     steps_per_unit: int = STEPS_PER_UNIT
     resume: bool = True
+    concurrent_brackets: bool = False
     device: str = "cpu"
     memory_limit_bytes: int | None = None
     profile_path: str | None = None
     packopt: PackOptSettings = field(default_factory=PackOptSettings)
     pack: PackSettings = field(default_factory=PackSettings)
     unpacked_engine: str = "torch-fused"
+    workers: int = 1
+    worker_allocator: str = "retain"
     dataset_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise SpecError(f"workers must be >= 1, got {self.workers}")
         if self.steps_per_unit < 1:
             raise SpecError(f"steps per unit must be >= 1, got {self.steps_per_unit}")
         if self.unpacked_engine not in ENGINES:
@@ -127,28 +140,50 @@ def prepare_search(
     """
     hyperband_schedule(settings.max_resource, settings.eta)  # eta and R first: cheapest to check
     device = resolve_device(settings.device)
-    architectures = Architectures(
+    architectures = _architectures(settings, registry)
+    _check_option_values(space, architectures)
+    width = max(space.values("batch_size"))
+    memory = _memory(settings, architectures, device)
+    memory.check_alone(_largest_trials(space))
+    pool = None
+    if settings.workers > 1:
+        # this process trains too: workers - 1 more processes
+        pool = WorkerPool(settings.workers - 1, partial(worker_trainer, settings, width))
+    executor = _executor(settings, architectures, width, clock, pool)
+    trials: dict[str, TrialSpec] = {}
+    hyperband = Hyperband(
+        settings.max_resource, settings.eta, _sampler(settings, space, trials),
+        _planner(settings, space, memory), executor, resume=settings.resume, clock=clock,
+        progress=progress, concurrent=settings.concurrent_brackets,
+    )  # fmt: skip
+    return Search(settings, space, architectures, memory, executor, hyperband, trials)
+
+
+def _architectures(settings: TuneSettings, registry: WorkloadRegistry) -> Architectures:
+    return Architectures(
         lambda options: registry.get(
             settings.workload, settings.dataset, {**dict(settings.fixed_options), **options},
             settings.dataset_size, DATA_SEED,
         )
     )  # fmt: skip
-    _check_option_values(space, architectures)
-    width = max(space.values("batch_size"))
+
+
+def _executor(settings, architectures, width: int, clock, pool=None) -> RungExecutor:
+    device = resolve_device(settings.device)
     stream = DataStream(architectures.workload(()).dataset, width, settings.seed, device)
-    memory = _memory(settings, architectures, device)
-    memory.check_alone(_largest_trials(space))
-    executor = RungExecutor(
+    return RungExecutor(
         architectures, stream, settings.steps_per_unit, device, settings.pack,
-        alone=_alone_engine(settings), clock=clock,
+        alone=_alone_engine(settings), clock=clock, pool=pool,
     )  # fmt: skip
-    trials: dict[str, TrialSpec] = {}
-    hyperband = Hyperband(
-        settings.max_resource, settings.eta, _sampler(settings, space, trials),
-        _planner(settings, space, memory), executor, resume=settings.resume, clock=clock,
-        progress=progress,
-    )  # fmt: skip
-    return Search(settings, space, architectures, memory, executor, hyperband, trials)
+
+
+def worker_trainer(settings: TuneSettings, width: int) -> RungExecutor:
+    """A worker process's trainer: one torch thread, the same stream and models as the parent."""
+    torch.set_num_threads(1)
+    if settings.worker_allocator == "retain":
+        retain_freed_memory()
+    architectures = _architectures(settings, WorkloadRegistry())
+    return _executor(settings, architectures, width, time.perf_counter)
 
 
 def _alone_engine(settings: TuneSettings) -> str | None:
@@ -169,8 +204,11 @@ def model_option_names(registry: WorkloadRegistry, workload: str) -> list[str] |
 
 
 def run_search(search: Search) -> SearchResult:
-    """Run the prepared search on this thread."""
-    return search.hyperband.run()
+    """Run the prepared search (on this thread, or its worker processes), then stop the workers."""
+    try:
+        return search.hyperband.run()
+    finally:
+        search.executor.close()
 
 
 def _sampler(settings: TuneSettings, space: SearchSpace, trials: dict[str, TrialSpec]):
@@ -189,7 +227,8 @@ def _sampler(settings: TuneSettings, space: SearchSpace, trials: dict[str, Trial
 def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory):
     def plan(trials: list[TrialSpec], s: int, i: int) -> list[list[TrialSpec]]:
         rng = np.random.default_rng([settings.seed, s, i, _PLAN_STREAM])
-        return pack_opt(trials, settings.packopt, memory.fits, rng, space)
+        groups = pack_opt(trials, settings.packopt, memory.fits, rng, space)
+        return balance(groups, settings.workers, memory.fits) if settings.workers > 1 else groups
 
     return plan
 
@@ -208,7 +247,9 @@ def _check_option_values(space: SearchSpace, architectures: Architectures) -> No
 def _memory(
     settings: TuneSettings, architectures: Architectures, device: torch.device
 ) -> PackMemory:
-    capacity = settings.memory_limit_bytes or describe_device(device).memory_bytes
+    # packs train side by side on the workers: each gets its share of the device
+    total = settings.memory_limit_bytes or describe_device(device).memory_bytes
+    capacity = total // settings.workers
     profile = Profile.load(settings.profile_path) if settings.profile_path else None
     cache: dict[ModelOptions, Footprint] = {}
 
@@ -222,7 +263,8 @@ def _memory(
             )
         return cache[options]
 
-    pad = settings.pack.batch_mode != "exact"  # a bucket pads at most as much as pad mode
+    # a bucket pads at most as much as pad mode; exact and ragged compute a trial at its own batch
+    pad = settings.pack.batch_mode in ("pad", "bucket")
     return PackMemory(footprint, capacity, pad, settings.pack.mix_activations)
 
 
@@ -250,6 +292,9 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
         "eta": settings.eta,
         "steps_per_unit": settings.steps_per_unit,
         "resume": settings.resume,
+        "concurrent_brackets": settings.concurrent_brackets,
+        "workers": settings.workers,
+        "batch_mode": settings.pack.batch_mode,
         "space_size": search.space.size,
         "memory_capacity_bytes": search.memory.capacity_bytes,
         "best": {

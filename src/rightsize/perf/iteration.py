@@ -14,10 +14,16 @@ capacity ``b_cap`` fairly when the transfers together ask for more (Srift
 eq. 2); every change of concurrency re-times the active transfers. ``t_pe`` is
 when the last transfer finishes.
 
-``exchange="ddp-buckets"`` groups layers into PyTorch DDP's gradient buckets
-(25 MiB, the first 1 MiB) before simulating — an improvement over Srift's
-per-layer assumption for PyTorch jobs, kept selectable and measured side by
-side in ``benchmarks/planner_accuracy.py``.
+Exchange modes (:data:`EXCHANGES`), each selectable and measured side by side
+in ``benchmarks/planner_accuracy.py``:
+
+- ``per-layer`` — Srift as written: one allreduce per layer, overlapping backward;
+- ``ddp-buckets`` — what a PyTorch DDP step does: layers grouped into DDP's
+  gradient buckets (25 MiB, the first 1 MiB), the gradients copied into and out
+  of the buckets, and the optimizer step, with the exchange overlapping backward;
+- ``ddp-serial`` — the same with the exchange after backward: on a CPU host
+  whose processes fill its cores, gloo's reductions need the cores backward is
+  using, so overlapping them gains nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from rightsize.perf.comm import CommModel, Link, round_up_pow2
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20  # DDP's smaller first bucket
-EXCHANGES = ("per-layer", "ddp-buckets")
+COPY_TRAFFIC = 2  # bytes moved (read + write) per byte copied
+EXCHANGES = ("per-layer", "ddp-buckets", "ddp-serial")
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,13 @@ def ddp_buckets(layers: Sequence[LayerGrad], cap_bytes: int = DDP_BUCKET_BYTES,
 
 def ddp_copy_s(layers: Sequence[LayerGrad], mem_bytes_per_s: float) -> float:
     """DDP copies every gradient into its bucket before the allreduce and back after
-    (``gradient_as_bucket_view=False``, PyTorch's default): two passes over the gradient
-    bytes at the device's memory bandwidth, on the compute device's own time."""
-    return 2 * sum(g.param_bytes for g in layers) / mem_bytes_per_s
+    (``gradient_as_bucket_view=False``, PyTorch's default), on the compute device's own time.
+
+    ``mem_bytes_per_s`` counts bytes read plus bytes written (a copy of ``b`` bytes
+    moves ``2 b``; that is how the profiler measures it and how accelerators are
+    rated), so the two copies move four times the gradient bytes.
+    """
+    return 2 * COPY_TRAFFIC * sum(g.param_bytes for g in layers) / mem_bytes_per_s
 
 
 @dataclass
@@ -146,8 +157,34 @@ class IterationTime:
     iteration_s: float
     forward_s: float
     backward_s: float
-    exchange_s: float  # t_pe, from the start of backward
+    exchange_s: float  # t_pe, from the start of backward (from its end when serial)
     optimizer_s: float
+
+
+def is_ddp(exchange: str) -> bool:
+    """Whether the mode models a DDP step (buckets, bucket copies, optimizer step)."""
+    return exchange.startswith("ddp-")
+
+
+def exchange_s(layers: Sequence[LayerGrad], backward_s: float, world: int, comm: CommModel,
+               link: Link, exchange: str = "per-layer") -> float:  # fmt: skip
+    """``t_pe`` of an exchange mode: from the start of backward, or from its end if serial."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    grads = ddp_buckets(layers) if is_ddp(exchange) else layers
+    # a serial exchange starts when backward has ended: every gradient is ready at once
+    ready_within_s = 0.0 if exchange == "ddp-serial" else backward_s
+    return exchange_time(grads, ready_within_s, world, comm, link)
+
+
+def combine(forward_s: float, backward_s: float, pe_s: float, exchange: str = "per-layer",
+            optimizer_s: float = 0.0, copy_s: float = 0.0) -> IterationTime:  # fmt: skip
+    """Srift's ``t_fw + max(t_bw, t_pe)`` (``t_fw + t_bw + t_pe`` when serial), + optimizer and copies."""
+    if exchange == "ddp-serial":
+        total = forward_s + backward_s + pe_s + optimizer_s + copy_s
+    else:
+        total = forward_s + max(backward_s, pe_s) + optimizer_s + copy_s
+    return IterationTime(total, forward_s, backward_s, pe_s, optimizer_s + copy_s)
 
 
 def simulate_iteration(
@@ -160,28 +197,15 @@ def simulate_iteration(
     optimizer_s: float = 0.0,
     exchange: str = "per-layer",
     copy_s: float = 0.0,
-    overlap: bool = True,
 ) -> IterationTime:
-    """Srift's ``t_iter = t_fw + max(t_bw, t_pe)`` (+ ``optimizer_s`` and ``copy_s``, 0 in
-    Srift's form; ``copy_s`` is DDP's bucket copies, :func:`ddp_copy_s`).
-
-    ``overlap=False`` runs the exchange after backward instead of beside it: on a CPU
-    host whose processes fill its cores, gloo's reductions compete with backward for
-    the same cores, so overlapping them gains nothing.
+    """Srift's ``t_iter = t_fw + max(t_bw, t_pe)`` for one exchange mode (module docstring).
 
     Args:
         forward_s, backward_s: the compute phase, stragglers included (see
             :func:`straggler_compute`), split into forward and backward.
         layers: the gradients to exchange.
-        exchange: ``per-layer`` (Srift) or ``ddp-buckets``.
+        optimizer_s, copy_s: the optimizer step and DDP's bucket copies
+            (:func:`ddp_copy_s`); 0 in Srift's form.
     """
-    if exchange not in EXCHANGES:
-        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-    grads = ddp_buckets(layers) if exchange == "ddp-buckets" else layers
-    if overlap:
-        pe = exchange_time(grads, backward_s, world, comm, link)
-        total = forward_s + max(backward_s, pe) + optimizer_s + copy_s
-    else:  # every gradient is ready at once, after backward
-        pe = exchange_time(grads, 0.0, world, comm, link)
-        total = forward_s + backward_s + pe + optimizer_s + copy_s
-    return IterationTime(total, forward_s, backward_s, pe, optimizer_s + copy_s)
+    pe = exchange_s(layers, backward_s, world, comm, link, exchange)
+    return combine(forward_s, backward_s, pe, exchange, optimizer_s, copy_s)

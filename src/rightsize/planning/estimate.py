@@ -18,7 +18,7 @@ import numpy as np
 
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import CommModel
-from rightsize.perf.iteration import ddp_buckets, ddp_copy_s, exchange_time
+from rightsize.perf.iteration import combine, ddp_copy_s, exchange_s, is_ddp
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config
 
@@ -34,8 +34,8 @@ class PlanRequest:
         iterations: ``N``, training steps.
         constraints: deadline and/or budget (either may be absent).
         objective: minimise total cost or total time.
-        exchange: ``per-layer`` (Srift) or ``ddp-buckets`` (see perf/iteration.py).
-        include_optimizer: add the optimizer step to ``t_iter`` (Srift's form has none).
+        exchange: ``per-layer`` (Srift), ``ddp-buckets`` or ``ddp-serial`` (a PyTorch
+            DDP step: + bucket copies and the optimizer step; see perf/iteration.py).
         launch_s: startup time of a configuration that launches new VMs.
         warm: VMs already running, by instance type; a configuration within them
             needs no launch (re-planning after a preemption, Srift §4.5).
@@ -48,7 +48,6 @@ class PlanRequest:
     constraints: Constraints = Constraints()
     objective: Objective = Objective.COST
     exchange: str = "per-layer"
-    include_optimizer: bool = False
     launch_s: float = 0.0
     warm: tuple[tuple[str, int], ...] = ()
     restart_s: float = 0.0
@@ -106,7 +105,8 @@ class Estimator:
         return self.objective_value(self.compute_s(config), config)
 
     def estimate(self, config: Config, policy: str = "srift") -> CloudPlan:
-        """Full prediction: stragglers, then ``t_fw + max(t_bw, t_pe)``."""
+        """Full prediction: stragglers, then :func:`~rightsize.perf.iteration.combine`'s
+        ``t_fw + max(t_bw, t_pe)`` with the exchange cached per (VMs, link, backward)."""
         compute = self.compute_s(config)
         slowest = max(
             config.slots, key=lambda s: self.options[s.instance].vm_compute(s.batch).total_s
@@ -117,16 +117,18 @@ class Estimator:
         link = min(
             (self.options[s.instance].link for s in config.slots), key=lambda k: k.rated_gbps
         )
+        mode = self.request.exchange
         key = (config.vms, link.name, round(backward, 9))
         if key not in self._exchange:
-            grads = option.layers
-            if self.request.exchange == "ddp-buckets":
-                grads = tuple(ddp_buckets(grads))
-            self._exchange[key] = exchange_time(grads, backward, config.vms, self.comm, link)
-        optimizer = option.compute.optimizer_s if self.request.include_optimizer else 0.0
-        if self.request.exchange == "ddp-buckets":
-            optimizer += ddp_copy_s(option.layers, option.mem_bytes_per_s)
-        seconds = compute - backward + max(backward, self._exchange[key]) + optimizer
+            self._exchange[key] = exchange_s(
+                option.layers, backward, config.vms, self.comm, link, mode
+            )
+        ddp = is_ddp(mode)
+        optimizer = option.compute.optimizer_s if ddp else 0.0
+        copies = ddp_copy_s(option.layers, option.mem_bytes_per_s) if ddp else 0.0
+        seconds = combine(
+            compute - backward, backward, self._exchange[key], mode, optimizer, copies
+        ).iteration_s
         models = {s.instance: self.options[s.instance].provenance for s in config.slots}
         models["comm"] = self.comm.kind_for(link)
         return CloudPlan(config, seconds, self.request.iterations, self.price_per_hour(config),

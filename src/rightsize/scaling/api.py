@@ -19,6 +19,7 @@ plans, and record every change with its reason.
 
 from __future__ import annotations
 
+import math
 import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -74,8 +75,51 @@ class NodeMetrics:
 
 
 @dataclass(frozen=True)
+class NodeColumns:
+    """One sample's per-node metrics as columns, in node order: the numbers a policy sums over
+    a window, without a :class:`NodeMetrics` object per node and sample.
+
+    Attributes:
+        names: each node's name.
+        roles: each node's role.
+        cpu_used_cores: each node's ``u_i``.
+        cpu_allocated_cores: each node's ``a_i``.
+        net_utilization: each node's :attr:`NodeMetrics.net_utilization` (``None`` if its link
+            capacity is unknown).
+    """
+
+    names: tuple[str, ...]
+    roles: tuple[NodeRole, ...]
+    cpu_used_cores: tuple[float, ...]
+    cpu_allocated_cores: tuple[float, ...]
+    net_utilization: tuple[float | None, ...]
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeMetrics]) -> NodeColumns:
+        return cls(
+            tuple(n.name for n in nodes),
+            tuple(n.role for n in nodes),
+            tuple(n.cpu_used_cores for n in nodes),
+            tuple(n.cpu_allocated_cores for n in nodes),
+            tuple(n.net_utilization for n in nodes),
+        )
+
+    def net_utilization_of(self, name: str) -> float | None:
+        """The first node named ``name``'s link utilization (``None`` if unknown or absent)."""
+        for node, utilization in zip(self.names, self.net_utilization, strict=True):
+            if node == name:
+                return utilization
+        return None
+
+
+@dataclass(frozen=True)
 class MetricSample:
-    """Every node's metrics for one interval ending at ``time_s``, and the job's speed."""
+    """Every node's metrics for one interval ending at ``time_s``, and the job's speed.
+
+    ``columns`` views the same node metrics as columns; the sums below read it. A mechanism
+    may supply the columns and leave ``nodes`` empty for a policy that reads per-node
+    metrics only through them (``Policy.needs_node_objects``).
+    """
 
     time_s: float
     nodes: tuple[NodeMetrics, ...]
@@ -88,13 +132,21 @@ class MetricSample:
     def role(self, role: NodeRole) -> tuple[NodeMetrics, ...]:
         return tuple(n for n in self.nodes if n.role == role)
 
-    @property
+    # Remembered (a sample is frozen, and a stability detector reads the same samples at
+    # every decision); cached_property keeps them out of the fields, equality and repr.
+    @cached_property
+    def columns(self) -> NodeColumns:
+        """The nodes' metrics as columns (built from ``nodes`` unless supplied)."""
+        return NodeColumns.of(self.nodes)
+
+    @cached_property
     def cpu_used_cores(self) -> float:
-        return sum(n.cpu_used_cores for n in self.nodes)
+        """``Σu_i`` over the nodes, in node order."""
+        return sum(self.columns.cpu_used_cores)
 
     @property
     def cpu_allocated_cores(self) -> float:
-        return sum(n.cpu_allocated_cores for n in self.nodes)
+        return sum(self.columns.cpu_allocated_cores)
 
     @property
     def e_job(self) -> float:
@@ -171,17 +223,21 @@ class Observation:
     def headroom(self) -> Resources:
         """What the job may still grow by: the smaller of budget left and cluster free.
         (Cached: an observation is frozen, and policies ask for this several times.)"""
+        total = self.shape.total()
         left = Resources(
-            max(0.0, self.budget.cpu_cores - self.shape.total().cpu_cores),
-            max(0, self.budget.memory_bytes - self.shape.total().memory_bytes),
-            max(0, self.budget.gpus - self.shape.total().gpus),
+            max(0.0, self.budget.cpu_cores - total.cpu_cores),
+            max(0, self.budget.memory_bytes - total.memory_bytes),
+            max(0, self.budget.gpus - total.gpus),
         )
         return left.clipped_to(self.free)
 
     def mean_speed(self, last: int | None = None) -> float:
         """Mean job steps/s over the window (or its last ``last`` samples)."""
         samples = self.window[-last:] if last else self.window
-        return statistics.fmean(s.steps_per_s for s in samples) if samples else 0.0
+        if not samples:
+            return 0.0
+        speeds = [s.steps_per_s for s in samples]
+        return math.fsum(speeds) / len(speeds)  # what statistics.fmean computes, minus overhead
 
 
 class Action(StrEnum):
@@ -216,6 +272,10 @@ class Policy(ABC):
     # ``steps_per_s``, ``samples_per_s``): a mechanism may then leave each sample's ``nodes``
     # empty rather than build per-node metrics nobody reads (the simulator's biggest cost).
     reads_node_metrics: bool = True
+    # False if the policy reads per-node metrics only through ``MetricSample.columns`` and the
+    # sample's sums, never ``nodes``: a mechanism may then supply the columns and leave
+    # ``nodes`` empty rather than build a NodeMetrics per node and sample.
+    needs_node_objects: bool = True
 
     @abstractmethod
     def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:

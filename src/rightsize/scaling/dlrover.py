@@ -283,9 +283,11 @@ class DLRoverPolicy(Policy):
         if target <= obs.shape.n_workers:
             return None  # the PS serve no more workers than the job has
         cores = min(max(1, math.ceil(usage.worker_used() - 1e-9)), self.c_max(obs.node_limit))
-        worker = Resources(cores, self.worker_memory(obs, usage))
         room = growth_room(obs)
-        fits = int(room.cpu_cores // worker.cpu_cores)
+        fits = int(room.cpu_cores // Resources(cores).cpu_cores)
+        if fits < 1:
+            return None  # no room for one worker's CPU (often: asked every interval)
+        worker = Resources(cores, self.worker_memory(obs, usage))
         if worker.memory_bytes:
             fits = min(fits, int(room.memory_bytes // worker.memory_bytes))
         count = min(target - obs.shape.n_workers, fits)

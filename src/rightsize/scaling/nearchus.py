@@ -50,9 +50,15 @@ from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import Action, MetricSample, Observation, Plan, Policy
 from rightsize.scaling.params import with_overrides
-from rightsize.scaling.shapes import one_ps_two_workers, require_budget, rounding_room
+from rightsize.scaling.shapes import (
+    one_ps_two_workers,
+    require_budget,
+    rounding_room,
+    scaled_out,
+    scaled_up,
+)
 
-SCALE_OUT_ACTIONS = (Action.ADD_PS, Action.ADD_WORKER, Action.REBALANCE)
+SCALE_OUT_ACTIONS = (Action.ADD_PS, Action.ADD_WORKER)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,10 @@ class NearchusParams:
     Attributes:
         r0: fraction of the budget to launch with. Ours: §V-A starts jobs with
             "(1ps, 2wk) and 15 vCPUs" of a 100-vCPU budget, so 0.15.
+        launch_min_cores: ours — launch with at least this many cores (never more
+            than the budget). 0 (the default) is §IV's ``R0`` alone; §V-A starts
+            NEARCHUS and Optimus alike at "(1ps, 2wk) and 15 vCPUs", so the §V
+            experiments set 15 for budgets of any size.
         e_thd_job: ``E_thd_job``, job efficiency to scale up at (0.95, §IV).
         r_up: ``R_up``, the multiplicative scale-up ratio (0.5, §IV and §V-C).
         n_comp: ``N_comp``, consecutive stable samples needed (5, §IV).
@@ -79,15 +89,19 @@ class NearchusParams:
             workers speed up (the PSC bottleneck of §III-B) and the job oscillates at
             its launch size. Keeping a tenth lets the job climb; 1.0 is measured beside
             it in ``benchmarks/schedule_experiments.py`` (``nearchus-all-idle``).
-        min_gain: ours — ``patience`` scale-outs or rebalances in a row that raise
-            the speed by less than this fraction mean no improvement is left (the
-            paper gives no number; 2% is above the measurement noise after averaging).
-        patience: ours — how many such moves in a row (2).
+        min_gain: ours — ``patience`` scale-outs (add PS, add worker) in a row that
+            raise the speed by less than this fraction mean no improvement is left
+            (the paper gives no number; 2% is above the measurement noise after
+            averaging). Rebalances in between neither count nor break the run: §IV's
+            stop ends the Scaling Engine's search, and the Resource Optimizer is a
+            separate, periodic adjustment.
+        patience: ours — how many such scale-outs in a row (2).
         min_step_cores: ours — do not restart a job to move or add less CPU than this.
         min_node_cores: ours — the smallest CPU allocation of one node (a 100m quota).
     """
 
     r0: float = 0.15
+    launch_min_cores: float = 0.0
     e_thd_job: float = 0.95
     r_up: float = 0.5
     n_comp: int = 5
@@ -117,8 +131,10 @@ class NearchusParams:
         for name in ("n_comp", "n_net"):
             if getattr(self, name) < 2:
                 raise SpecError(f"nearchus parameter {name}={getattr(self, name)!r} must be >= 2")
-        if self.min_gain < 0 or self.min_step_cores < 0:
-            raise SpecError("nearchus parameters min_gain and min_step_cores must be >= 0")
+        if self.min_gain < 0 or self.min_step_cores < 0 or self.launch_min_cores < 0:
+            raise SpecError(
+                "nearchus parameters min_gain, min_step_cores and launch_min_cores must be >= 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -142,10 +158,13 @@ class StableWindow:
         used: dict[str, float] = {}
         total_used = allocated = 0.0
         for sample in samples:
-            for node in sample.nodes:
-                used[node.name] = used.get(node.name, 0.0) + node.cpu_used_cores
-                total_used += node.cpu_used_cores
-                allocated += node.cpu_allocated_cores
+            columns = sample.columns
+            for name, node_used, node_allocated in zip(
+                columns.names, columns.cpu_used_cores, columns.cpu_allocated_cores, strict=True
+            ):
+                used[name] = used.get(name, 0.0) + node_used
+                total_used += node_used
+                allocated += node_allocated
         count = len(samples)
         return cls(
             samples,
@@ -184,7 +203,16 @@ def _cv(values: list[float]) -> float:
     mean = sum(values) / len(values)
     if not mean:
         return 0.0
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) / abs(mean)
+    return math.sqrt(sum([(v - mean) ** 2 for v in values]) / len(values)) / abs(mean)
+
+
+def _mean_cpu_used(point: tuple[MetricSample, ...]) -> float:
+    """A stability point's CPU use: one running sum over every node of its samples, over their
+    count. A one-sample point (the usual case) is its sample's remembered ``cpu_used_cores``,
+    the same running sum divided by one: the same float, summed once per sample."""
+    if len(point) == 1:
+        return point[0].cpu_used_cores
+    return sum(u for s in point for u in s.columns.cpu_used_cores) / len(point)
 
 
 def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> StableWindow | None:
@@ -193,10 +221,10 @@ def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> Sta
     points = stability_points(window, params.stability_period_s)[-params.n_comp :]
     if len(points) < params.n_comp:
         return None
-    used = [sum(n.cpu_used_cores for s in p for n in s.nodes) / len(p) for p in points]
+    used = [_mean_cpu_used(p) for p in points]
     if _cv(used) >= params.cv_max:
         return None
-    speed = [sum(s.steps_per_s for s in p) / len(p) for p in points]
+    speed = [sum([s.steps_per_s for s in p]) / len(p) for p in points]
     if _cv(speed) >= params.cv_max:
         return None
     return StableWindow.of(tuple(s for p in points for s in p))
@@ -212,9 +240,12 @@ def psn_bottleneck(window: Sequence[MetricSample], params: NearchusParams) -> st
     """The first PS whose last ``N_net`` link samples are more than ``psn_sample_fraction``
     above ``psn_link_utilization`` of capacity, or ``None`` (NEARCHUS §IV)."""
     recent = window[-params.n_net :]
-    names = [n.name for n in recent[-1].nodes if n.role == NodeRole.PS] if recent else []
+    last = recent[-1].columns if recent else None
+    names = (
+        [n for n, r in zip(last.names, last.roles, strict=True) if r == NodeRole.PS] if last else []
+    )
     for name in names:
-        utils = [u for s in recent if (n := s.node(name)) and (u := n.net_utilization) is not None]
+        utils = [u for s in recent if (u := s.columns.net_utilization_of(name)) is not None]
         hot = sum(1 for u in utils if u > params.psn_link_utilization)
         if utils and hot / len(utils) > params.psn_sample_fraction:
             return name
@@ -240,24 +271,11 @@ def scale_up_factor(obs: Observation, r_up: float) -> float:
     return max(factor, 0.0)
 
 
-def scaled_up(shape: ClusterShape, factor: float) -> ClusterShape:
-    """Every node grown by ``factor`` (resources added in proportion to what each holds)."""
-    total = shape.total()
-    return shape.scaled_up(Resources(total.cpu_cores * factor, int(total.memory_bytes * factor)))
-
-
-def scaled_out(shape: ClusterShape, role: NodeRole, count: int = 1) -> ClusterShape:
-    """``count`` more nodes of ``role``, the role's total re-divided evenly (``r / n``)."""
-    total = shape.role_total(role)
-    for _ in range(count):
-        shape = shape.with_node_added(role, Resources())
-    return shape.redistributed(role, total)
-
-
 class NearchusPolicy(Policy):
     """The faithful NEARCHUS policy (§IV). Parameters: see :class:`NearchusParams`."""
 
     name = "nearchus"
+    needs_node_objects = False  # per-node metrics through ``MetricSample.columns`` only
 
     def __init__(self, params: NearchusParams | None = None, **overrides: Any) -> None:
         self.params = with_overrides(NearchusParams, params, overrides)
@@ -265,14 +283,16 @@ class NearchusPolicy(Policy):
 
     # -- launch -------------------------------------------------------------------------
     def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
-        """``(1, 2, R0/3, 2R0/3)`` if it fits in ``free``, else ``None`` (keep waiting).
+        """``(1, 2, R0/3, 2R0/3)`` if it fits in ``free``, else ``None`` (keep waiting);
+        ``R0`` is at least ``launch_min_cores`` (within the budget).
 
         Raises:
             ResourceError: the budget is too small for three nodes at ``R0``.
         """
         p = self.params
         require_budget(self.name, budget, 3 * p.min_node_cores / p.r0, "R0 of it as 3 nodes")
-        start = budget.scaled(p.r0)
+        fraction = max(p.r0, p.launch_min_cores / budget.cpu_cores)
+        start = budget.scaled(min(1.0, fraction))
         shape = one_ps_two_workers(Resources(start.cpu_cores, start.memory_bytes))
         return shape if shape.total().fits_within(free) else None
 
@@ -319,21 +339,23 @@ class NearchusPolicy(Policy):
         return self.rebalance(observation, stable) or self.add_worker(observation, stable)
 
     def converged(self, obs: Observation, stable: StableWindow) -> bool:
-        """True once ``patience`` moves in a row that added no resources did not pay off.
+        """True once the last ``patience`` scale-outs (rebalances aside) did not pay off.
 
-        The speed before those moves is the history's record of the shape the
-        earliest of them replaced (``obs.plans[-patience - 1]``).
+        The speed to beat is the best measured on the shape before those
+        scale-outs or on its rebalanced versions (the plans from the move that
+        made it up to the first of them).
         """
         n = self.params.patience
-        if len(obs.plans) < n + 1:
+        moves = [i for i, plan in enumerate(obs.plans) if plan.action != Action.REBALANCE]
+        if len(moves) < n + 1:
             return False
-        if any(plan.action not in SCALE_OUT_ACTIONS for plan in obs.plans[-n:]):
+        if any(obs.plans[i].action not in SCALE_OUT_ACTIONS for i in moves[-n:]):
             return False
-        before = obs.plans[-n - 1].shape
-        speeds = [r.steps_per_s for r in obs.history if r.shape == before]
+        before = [plan.shape for plan in obs.plans[moves[-n - 1] : moves[-n]]]
+        speeds = [r.steps_per_s for r in obs.history if r.shape in before]
         if not speeds:
             return False
-        return stable.speed < speeds[-1] * (1 + self.params.min_gain)
+        return stable.speed < max(speeds) * (1 + self.params.min_gain)
 
     def scale_up(self, obs: Observation, stable: StableWindow) -> Plan | None:
         factor = scale_up_factor(obs, self.params.r_up)

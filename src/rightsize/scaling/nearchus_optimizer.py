@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
@@ -32,7 +31,7 @@ from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 
 def _with_cpu(node: NodeSpec, cpu_cores: float) -> NodeSpec:
     res = node.resources
-    return replace(node, resources=Resources(cpu_cores, res.memory_bytes, res.gpus))
+    return NodeSpec(node.name, node.role, Resources(cpu_cores, res.memory_bytes, res.gpus))
 
 
 def efficiency(nodes: tuple[NodeSpec, ...], used: Mapping[str, float]) -> float:
@@ -63,7 +62,8 @@ def node_level(
     would put a node above ``limit_cores`` (the largest node) is left alone.
     """
     new = {n.name: n for n in shape.nodes}
-    for role in NodeRole:
+    changed = False
+    for role in (NodeRole.PS, NodeRole.WORKER):
         members = shape.role(role)
         if len(members) < 2 or all(_eff(n, used) >= e_thd_opt for n in members):
             continue
@@ -77,6 +77,9 @@ def node_level(
             continue
         for n in members:
             new[n.name] = _with_cpu(n, cores[n.name])
+        changed = True
+    if not changed:
+        return shape  # the same value, with its derived totals already known
     return ClusterShape(tuple(new[n.name] for n in shape.nodes))
 
 

@@ -44,22 +44,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import Action, MetricSample, Observation, Plan
-from rightsize.scaling.nearchus import (
-    NearchusParams,
-    NearchusPolicy,
-    StableWindow,
-    scaled_out,
-)
+from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, StableWindow
 from rightsize.scaling.params import with_overrides
-from rightsize.scaling.shapes import rounding_room
+from rightsize.scaling.shapes import redistributed, rounding_room, scaled_out
 
 FINAL = "final"
 MAX_NODES_ROUNDING = 64  # leave rounding room for this many nodes when growing in one move
@@ -109,8 +104,14 @@ def balanced_ps_cores(
 def max_link_utilization(window: Sequence[MetricSample]) -> float:
     """The busiest PS link's mean utilization over ``window`` (0 if unknown)."""
     means = []
-    for name in {n.name for s in window for n in s.role(NodeRole.PS)}:
-        utils = [u for s in window if (n := s.node(name)) and (u := n.net_utilization) is not None]
+    names = {
+        name
+        for s in window
+        for name, role in zip(s.columns.names, s.columns.roles, strict=True)
+        if role == NodeRole.PS
+    }
+    for name in names:
+        utils = [u for s in window if (u := s.columns.net_utilization_of(name)) is not None]
         if utils:
             means.append(sum(utils) / len(utils))
     return max(means, default=0.0)
@@ -125,7 +126,9 @@ def with_role_total(shape: ClusterShape, role: NodeRole, cores: float) -> Cluste
         if node.role == role:
             share = node.resources.cpu_cores / held if held else 1 / len(members)
             res = node.resources
-            node = replace(node, resources=Resources(cores * share, res.memory_bytes, res.gpus))
+            node = NodeSpec(
+                node.name, node.role, Resources(cores * share, res.memory_bytes, res.gpus)
+            )
         nodes.append(node)
     return ClusterShape(tuple(nodes))
 
@@ -198,7 +201,8 @@ class NearchusPlusPolicy(NearchusPolicy):
             n_ps = max(n_ps, math.ceil(ps_total.cpu_cores / obs.node_limit.cpu_cores - 1e-9))
         grown = scaled_out(shape, NodeRole.PS, n_ps - shape.n_ps)
         grown = scaled_out(grown, NodeRole.WORKER, n_wk - shape.n_workers)
-        return grown.redistributed(NodeRole.PS, ps_total).redistributed(NodeRole.WORKER, wk_total)
+        grown = redistributed(grown, NodeRole.PS, ps_total)
+        return redistributed(grown, NodeRole.WORKER, wk_total)
 
     def known_mu(self, obs: Observation) -> dict[str, float]:
         """The MU cap a worker showed earlier in this job, if any (kept in plan details)."""

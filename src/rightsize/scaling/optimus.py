@@ -23,9 +23,11 @@ speed model, one node added per interval by greatest marginal gain.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from itertools import islice
 
 import numpy as np
@@ -35,10 +37,11 @@ from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import Action, Observation, Plan, Policy, ShapeRecord
-from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget
+from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget, with_node
 
 MODES = ("async", "sync")
 PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
+FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,8 @@ class SpeedModel:
     def features(mode: str, p: float, w: float, global_batch: float = 1.0) -> list[float]:
         """The regressors of one (p, w) point; the target is ``w/f`` (async) or ``1/f`` (sync)."""
         if mode == "async":
-            return [1.0, w / p, w, p]
-        return [global_batch / w, 1.0, w / p, w, p]
+            return [1.0, w / p, float(w), float(p)]
+        return [global_batch / w, 1.0, w / p, float(w), float(p)]
 
     @classmethod
     def fit(
@@ -65,17 +68,37 @@ class SpeedModel:
         n_params = len(cls.features(mode, 1, 1))
         if len({(p, w) for p, w, _ in usable}) < n_params:
             return None
-        a = np.array([cls.features(mode, p, w, global_batch) for p, w, _ in usable])
+        # One flat list of floats, then shaped: numpy converts it several times faster than
+        # nested lists (the same float64 matrix).
+        rows = [feature_row(mode, p, w, global_batch) for p, w, _ in usable]
+        a = np.array([x for row in rows for x in row]).reshape(len(rows), n_params)
         b = np.array([(w / f) if mode == "async" else (1 / f) for p, w, f in usable])
         theta, _ = nnls(a, b)
-        return cls(mode, tuple(float(t) for t in theta), global_batch)
+        return cls(mode, tuple(theta.tolist()), global_batch)
+
+    @cached_property
+    def _theta(self) -> np.ndarray:  # converted once: a decision predicts three times
+        return np.array(self.theta)
 
     def predict(self, p: int, w: int) -> float:
         """Predicted steps per second at ``p`` PS and ``w`` workers (0 if undefined)."""
-        denominator = float(np.dot(self.theta, self.features(self.mode, p, w, self.global_batch)))
+        features = feature_row(self.mode, p, w, self.global_batch)
+        denominator = float(np.dot(self._theta, features))
         if denominator <= 0:
             return 0.0
         return w / denominator if self.mode == "async" else 1 / denominator
+
+
+def _mean(values: list[float]) -> float:
+    """``statistics.fmean(values)`` for a non-empty list — ``fsum(values) / len(values)``,
+    which is what fmean computes — without its generic-iterable overhead."""
+    return math.fsum(values) / len(values)
+
+
+@lru_cache(maxsize=FEATURE_ROWS)
+def feature_row(mode: str, p: int, w: int, global_batch: float) -> tuple[float, ...]:
+    """``SpeedModel.features``, remembered: every fit of a job repeats its prior's points."""
+    return tuple(SpeedModel.features(mode, p, w, global_batch))
 
 
 def speed_points(
@@ -98,6 +121,37 @@ def group_speeds(records: Iterable[ShapeRecord]) -> dict[tuple[int, int], list[f
             record.steps_per_s
         )
     return speeds
+
+
+@dataclass(frozen=True)
+class KnownSpeeds:
+    """Speeds already measured (a job's prior), grouped per (p, w) with each group's mean.
+
+    Every decision of a job fits over its prior plus its own few records; the prior's groups
+    and their means are computed once here, and only the groups a decision's records touch
+    are averaged again (:meth:`points`).
+    """
+
+    grouped: dict[tuple[int, int], list[float]]
+    means: dict[tuple[int, int], float]
+    keys: tuple[tuple[int, int], ...]  # the groups' (p, w), sorted
+
+    @classmethod
+    def of(cls, records: Iterable[ShapeRecord]) -> KnownSpeeds:
+        grouped = group_speeds(records)
+        means = {key: _mean(values) for key, values in grouped.items()}
+        return cls(grouped, means, tuple(sorted(means)))
+
+    def points(self, records: Iterable[ShapeRecord]) -> list[tuple[int, int, float]]:
+        """``speed_points(records, self.grouped)``, the same numbers, without re-averaging (or
+        re-sorting) the groups ``records`` leave alone."""
+        means = self.means
+        fresh = {
+            key: _mean([*self.grouped.get(key, ()), *values])
+            for key, values in group_speeds(records).items()
+        }
+        keys = self.keys if fresh.keys() <= means.keys() else sorted(means.keys() | fresh.keys())
+        return [(p, w, fresh[p, w] if (p, w) in fresh else means[p, w]) for p, w in keys]
 
 
 class OptimusPolicy(Policy):
@@ -133,7 +187,7 @@ class OptimusPolicy(Policy):
         # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
         # id stays unique): a mechanism hands the same tuple to every decision of a job, and
         # jobs of several models interleave.
-        self._prior_speeds: dict[int, tuple[tuple[ShapeRecord, ...], dict]] = {}
+        self._prior_speeds: dict[int, tuple[tuple[ShapeRecord, ...], KnownSpeeds]] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -169,15 +223,13 @@ class OptimusPolicy(Policy):
         obs = observation
         if obs.time_s - obs.shape_since_s < self.interval_s or not obs.window:
             return None
-        speed = statistics.fmean(
-            s.steps_per_s for s in islice(obs.window, len(obs.window) // 2, None)
-        )
+        speed = _mean([s.steps_per_s for s in islice(obs.window, len(obs.window) // 2, None)])
         current = ShapeRecord(obs.shape, speed)
         p, w = obs.shape.n_ps, obs.shape.n_workers
         node = node_of(obs.budget, self.cores_per_node)
         if not node.fits_within(obs.headroom):
             return None
-        points = speed_points([*obs.history, current], self._grouped_prior(obs.prior))
+        points = self._known(obs.prior).points([*obs.history, current])
         model = SpeedModel.fit(points, self.mode, self.global_batch)
         if model is None:
             return self._explore(obs, node)
@@ -189,18 +241,18 @@ class OptimusPolicy(Policy):
             return None
         action = Action.ADD_PS if role == NodeRole.PS else Action.ADD_WORKER
         return Plan(
-            obs.shape.with_node_added(role, node),
+            with_node(obs.shape, role, node),
             action,
             f"speed model predicts +{gains[role]:.3g} steps/s from one more {role} "
             f"(measured {speed:.3g} at ({p}, {w}))",
             {"gain_steps_per_s": gains[role], "predicted": base + gains[role]},
         )
 
-    def _grouped_prior(self, prior: tuple[ShapeRecord, ...]) -> dict[tuple[int, int], list[float]]:
+    def _known(self, prior: tuple[ShapeRecord, ...]) -> KnownSpeeds:
         if id(prior) not in self._prior_speeds:
             if len(self._prior_speeds) >= PRIOR_MEMO:
                 self._prior_speeds.clear()
-            self._prior_speeds[id(prior)] = (prior, group_speeds(prior))
+            self._prior_speeds[id(prior)] = (prior, KnownSpeeds.of(prior))
         return self._prior_speeds[id(prior)][1]
 
     def _explore(self, obs: Observation, node: Resources) -> Plan:
@@ -210,7 +262,7 @@ class OptimusPolicy(Policy):
         role = NodeRole.WORKER if (p, w + 1) not in known else NodeRole.PS
         action = Action.ADD_WORKER if role == NodeRole.WORKER else Action.ADD_PS
         return Plan(
-            obs.shape.with_node_added(role, node),
+            with_node(obs.shape, role, node),
             action,
             f"too few (p, w) points to fit the speed model: try one more {role}",
         )

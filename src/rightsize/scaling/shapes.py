@@ -1,28 +1,67 @@
-"""Shapes the policies launch with, and the budget check they share.
+"""Shapes the policies launch with and grow through, and the budget check they share.
 
 ``one_ps_two_workers`` is NEARCHUS's starting DT-config ``(1, 2, R/3, 2R/3)``
 (§IV); ``fixed_node_shape`` is the layout Optimus and FA-BF use, every node the
-same size (5 vCPU in NEARCHUS §V).
+same size (5 vCPU in NEARCHUS §V); ``scaled_up``, ``scaled_out`` and ``with_node``
+are NEARCHUS's scale-up and scale-out (§IV) and Optimus's one more node.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from rightsize.core.errors import ResourceError
 from rightsize.core.resources import CPU_DECIMALS, Resources
-from rightsize.core.shape import ClusterShape, DTConfig
+from rightsize.core.shape import ClusterShape, DTConfig, NodeRole
 from rightsize.scaling.api import Observation
 
 MILLICORE = 10**-CPU_DECIMALS
+LAUNCH_SHAPES = 256  # remembered launch shapes (a cache bound, not a model parameter)
+DERIVED_SHAPES = 4096  # remembered shapes derived from others (a cache bound)
 
 
+@lru_cache(maxsize=LAUNCH_SHAPES)  # a shape is immutable; trace jobs share a few budgets
 def one_ps_two_workers(total: Resources) -> ClusterShape:
     """``total`` split as (1 PS, 2 workers) with a third and two thirds: NEARCHUS's DT-config."""
     return ClusterShape.from_dt_config(DTConfig(1, 2, total.scaled(1 / 3), total.scaled(2 / 3)))
 
 
+@lru_cache(maxsize=LAUNCH_SHAPES)
 def fixed_node_shape(n_ps: int, n_workers: int, node: Resources) -> ClusterShape:
     """``n_ps`` PS and ``n_workers`` workers, each holding ``node``."""
     return ClusterShape.from_counts(n_ps, n_workers, node, node)
+
+
+# The policies' deterministic moves from one shape to the next. Shapes are immutable values
+# and jobs of one budget grow through the same ones, so the moves are remembered: equal
+# arguments give the very same shape object, whose totals, hash and simulated performance
+# are then computed once.
+@lru_cache(maxsize=DERIVED_SHAPES)
+def with_node(shape: ClusterShape, role: NodeRole, node: Resources) -> ClusterShape:
+    """``shape.with_node_added(role, node)`` (Optimus's one more node)."""
+    return shape.with_node_added(role, node)
+
+
+@lru_cache(maxsize=DERIVED_SHAPES)
+def scaled_up(shape: ClusterShape, factor: float) -> ClusterShape:
+    """Every node grown by ``factor`` (resources added in proportion to what each holds)."""
+    total = shape.total()
+    return shape.scaled_up(Resources(total.cpu_cores * factor, int(total.memory_bytes * factor)))
+
+
+@lru_cache(maxsize=DERIVED_SHAPES)
+def scaled_out(shape: ClusterShape, role: NodeRole, count: int = 1) -> ClusterShape:
+    """``count`` more nodes of ``role``, the role's total re-divided evenly (``r / n``)."""
+    total = shape.role_total(role)
+    for _ in range(count):
+        shape = shape.with_node_added(role, Resources())
+    return shape.redistributed(role, total)
+
+
+@lru_cache(maxsize=DERIVED_SHAPES)
+def redistributed(shape: ClusterShape, role: NodeRole, total: Resources) -> ClusterShape:
+    """``shape.redistributed(role, total)``: the role's nodes share ``total`` evenly."""
+    return shape.redistributed(role, total)
 
 
 def node_of(budget: Resources, cpu_cores: float) -> Resources:

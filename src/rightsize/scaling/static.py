@@ -28,6 +28,7 @@ class StaticPolicy(Policy):
     """Keeps ``shape`` (or the whole budget as 1 PS + 2 workers) and never changes it."""
 
     name = "static"
+    reads_node_metrics = False  # it decides nothing from metrics
 
     def __init__(self, shape: ClusterShape | None = None) -> None:
         self.shape = shape
@@ -55,6 +56,7 @@ class FaBfPolicy(Policy):
     """
 
     name = "fa-bf"
+    reads_node_metrics = False  # it decides nothing from metrics
 
     def __init__(self, cores_per_node: float = 5.0) -> None:
         if cores_per_node <= 0:

@@ -1,0 +1,80 @@
+"""Who shares the servers' links: one job's own nodes, or every training job's.
+
+NEARCHUS's clusters A and B are 9 servers each (Table I), and the jobs of its
+multi-job experiment (§V-B) run side by side on them, so a server's link
+carries the traffic of every pod placed there, whatever job it belongs to.
+The job model (``cluster.jobmodel``) gives each node ``link · min(1, S / n)``
+with ``n`` nodes spread over ``S`` servers; this module says what ``n`` is:
+
+- ``job`` — the job's own nodes: every job behaves as if alone on the servers;
+- ``cluster`` — the nodes of every job that is training now (a job launching
+  or restarting holds its pods but moves no parameters; an OOM-killed one
+  neither).
+
+With ``cluster``, whenever the set of training nodes changes — a job becomes
+ready, stops to restart, finishes — every training job's speed is evaluated
+again at the new share, and the simulator moves the ones that changed to
+their new speed from that instant (``SimJob.rerate``), so progress stays exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rightsize.cluster.jobmodel import Performance
+from rightsize.cluster.simjob import JobState, SimJob
+from rightsize.core.errors import unknown_name
+
+LINK_SHARING = ("job", "cluster")
+
+
+def check_link_sharing(mode: str) -> str:
+    """``mode`` if it is one of :data:`LINK_SHARING`.
+
+    Raises:
+        UnknownNameError: any other value.
+    """
+    if mode not in LINK_SHARING:
+        raise unknown_name("link sharing", mode, LINK_SHARING)
+    return mode
+
+
+class LinkBook:
+    """How many nodes are training on the cluster, and each job's speed at its link share."""
+
+    def __init__(self, mode: str, servers: int) -> None:
+        self.cluster_wide = check_link_sharing(mode) == "cluster"
+        self.servers = servers  # 0: a link per node, however many
+        self.nodes = 0  # training nodes of every job
+        self._last = 0  # ``nodes`` when the jobs' performances were last brought up to date
+
+    def start(self, job: SimJob) -> None:
+        """``job`` begins training at its shape: count its nodes and, cluster-wide, give it
+        the performance at the new share (before it takes its rate from it)."""
+        job.link_nodes = len(job.shape.nodes)
+        self.nodes += job.link_nodes
+        if self.cluster_wide:
+            job.perf = job.model.evaluate_shared(job.shape, self.nodes)
+
+    def stop(self, job: SimJob) -> bool:
+        """``job`` stops training (restart, completion); True if it was counted."""
+        counted = job.link_nodes
+        self.nodes -= counted
+        job.link_nodes = 0
+        return bool(counted)
+
+    def changed(self, jobs: Iterable[SimJob]) -> list[tuple[SimJob, Performance]]:
+        """The training jobs among ``jobs`` whose performance at the current share is not the
+        one they run at, with that performance (none unless sharing is cluster-wide)."""
+        if not self.cluster_wide:
+            return []
+        before, self._last = self._last, self.nodes
+        if not self.servers or max(before, self.nodes) <= self.servers:
+            return []  # every node had a link of its own, and still has
+        out = []
+        for job in jobs:
+            if job.link_nodes and job.state == JobState.RUNNING:
+                perf = job.model.evaluate_shared(job.shape, self.nodes)
+                if perf is not job.perf:
+                    out.append((job, perf))
+        return out

@@ -1,0 +1,69 @@
+"""The worker pool: groups trained in real worker processes, outcomes in order, errors surfaced."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from rightsize.packing.pool import WorkerPool, dumps, loads
+
+
+class Doubler:
+    """A stand-in trainer: ``train_group`` doubles the members (fails on a negative one)."""
+
+    trained = 0
+
+    def train_group(self, members, target):
+        self.trained += 1
+        if any(m < 0 for m in members):
+            raise ValueError(f"negative member in {members}")
+        return [2 * m + target for m in members]
+
+
+def make_doubler() -> Doubler:
+    return Doubler()
+
+
+def test_outcomes_come_back_in_the_order_of_the_groups():
+    pool = WorkerPool(2, partial(make_doubler))
+    try:
+        groups = [[1], [2, 3, 4], [], [5, 6]]  # the largest starts first, order is kept
+        assert pool.run(groups, 10) == [[12], [14, 16, 18], [], [20, 22]]
+        assert pool.run([[7]], 0) == [[14]]  # the same workers serve the next call
+    finally:
+        pool.close()
+    pool.close()  # idempotent
+
+
+def test_a_failing_group_stops_the_run_with_the_workers_message():
+    pool = WorkerPool(1, partial(make_doubler))
+    try:
+        with pytest.raises(RuntimeError, match="ValueError: negative member in \\[-1\\]"):
+            pool.run([[1], [-1]], 0)
+    finally:
+        pool.close()
+
+
+def test_checkpoints_travel_as_bytes_unchanged():
+    import torch
+
+    value = {"w": torch.arange(6.0).view(2, 3), "step": 3}
+    back = loads(dumps(value))
+    assert torch.equal(back["w"], value["w"]) and back["step"] == 3
+
+
+def test_the_parent_trains_groups_too():
+    pool = WorkerPool(1, partial(make_doubler))
+    try:
+        local = Doubler()
+        groups = [[k] for k in range(12)]
+        assert pool.run(groups, 1, local=local) == [[2 * k + 1] for k in range(12)]
+        assert local.trained > 0  # at least while the worker was starting
+    finally:
+        pool.close()
+
+
+def test_processes_must_be_positive():
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        WorkerPool(0, partial(make_doubler))
