@@ -71,6 +71,7 @@ def test_profile_round_trip(tmp_path):
     assert Profile.load(path) == profile
     assert json.loads(path.read_text())["schema"] == "rightsize.profile"
     assert not list((tmp_path / "sub").glob(".*tmp"))  # atomic write leaves no temp file
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by others, not mkstemp's 0o600
     assert profile.sample_nearest(3).batch == 2 and profile.param_bytes == 60
 
 
