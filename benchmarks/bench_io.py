@@ -10,13 +10,13 @@ import json
 import statistics
 from pathlib import Path
 
+from rightsize.core.files import atomic_write_text
 
-def write_report(out: str | Path, report: dict) -> Path:
-    """Write ``report`` as indented JSON, creating the folder."""
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    return path
+
+def write_report(out: str | Path, report: dict, indent: int = 2) -> Path:
+    """Write ``report`` as indented JSON, atomically (a benchmark stopped midway leaves the
+    previous results whole), creating the folder."""
+    return atomic_write_text(out, json.dumps(report, indent=indent) + "\n")
 
 
 def mape_percent(rows: list[dict], predicted: str, measured: str = "measured_s") -> float:

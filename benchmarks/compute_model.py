@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from bench_io import write_report
 from rightsize.core.units import parse_memory
 from rightsize.perf.compute import ComputeModel
 from rightsize.profiling.bmax import BmaxSearch
@@ -255,8 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "simulated": False,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(out, report)
     print(json.dumps(summary, indent=2))
     print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -13,7 +13,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from bench_io import write_report
 from rightsize.workloads import WorkloadRegistry
 
 
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "simulated": False,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(out, report)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

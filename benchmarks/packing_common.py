@@ -8,19 +8,18 @@ taken between medians measured in the same run.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+import bench_io
 from rightsize.packing.allocator import retain_freed_memory
 from rightsize.packing.data import DataStream
 from rightsize.packing.optimizers import OPTIMIZER_KINDS, OptimizerSpec
@@ -119,10 +118,4 @@ def write_report(path: str, name: str, script: str, argv: list[str] | None, body
         "machine": machine(),
         **body,
     }
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=1)
-    os.replace(tmp, out)
-    print(f"wrote {out}", file=sys.stderr)
+    print(f"wrote {bench_io.write_report(path, report, indent=1)}", file=sys.stderr)

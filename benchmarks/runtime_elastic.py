@@ -19,13 +19,13 @@ The JSON gives every transition and, per action, the median. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_io import write_report
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.runtime.master import Master
@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "exactly_once": report["accounting"].get("exactly_once"),
         "warnings": result["warnings"],
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_report(args.out, out)
     return 0
 
 

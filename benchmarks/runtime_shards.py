@@ -22,16 +22,15 @@ median. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import zmq
 
+from bench_io import write_report
 from rightsize.runtime.shards import ShardManager, ShardPlan, Task
 from rightsize.runtime.transport import Client, Counters, Server
 
@@ -148,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_ops_per_s": medians,
         "round_trip_over_in_process": medians["round_trip"] / medians["in_process"],
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     return 0
 
 

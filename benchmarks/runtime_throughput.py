@@ -23,7 +23,6 @@ hits both. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from bench_io import write_report
 from rightsize.core.spec import JobSpec
 from rightsize.runtime.master import job_identity
 from rightsize.runtime.model_io import layout_of
@@ -196,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_after": load_note(),
         "cases": cases,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     return 0
 
 

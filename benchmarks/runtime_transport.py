@@ -24,7 +24,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import socket
@@ -32,12 +31,12 @@ import statistics
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import zmq
 
+from bench_io import write_report
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.transport import Client, Counters, Server, encode
 from rightsize.workloads import WorkloadRegistry
@@ -195,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "push_overhead": [push_overhead(*m) for m in MODELS],
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     return 0
 
 

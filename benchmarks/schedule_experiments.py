@@ -27,14 +27,12 @@ A lone job is the same under both, so the single-job tables are too (a check).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from bench_io import write_report
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.links import LINK_SHARING, check_link_sharing
@@ -157,15 +155,6 @@ def single(cluster_name: str, model: str, labelled, seeds: list[int], sharing: s
     }
 
 
-def write_json(data: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(data, tmp, indent=1)
-        tmp.write("\n")
-    os.chmod(tmp.name, 0o644)
-    os.replace(tmp.name, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, ResNet-50 only")
@@ -211,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     data["wall_s"] = time.perf_counter() - started
-    write_json(data, Path(args.out))
+    write_report(args.out, data, indent=1)
     print_summary(data)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

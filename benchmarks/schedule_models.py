@@ -18,12 +18,11 @@ machine with one thread (so seconds are core-seconds) and writes them to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from bench_io import write_report
 from rightsize.profiling.profile import Profile
 
 OUT = Path(__file__).resolve().parents[1] / "src/rightsize/cluster/data/profiled_models.json"
@@ -74,11 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         "models": dict(sorted(models.items())),
     }
     out = Path(args.out)
-    with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(data, tmp, indent=1)
-        tmp.write("\n")
-    os.chmod(tmp.name, 0o644)
-    os.replace(tmp.name, out)
+    write_report(out, data, indent=1)
     print(f"wrote {len(models)} models to {out}")
     return 0
 

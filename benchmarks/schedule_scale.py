@@ -15,15 +15,14 @@ are recorded too, as a check that the runs did the work.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from bench_io import write_report
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.links import LINK_SHARING
 from rightsize.cluster.simulator import SimConfig, Simulator
@@ -96,12 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(data, tmp, indent=1)
-        tmp.write("\n")
-    os.chmod(tmp.name, 0o644)
-    os.replace(tmp.name, out)
+    write_report(out, data, indent=1)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
