@@ -14,32 +14,22 @@ up by ``R_up`` (50%), in proportion, within the budget.
 from pathlib import Path
 
 import pytest
-import yaml
 
-from rightsize.core.spec import parse_job_spec
 from rightsize.runtime.master import Master
 from rightsize.scaling.api import Action
 from rightsize.scaling.nearchus import NearchusPolicy
+from test_runtime_jobs import job_spec
 
 pytestmark = pytest.mark.integration
 
 
-def job_spec(tmp_path: Path):
-    data = {
-        "name": "nearchus-real",
-        "workload": "mlp3",
-        "options": {"hidden": 256},
-        "dataset": "digits",
-        "batch_size": 256,
-        "epochs": 150,
-        "strategy": "ps",
-        "budget": {"cpu": 2, "memory": "6Gi"},
-        "initial_shape": "auto",
-        "checkpoint": {"dir": str(tmp_path / "ckpt"), "interval": "30s"},
-        "training": {"optimizer": "sgd", "lr": 0.05},
-        "runtime": {"metric_interval": "1s", "shard_size": 128, "startup_timeout": "240s"},
-    }
-    return parse_job_spec(yaml.safe_load(yaml.safe_dump(data)))
+def nearchus_job(tmp_path: Path):
+    """MLP-3 (hidden 256) on the digits, launched by the policy ("auto") on a 2-cpu budget."""
+    return job_spec(
+        tmp_path, name="nearchus-real", options={"hidden": 256}, batch_size=256, epochs=150,
+        budget={"cpu": 2, "memory": "6Gi"}, initial_shape="auto",
+        checkpoint={"dir": str(tmp_path / "ckpt"), "interval": "30s"},
+    )  # fmt: skip
 
 
 class Watching(NearchusPolicy):
@@ -55,7 +45,7 @@ def test_a_real_job_starts_at_r0_and_nearchus_scales_it_up(tmp_path):
         r0=0.5, stability_period_s=2.0, n_comp=3, cv_max=0.3, e_thd_job=0.3, min_step_cores=0.05
     )
     policy.applied = []
-    master = Master(job_spec(tmp_path), policy)
+    master = Master(nearchus_job(tmp_path), policy)
     finished = master.finished
     master.finished = lambda: finished() or Action.SCALE_UP in policy.applied
     report = master.run()
