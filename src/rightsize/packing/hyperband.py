@@ -178,11 +178,11 @@ class Hyperband:
         in the sequential order, whether or not the brackets ran concurrently)."""
         start = self._clock()
         records = self._run_concurrent() if self.concurrent else self._run_sequential()
+        position = self._bracket_position()
         seen = []
         for record in records:
-            bracket = next(b for b in self.schedule if b.s == record.bracket)
             for k, (trial_id, loss) in enumerate(record.losses.items()):
-                key = (self.schedule.index(bracket), record.rung, k)
+                key = (position[record.bracket], record.rung, k)
                 seen.append((_rank(loss), key, record.specs[trial_id], record.r))
         loss, _, spec, resource = min(seen, key=lambda item: item[:2])
         return SearchResult(spec, loss, resource, records, self._clock() - start)
@@ -214,8 +214,12 @@ class Hyperband:
                 if record is not None:
                     records.append(record)
                     run.states = self._promote(run.states, record.losses, record.n)
-        position = {b.s: k for k, b in enumerate(self.schedule)}
+        position = self._bracket_position()
         return sorted(records, key=lambda r: (position[r.bracket], r.rung))
+
+    def _bracket_position(self) -> dict[int, int]:
+        """Bracket ``s`` -> its place in Algorithm 1's order (``s_max`` first)."""
+        return {b.s: k for k, b in enumerate(self.schedule)}
 
     def _phase(self, runs: list[_BracketRun], phase: int, end: float):
         """Train every bracket's current trials to ``end``, packed together."""
