@@ -40,7 +40,7 @@ from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import JobState, Noise, SimJob, sample_detail
+from rightsize.cluster.simjob import JobState, Noise, SimJob, filled, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import RightsizeError
 from rightsize.core.resources import CPU_DECIMALS, Resources
@@ -92,13 +92,9 @@ class SimConfig:
 
 
 def observation(fields: dict) -> Observation:
-    """An :class:`Observation` with every field given in ``fields``, filled directly instead of
-    through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field), as
-    ``simjob.metric_sample`` does: the simulator builds one or two per tick. The result equals
-    the normally built object (tested)."""
-    obs = object.__new__(Observation)
-    object.__setattr__(obs, "__dict__", fields)
-    return obs
+    """An :class:`Observation` with every field given in ``fields``, :func:`~simjob.filled`
+    directly: the simulator builds one or two per tick."""
+    return filled(Observation, fields)
 
 
 class Simulator:
