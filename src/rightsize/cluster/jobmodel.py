@@ -232,12 +232,7 @@ class JobModel:
         Raises:
             SpecError: the shape has no PS or no worker.
         """
-        perf = self._cache.get(shape)  # one lookup: comparing equal shapes is not free
-        if perf is None:
-            if len(self._cache) >= CACHE_SHAPES:
-                self._cache.clear()
-            perf = self._cache[shape] = self._evaluate(shape)
-        return perf
+        return _remembered(self._cache, shape, lambda: self._evaluate(shape))
 
     def evaluate_shared(self, shape: ClusterShape, sharing_nodes: int) -> Performance:
         """True speed and load of ``shape`` when ``sharing_nodes`` training nodes in all (this
@@ -254,12 +249,7 @@ class JobModel:
         if not self._link_binds(shape, perf, link):
             return perf
         key = (shape, sharing_nodes)
-        shared = self._shared_cache.get(key)
-        if shared is None:
-            if len(self._shared_cache) >= CACHE_SHAPES:
-                self._shared_cache.clear()
-            shared = self._shared_cache[key] = self._evaluate(shape, link)
-        return shared
+        return _remembered(self._shared_cache, key, lambda: self._evaluate(shape, link))
 
     def _link_binds(self, shape: ClusterShape, perf: Performance, link: float) -> bool:
         """Whether ``shape`` at a node link of ``link`` is slower than ``perf`` (its speed on
@@ -267,11 +257,7 @@ class JobModel:
         The same float comparisons as :meth:`_evaluate` (a correctly rounded division is
         monotone, so the smallest quotient has the largest divisor): "no" means the identical
         result."""
-        limits = self._link_limits.get(shape)
-        if limits is None:
-            if len(self._link_limits) >= CACHE_SHAPES:
-                self._link_limits.clear()
-            limits = self._link_limits[shape] = self._limits(shape)
+        limits = _remembered(self._link_limits, shape, lambda: self._limits(shape))
         fastest_compute_s, busiest_ps_bytes = limits
         return fastest_compute_s < self.model.param_bytes / link or (
             busiest_ps_bytes > 0 and link / busiest_ps_bytes < perf.steps_per_s
@@ -352,3 +338,14 @@ class JobModel:
             self.model.worker_memory_bytes,
             node.resources.memory_bytes,
         )
+
+
+def _remembered(cache: dict, key, compute):
+    """``cache[key]``, computed once by ``compute()``; a full cache (``CACHE_SHAPES``) starts
+    over. One lookup on a hit: comparing equal shapes is not free."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= CACHE_SHAPES:
+            cache.clear()
+        value = cache[key] = compute()
+    return value
