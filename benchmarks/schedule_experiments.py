@@ -21,7 +21,12 @@ the Resource Optimizer (all idle CPU moved): ``nearchus-all-idle=nearchus:reclai
 
 Both link-sharing models run side by side (``--link-sharing job,cluster``, ``cluster.links``):
 each job as if alone on the servers' links, and every training job's nodes sharing them.
-A lone job is the same under both, so the single-job tables are too (a check).
+A lone job is the same under both, so the single-job tables are too (a check). So do both
+link capacities the metrics report (``--observed-link server,share``): the server's whole
+link, as NEARCHUS §IV words its PSN check, or the share each node trains at. Each pair is a
+setting labelled ``SHARING/OBSERVED`` (``job/server``: the simulator's defaults).
+
+    python benchmarks/schedule_experiments.py --clusters A --seeds 20 --policies nearchus,optimus
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ from pathlib import Path
 from bench_io import write_report
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
-from rightsize.cluster.links import LINK_SHARING, check_link_sharing
+from rightsize.cluster.links import (
+    LINK_SHARING,
+    OBSERVED_LINK,
+    check_link_sharing,
+    check_observed_link,
+)
 from rightsize.cluster.models import NEARCHUS_CNNS
 from rightsize.cluster.report import SIMULATED_NOTE
 from rightsize.cluster.simulator import SimConfig, Simulator
@@ -79,9 +89,18 @@ def policies(names: list[str], variants: list[str]) -> dict[str, tuple[str, dict
     return out
 
 
-def run_all(trace, cluster, labelled, seed: int, link_sharing: str) -> dict:
-    """Each labelled policy on ``trace`` with ``seed``: label -> SimResult."""
-    config = SimConfig(seed=seed, link_sharing=link_sharing)
+def settings(sharing: str, observed: str) -> dict[str, dict]:
+    """``SHARING/OBSERVED`` label -> SimConfig fields, for every pair of the comma lists."""
+    return {
+        f"{s}/{o}": {"link_sharing": check_link_sharing(s), "observed_link": check_observed_link(o)}
+        for s in sharing.split(",")
+        for o in observed.split(",")
+    }
+
+
+def run_all(trace, cluster, labelled, seed: int, setting: dict) -> dict:
+    """Each labelled policy on ``trace`` with ``seed`` and ``setting``: label -> SimResult."""
+    config = SimConfig(seed=seed, **setting)
     return {
         label: Simulator(cluster, make_policy(name, **params), config).run(trace)
         for label, (name, params) in labelled.items()
@@ -115,12 +134,12 @@ def summarize(per_seed: list[dict], metrics: tuple[str, ...]) -> dict:
     }
 
 
-def multi_job(cluster_name: str, labelled, seeds: list[int], sharing: str, log) -> dict:
+def multi_job(cluster_name: str, labelled, seeds: list[int], setting: dict, log) -> dict:
     cluster = parse_cluster(cluster_name)
     per_seed = []
     for seed in seeds:
-        log(f"40-job trace, cluster {cluster_name}, seed {seed}, links shared per {sharing}")
-        results = run_all(nearchus_trace(seed), cluster, labelled, seed, sharing)
+        log(f"40-job trace, cluster {cluster_name}, seed {seed}, {setting}")
+        results = run_all(nearchus_trace(seed), cluster, labelled, seed, setting)
         per_seed.append({label: r.summary() for label, r in results.items()})
     keys = {"jct": "avg_jct_s", "queue": "avg_queue_s"}
     return {
@@ -130,13 +149,13 @@ def multi_job(cluster_name: str, labelled, seeds: list[int], sharing: str, log) 
     }
 
 
-def single(cluster_name: str, model: str, labelled, seeds: list[int], sharing: str, log) -> dict:
+def single(cluster_name: str, model: str, labelled, seeds: list[int], setting: dict, log) -> dict:
     cluster = parse_cluster(cluster_name)
     trace = single_job(model, SINGLE_BUDGET_CORES, SINGLE_EPOCHS)
     per_seed = []
     for seed in seeds:
-        log(f"single job {model}, cluster {cluster_name}, seed {seed}, links per {sharing}")
-        results = run_all(trace, cluster, labelled, seed, sharing)
+        log(f"single job {model}, cluster {cluster_name}, seed {seed}, {setting}")
+        results = run_all(trace, cluster, labelled, seed, setting)
         rows = {}
         for label, result in results.items():
             job = result.jobs[0]
@@ -164,14 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", default=None, metavar="LABEL=POLICY:K=V")
     parser.add_argument("--link-sharing", default=",".join(LINK_SHARING),
                         help="link-sharing models to run, side by side (job, cluster)")  # fmt: skip
+    parser.add_argument("--observed-link", default=",".join(OBSERVED_LINK),
+                        help="link capacities the metrics report, side by side (server, share)")  # fmt: skip
+    parser.add_argument("--no-single", action="store_true", help="the 40-job trace only")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     seeds = list(range(1, 2 if args.quick else args.seeds + 1))
-    models = ("resnet50",) if args.quick else NEARCHUS_CNNS
+    models = () if args.no_single else ("resnet50",) if args.quick else NEARCHUS_CNNS
     variants = list(VARIANTS) if args.variant is None else args.variant
     labelled = policies(args.policies.split(","), variants)
     clusters = args.clusters.split(",")
-    modes = [check_link_sharing(m) for m in args.link_sharing.split(",")]
+    modes = settings(args.link_sharing, args.observed_link)
     started = time.perf_counter()
 
     def log(message: str) -> None:
@@ -183,20 +205,21 @@ def main(argv: list[str] | None = None) -> int:
         "note": SIMULATED_NOTE,
         "seeds": seeds,
         "policies": {label: [name, params] for label, (name, params) in labelled.items()},
-        "link_sharing": modes,
+        "settings": modes,
         "single_job": {
             "budget_cpu": SINGLE_BUDGET_CORES,
             "epochs": SINGLE_EPOCHS,
             "results": {
                 mode: {
-                    c: {m: single(c, m, labelled, seeds, mode, log) for m in models}
+                    c: {m: single(c, m, labelled, seeds, setting, log) for m in models}
                     for c in clusters
                 }
-                for mode in modes
+                for mode, setting in modes.items()
             },
         },
         "multi_job": {
-            mode: {c: multi_job(c, labelled, seeds, mode, log) for c in clusters} for mode in modes
+            mode: {c: multi_job(c, labelled, seeds, setting, log) for c in clusters}
+            for mode, setting in modes.items()
         },
     }
     data["wall_s"] = time.perf_counter() - started
@@ -211,25 +234,25 @@ def _fmt(value: float | None, scale: float = 1.0, pattern: str = "{:.2f}") -> st
 
 
 def print_summary(data: dict) -> None:
-    """Median tables on stdout (hours; changes as percentages), one set per link-sharing model,
-    then the headline comparisons of the models side by side."""
+    """Median tables on stdout (hours; changes as percentages), one set per setting (link
+    sharing / observed link), then the headline comparisons of the settings side by side."""
     print(f"# {data['note']}; seeds {data['seeds']}")
-    for mode in data["link_sharing"]:
-        print(f"\n## links shared per {mode}")
+    for mode in data["settings"]:
+        print(f"\n## links shared per {mode.replace('/', ', metrics against the ')} link")
         print_multi(data["multi_job"][mode])
         print_single(data["single_job"]["results"][mode], data["single_job"]["budget_cpu"])
     print_sharing_comparison(data)
 
 
 def print_sharing_comparison(data: dict) -> None:
-    modes = data["link_sharing"]
-    print("\n40-job comparisons by link-sharing model (medians over seeds)")
-    print(f"{'cluster':8} {'comparison':22} " + " ".join(f"{m:>9}" for m in modes))
+    modes = list(data["settings"])
+    print("\n40-job comparisons by link sharing / observed link (medians over seeds)")
+    print(f"{'cluster':8} {'comparison':22} " + " ".join(f"{m:>14}" for m in modes))
     first = data["multi_job"][modes[0]]
     for cluster, block in first.items():
         for name in block["comparisons"]:
             values = [data["multi_job"][m][cluster]["comparisons"][name]["median"] for m in modes]
-            cells = " ".join(f"{_fmt(v, 0.01, '{:+.1f}%'):>9}" for v in values)
+            cells = " ".join(f"{_fmt(v, 0.01, '{:+.1f}%'):>14}" for v in values)
             print(f"{cluster:8} {name:22} {cells}")
 
 
@@ -249,6 +272,8 @@ def print_multi(multi: dict) -> None:
 
 def print_single(results: dict, budget_cpu: float) -> None:
     for cluster, models in results.items():
+        if not models:
+            continue
         print(f"\nsingle job, budget {budget_cpu:g} cpu, cluster {cluster}")
         print("model        policy               best steps/s  JCT h  to 95% h  restarts")
         for model, block in models.items():

@@ -47,6 +47,20 @@ def test_link_sharing_across_jobs_is_selectable(capsys):
     assert together > alone
 
 
+def test_the_observed_link_is_selectable(capsys):
+    # with every job's nodes sharing A's links, a PS at its share reads far below the
+    # server's link; against its share NEARCHUS's PSN check sees it and adds PS more often
+    base = ["--trace", "nearchus-40", "--cluster", "A", "--policies", "nearchus",
+            "--link-sharing", "cluster", "--json", "--per-job"]  # fmt: skip
+    add_ps = []
+    for observed in ("server", "share"):
+        code, out, _ = run(capsys, *base, "--observed-link", observed)
+        assert code == 0
+        jobs = json.loads(out)["jobs"]["nearchus"]
+        add_ps.append(sum("add a PS" in d for job in jobs for d in job["decisions"]))
+    assert add_ps[1] > add_ps[0]
+
+
 def test_plots_are_written(capsys, tmp_path):
     code, out, _ = run(capsys, "--trace", str(DATA / "pollux_tiny.csv"), "--work-scale", "0.01",
                        "--cluster", "B", "--policies", "fa-bf,nearchus+", "--plots",
@@ -78,6 +92,7 @@ def test_plots_are_written(capsys, tmp_path):
         (["--job", "resnet50", "--budget", "30", "--cluster", "Z"], "unknown cluster"),
         (["--trace", "nearchus-40", "--param", "nearchus:r_upp=1"], "unexpected parameter"),
         (["--trace", "nearchus-40", "--link-sharing", "pod"], "invalid choice: 'pod'"),
+        (["--trace", "nearchus-40", "--observed-link", "pod"], "invalid choice: 'pod'"),
         (["--trace", "nearchus-40", "--param", "dlrover:r_up=1"], "dlrover: unexpected parameter"),
         (
             ["--trace", "nearchus-40", "--policies", "fa-bf", "--param", "dlrover:r_up=1"],

@@ -12,7 +12,7 @@ import sys
 from rightsize.cli.args import parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cluster.clusters import parse_cluster
-from rightsize.cluster.links import LINK_SHARING
+from rightsize.cluster.links import LINK_SHARING, OBSERVED_LINK
 from rightsize.cluster.models import model_names
 from rightsize.cluster.plots import write_plots
 from rightsize.cluster.report import (
@@ -83,6 +83,13 @@ def register(subparsers) -> None:
         "training job's nodes",
     )
     parser.add_argument(
+        "--observed-link",
+        choices=OBSERVED_LINK,
+        default=SimConfig.observed_link,
+        help="the link capacity node metrics report (NEARCHUS's PSN check): the server's "
+        "whole link (default) or the share the node trains at",
+    )
+    parser.add_argument(
         "--work-scale",
         type=float,
         default=1.0,
@@ -139,7 +146,12 @@ def run(args: argparse.Namespace) -> int:
     cluster = parse_cluster(args.cluster)
     policies = build_policies(args.policies, args.param)
     trace = _trace(args)
-    config = SimConfig(seed=args.seed, order=args.order, link_sharing=args.link_sharing)
+    config = SimConfig(
+        seed=args.seed,
+        order=args.order,
+        link_sharing=args.link_sharing,
+        observed_link=args.observed_link,
+    )
     progress = progress_printer(args.quiet or args.json)
     results = run_policies(trace, cluster, policies, config, progress)
     single = bool(args.job)

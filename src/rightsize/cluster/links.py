@@ -15,6 +15,15 @@ With ``cluster``, whenever the set of training nodes changes — a job becomes
 ready, stops to restart, finishes — every training job's speed is evaluated
 again at the new share, and the simulator moves the ones that changed to
 their new speed from that instant (``SimJob.rerate``), so progress stays exact.
+
+What a node's metrics give as its link capacity (``net_capacity_bytes_per_s``,
+against which NEARCHUS's PSN check measures utilization) is ``observed``:
+
+- ``server`` — the server's whole link, NEARCHUS §IV's literal "90% of the
+  cluster network capacity" (1 Gbps on cluster A, §V);
+- ``share`` — the share the node trains at, ``link · min(1, S / n)``: what a
+  pod sharing its server's link can get. Cluster-wide it follows the share as
+  it changes, from the instant it changes (samples up to then keep the old one).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from rightsize.cluster.simjob import JobState, SimJob
 from rightsize.core.errors import unknown_name
 
 LINK_SHARING = ("job", "cluster")
+OBSERVED_LINK = ("server", "share")
 
 
 def check_link_sharing(mode: str) -> str:
@@ -39,22 +49,44 @@ def check_link_sharing(mode: str) -> str:
     return mode
 
 
+def check_observed_link(mode: str) -> str:
+    """``mode`` if it is one of :data:`OBSERVED_LINK`.
+
+    Raises:
+        UnknownNameError: any other value.
+    """
+    if mode not in OBSERVED_LINK:
+        raise unknown_name("observed link", mode, OBSERVED_LINK)
+    return mode
+
+
 class LinkBook:
     """How many nodes are training on the cluster, and each job's speed at its link share."""
 
-    def __init__(self, mode: str, servers: int) -> None:
+    def __init__(self, mode: str, servers: int, observed: str = "server") -> None:
         self.cluster_wide = check_link_sharing(mode) == "cluster"
+        self.observe_share = check_observed_link(observed) == "share"
         self.servers = servers  # 0: a link per node, however many
         self.nodes = 0  # training nodes of every job
         self._last = 0  # ``nodes`` when the jobs' performances were last brought up to date
 
     def start(self, job: SimJob) -> None:
         """``job`` begins training at its shape: count its nodes and, cluster-wide, give it
-        the performance at the new share (before it takes its rate from it)."""
+        the performance at the new share (before it takes its rate from it); and the link
+        capacity its metrics report."""
         job.link_nodes = len(job.shape.nodes)
         self.nodes += job.link_nodes
         if self.cluster_wide:
             job.perf = job.model.evaluate_shared(job.shape, self.nodes)
+        job.observed_link_bytes_per_s = self.observed_link(job)
+
+    def observed_link(self, job: SimJob) -> float:
+        """The link capacity ``job``'s node metrics report: the server's link, or the share
+        its nodes train at (``JobModel.node_link_bytes_per_s`` of the nodes sharing them)."""
+        if not self.observe_share:
+            return job.model.cluster.link_bytes_per_s
+        sharing = max(self.nodes, job.link_nodes) if self.cluster_wide else job.link_nodes
+        return job.model.node_link_bytes_per_s(sharing)
 
     def stop(self, job: SimJob) -> bool:
         """``job`` stops training (restart, completion); True if it was counted."""
@@ -63,9 +95,10 @@ class LinkBook:
         job.link_nodes = 0
         return bool(counted)
 
-    def changed(self, jobs: Iterable[SimJob]) -> list[tuple[SimJob, Performance]]:
-        """The training jobs among ``jobs`` whose performance at the current share is not the
-        one they run at, with that performance (none unless sharing is cluster-wide)."""
+    def changed(self, jobs: Iterable[SimJob]) -> list[tuple[SimJob, Performance, float]]:
+        """The training jobs among ``jobs`` whose performance or observed link at the current
+        share is not the one they run at or report, with both (none unless sharing is
+        cluster-wide)."""
         if not self.cluster_wide:
             return []
         before, self._last = self._last, self.nodes
@@ -75,6 +108,7 @@ class LinkBook:
         for job in jobs:
             if job.link_nodes and job.state == JobState.RUNNING:
                 perf = job.model.evaluate_shared(job.shape, self.nodes)
-                if perf is not job.perf:
-                    out.append((job, perf))
+                link = self.observed_link(job)
+                if perf is not job.perf or link != job.observed_link_bytes_per_s:
+                    out.append((job, perf, link))
         return out

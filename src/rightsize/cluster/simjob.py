@@ -163,6 +163,7 @@ class SimJob:
     version: int = 0  # bumps whenever the completion time changes
     epoch: int = 0  # bumps at every (re)start: a decision tick from an older epoch is void
     link_nodes: int = 0  # nodes it has training on the servers' links (``cluster.links``)
+    observed_link_bytes_per_s: float = 0.0  # the link its metrics report (0: the server's)
     timeline: list[tuple[float, float, float]] = field(default_factory=list)  # (t, samples/s, cpu)
     _template_for: Performance | None = field(default=None, repr=False)
     _template_cache: _SampleTemplate | None = field(default=None, repr=False)
@@ -220,6 +221,7 @@ class SimJob:
         self.epoch += 1
         self.shape = plan.shape
         self.perf = self.model.evaluate(plan.shape)
+        self.observed_link_bytes_per_s = 0.0  # until it trains (``LinkBook.start``)
         self.state = JobState.STARTING
         self.shape_since_s = now
         self.ready_s = now + restart_s
@@ -306,17 +308,21 @@ class SimJob:
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
-        """The current shape's :class:`_SampleTemplate` (see :func:`sample_template`)."""
-        if self._template_for is not self.perf:
-            self._template_cache = sample_template(self.perf, self.model.cluster.link_bytes_per_s)
+        """The current shape's :class:`_SampleTemplate` (see :func:`sample_template`) at the
+        link capacity its metrics report."""
+        link = self.observed_link_bytes_per_s or self.model.cluster.link_bytes_per_s
+        cache = self._template_cache
+        if self._template_for is not self.perf or cache.link != link:
+            self._template_cache = sample_template(self.perf, link)
             self._template_for = self.perf
         return self._template_cache
 
 
 @lru_cache(maxsize=TEMPLATES)
 def sample_template(perf: Performance, link_bytes_per_s: float) -> _SampleTemplate:
-    """What samples of a job at ``perf`` are made of, built once per performance: jobs of one
-    model that reach the same shape share its (cached) performance, and so its template."""
+    """What samples of a job at ``perf`` are made of, with ``link_bytes_per_s`` as each node's
+    link capacity, built once per (performance, link): jobs of one model that reach the same
+    shape share its (cached) performance, and so its template."""
     return _SampleTemplate.of(perf, link_bytes_per_s)
 
 

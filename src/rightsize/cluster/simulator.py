@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
-from rightsize.cluster.links import LinkBook, check_link_sharing
+from rightsize.cluster.links import LinkBook, check_link_sharing, check_observed_link
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
@@ -69,6 +69,8 @@ class SimConfig:
         order: queue order, ``fcfs`` or ``sjf``.
         link_sharing: who shares the servers' links (``cluster.links``): ``job`` (each
             job as if alone) or ``cluster`` (every training job's nodes).
+        observed_link: the link capacity node metrics report (``cluster.links``): the
+            ``server``'s whole link (NEARCHUS §IV) or the ``share`` the node trains at.
         seed: the seed every random draw derives from.
     """
 
@@ -81,10 +83,12 @@ class SimConfig:
     oom_patience_s: float = 900.0
     order: str = "fcfs"
     link_sharing: str = "job"
+    observed_link: str = "server"
     seed: int = 1
 
     def __post_init__(self) -> None:
         check_link_sharing(self.link_sharing)
+        check_observed_link(self.observed_link)
 
     @property
     def restart_s(self) -> float:
@@ -146,7 +150,7 @@ class _Run:
         self._launches: dict[str, Plan] = {}
         self._checked: set[tuple[str, Resources]] = set()  # (model, budget) pairs checked
         self.detail = sample_detail(self.policy)
-        self.links = LinkBook(config.link_sharing, cluster.servers)
+        self.links = LinkBook(config.link_sharing, cluster.servers, config.observed_link)
         seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
         models: dict[str, JobModel] = {}
         self.jobs = [
@@ -323,14 +327,17 @@ class _Run:
 
     def _reshare(self) -> None:
         """The training nodes changed: move every job whose link share changed its speed to
-        the new speed from now (a job still polled first measures what it ran at so far)."""
+        the new speed, and its metrics to the new link capacity, from now (a job still polled
+        first measures what it ran at so far)."""
         cfg = self.config
-        for job, perf in self.links.changed(self.scheduler.running):
+        for job, perf, link in self.links.changed(self.scheduler.running):
             if not job.quiet:
                 job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
                             self.detail)  # fmt: skip
-            job.rerate(self.now, perf)
-            self._schedule_completion(job)
+            job.observed_link_bytes_per_s = link
+            if perf is not job.perf:
+                job.rerate(self.now, perf)
+                self._schedule_completion(job)
 
     def _schedule_completion(self, job: SimJob) -> None:
         when = job.completion_s()
