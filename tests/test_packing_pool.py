@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from rightsize.packing.pool import WorkerPool, dumps, loads
+from rightsize.packing.pool import WorkerPool, dumps, loads, start_method
 
 
 class Doubler:
@@ -67,3 +67,16 @@ def test_the_parent_trains_groups_too():
 def test_processes_must_be_positive():
     with pytest.raises(ValueError, match="processes must be >= 1"):
         WorkerPool(0, partial(make_doubler))
+
+
+def test_workers_are_forked_only_from_a_single_threaded_parent():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert start_method() == "fork"  # no OpenMP pool to inherit: ready at once
+        torch.set_num_threads(2)
+        assert start_method() == "spawn"
+    finally:
+        torch.set_num_threads(before)

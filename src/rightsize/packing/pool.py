@@ -14,7 +14,11 @@ models from the same seeds, and checkpoints travel as ``torch.save`` bytes
 flight cannot run out of descriptors).
 
 Workers start on first use (their start-up is part of the search's time) and
-stop at :meth:`WorkerPool.close`. A worker that fails sends its error back,
+stop at :meth:`WorkerPool.close`. A parent that runs one torch thread forks
+them (:func:`start_method`): a forked worker is ready at once, where a spawned
+one first spends ~2 s importing torch while the parent trains the first rung
+alone. With more threads (or CUDA initialised) the parent's OpenMP or CUDA
+state cannot be forked safely, and workers are spawned. A worker that fails sends its error back,
 and the search stops with it; one that dies is noticed within
 :data:`POLL_S` seconds.
 """
@@ -36,6 +40,18 @@ POLL_S = 1.0
 OWN_TASK_WAIT_S = 0.05
 #: How long a worker may take to stop before it is terminated.
 STOP_TIMEOUT_S = 10.0
+
+
+def start_method() -> str:
+    """``fork`` when this process's torch state forks safely, else ``spawn``.
+
+    With one intra-op thread torch never opens an OpenMP parallel region, so no
+    thread pool exists for a forked child to inherit half-initialised; CUDA never
+    survives a fork.
+    """
+    if torch.get_num_threads() == 1 and not torch.cuda.is_initialized():
+        return "fork"
+    return "spawn"
 
 
 def dumps(value: Any) -> bytes:
@@ -90,12 +106,14 @@ class WorkerPool:
         for index in order:
             self._tasks.put((index, dumps((list(groups[index]), target))))
         outcomes: dict[int, Any] = {}
+        drained = local is None  # nobody adds tasks during a run: once empty, only results remain
         while len(outcomes) < len(groups):
-            task = self._own_task() if local is not None else None
+            task = None if drained else self._own_task()
             if task is not None:
                 index, payload = task
                 outcomes[index] = local.train_group(*loads(payload))
                 continue
+            drained = True
             index, payload, error = self._next_result()
             if error is not None:
                 raise RuntimeError(f"a training worker failed on group {index}: {error}")
@@ -122,7 +140,7 @@ class WorkerPool:
     def _start(self) -> None:
         if self._processes:
             return
-        context = mp.get_context("spawn")  # fork would copy the parent's OpenMP state
+        context = mp.get_context(start_method())
         self._tasks, self._results = context.Queue(), context.Queue()
         for _ in range(self.processes):
             process = context.Process(
