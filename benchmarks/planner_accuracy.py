@@ -15,7 +15,12 @@ with the roofline ratio (perf/roofline.py). Variants, side by side:
 - ``shared+ddp``: + DDP's gradient buckets, its copies into and out of them, and the
   optimizer step in ``t_iter``;
 - ``shared+ddp+serial``: + the exchange after backward rather than beside it, since
-  gloo's reductions need the same cores as backward when the processes fill the host.
+  gloo's reductions need the same cores as backward when the processes fill the host;
+- ``shared+ddp-probe``: beyond Srift, the exchange, DDP's copies and the wait for the
+  slowest rank together from this host's DDP probe (``profiling/ddp_probe.py``, measured
+  in the same run unless ``--ddp-probe FILE`` gives one): the shared compute plus the
+  probed overhead at this gradient size and compute time, plus the optimizer step
+  (``rightsize plan --exchange ddp-probe``).
 
 Usage:
     python benchmarks/planner_accuracy.py --comm-model benchmarks/results/comm-model.json
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -38,10 +42,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bench_io import mape_percent, write_report
+from rightsize.core.ports import free_port
 from rightsize.core.units import parse_memory
 from rightsize.perf.comm import Link
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.compute import ComputeModel
+from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.iteration import (
     ComputeDraw,
     ddp_copy_s,
@@ -52,6 +58,7 @@ from rightsize.perf.iteration import (
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
 from rightsize.planning.options import grads_of
 from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.ddp_probe import DdpProbeSettings, probe_ddp
 from rightsize.profiling.device import cpu_model, meminfo
 from rightsize.profiling.peaks import measure_shared_peaks
 from rightsize.profiling.profile import Profile
@@ -69,14 +76,9 @@ VARIANTS = {
     "shared": "per-layer",
     "shared+ddp": "ddp-buckets",
     "shared+ddp+serial": "ddp-serial",
+    "shared+ddp-probe": "ddp-probe",
 }
 ATTEMPTS = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _ddp_rank(rank, world, port, name, dataset, batches, warmup, rounds, out) -> None:
@@ -122,7 +124,7 @@ def measure_ddp(name: str, dataset: str, world: int, batches, warmup: int, round
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "t"
         for attempt in range(ATTEMPTS):
-            args = (world, _free_port(), name, dataset, list(batches), warmup, rounds, str(out))
+            args = (world, free_port(), name, dataset, list(batches), warmup, rounds, str(out))
             try:
                 mp.start_processes(_ddp_rank, args=args, nprocs=world, start_method="spawn")
                 break
@@ -134,24 +136,39 @@ def measure_ddp(name: str, dataset: str, world: int, batches, warmup: int, round
 
 
 def predict(profile: Profile, alone: DeviceRates, shared: DeviceRates, world: int, batch: int,
-            comm, variant: str, seed: int) -> float:  # fmt: skip
+            comm, variant: str, seed: int, ddp_probe: DdpOverheadModel) -> float:  # fmt: skip
     """``alone`` and ``shared``: one process's sustained rates with 1 and ``world`` running."""
     measured = ComputeModel.from_profile(profile)
     compute = measured if variant == "srift" else RooflineCompute(profile, measured, alone, shared)
     mean = compute.predict(batch)
     total = straggler_compute([ComputeDraw(mean.total_s, profile.compute_cv, world)], 200,
                               np.random.default_rng(seed))  # fmt: skip
+    grads = grads_of(profile, batch)
+    if VARIANTS[variant] == "ddp-probe":  # as planning/estimate.py predicts it
+        overhead = ddp_probe.overhead_s(world, sum(g.param_bytes for g in grads), mean.total_s)
+        return total + overhead + compute.optimizer_s
     backward = total * mean.backward_s / mean.total_s
     link = Link(cpu_model(), 0.0, profile.device.threads, (meminfo("MemTotal") or 0) / 2**30)
     exchange = VARIANTS[variant]
     ddp = is_ddp(exchange)
-    grads = grads_of(profile, batch)
     result = simulate_iteration(
         total - backward, backward, grads, world, comm, link,
         optimizer_s=compute.optimizer_s if ddp else 0.0, exchange=exchange,
         copy_s=ddp_copy_s(grads, shared.mem_bytes_per_s) if ddp else 0.0,
     )  # fmt: skip
     return result.iteration_s
+
+
+def _ddp_probe(path: str | None, worlds: list[int], save_to: Path) -> DdpOverheadModel:
+    """The saved probe at ``path``, or a fresh one of these world sizes (saved to ``save_to``)."""
+    if path:
+        return DdpOverheadModel.load(path)
+    with tempfile.TemporaryDirectory() as scratch:
+        settings = DdpProbeSettings(world_sizes=tuple(sorted({1, *worlds})))
+        records = probe_ddp(settings, Path(scratch), lambda line: print(line, file=sys.stderr))
+    model = DdpOverheadModel(records, settings.host_name())
+    model.save(save_to)
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worlds", default="1,2,3,4")
     parser.add_argument("--rounds", type=int, default=15, help="timed steps per batch size")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--ddp-probe", help="a saved DDP probe (default: probe in this run)")
     parser.add_argument("--out", default="benchmarks/results/planner_accuracy.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     comm = LearnedCommModel.load(args.comm_model)
     worlds = [int(w) for w in args.worlds.split(",")]
+    ddp_probe = _ddp_probe(args.ddp_probe, worlds, Path(args.out).with_suffix(".ddp-probe.json"))
     shared = {}
     for n in sorted({1, *worlds}):  # 1: the same measure for the profile's own device
         peaks = measure_shared_peaks(n)
@@ -188,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             for batch in batches:
                 actual = measured[batch]
                 predicted = {
-                    v: predict(profile, shared[1], shared[world], world, batch, comm, v, 0)
+                    v: predict(
+                        profile, shared[1], shared[world], world, batch, comm, v, 0, ddp_probe
+                    )  # fmt: skip
                     for v in VARIANTS
                 }
                 rows.append({"workload": name, "world": world, "batch": batch, "measured_s": actual,
@@ -216,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/planner_accuracy.py " + " ".join(argv or sys.argv[1:]),
         "shared_peaks": {str(n): {"flops_per_s": r.flops_per_s, "mem_bytes_per_s": r.mem_bytes_per_s}
                          for n, r in shared.items()},  # fmt: skip
+        "ddp_probe": [r.to_dict() for r in ddp_probe.records],
         "rows": rows, "mape_percent": summary, "mape_percent_by_world": by_world,
         "mape_percent_by_workload": by_workload, "simulated": False,
     }  # fmt: skip

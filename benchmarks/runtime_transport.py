@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ import torch.distributed as dist
 import zmq
 
 from bench_io import write_report
+from rightsize.core.ports import free_port
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.transport import Client, Counters, Server, encode
 from rightsize.workloads import WorkloadRegistry
@@ -91,12 +91,6 @@ def zmq_round_trips(sizes: list[int], budget_bytes: int) -> dict[int, list[float
 
 
 # -- torch.distributed (gloo) --------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _gloo_rank(rank: int, port: int, rounds: dict[int, int], out_queue) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2, timeout=timedelta(seconds=120))  # fmt: skip
@@ -121,7 +115,7 @@ def _gloo_rank(rank: int, port: int, rounds: dict[int, int], out_queue) -> None:
 def gloo_round_trips(sizes: list[int], budget_bytes: int) -> dict[int, list[float]]:
     rounds = {n: _rounds(n, budget_bytes) for n in sizes}
     ctx = mp.get_context("spawn")  # torch.distributed does not like being forked into
-    queue, port = ctx.Queue(), _free_port()
+    queue, port = ctx.Queue(), free_port()
     ranks = [ctx.Process(target=_gloo_rank, args=(r, port, rounds, queue)) for r in (0, 1)]
     for p in ranks:
         p.start()

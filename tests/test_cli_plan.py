@@ -81,6 +81,8 @@ def test_replan(capsys, profile_file):
         (["--budget", "0.1"], "below one instance-hour of the cheapest instance"),
         (["--deadline", "two hours"], "--deadline 'two hours': expected a duration"),
         (["--cloud", "ibm"], "unknown cloud catalog"),
+        (["--exchange", "ddp-probe"], "--exchange ddp-probe and --ddp-probe FILE go together"),
+        (["--ddp-probe", "probe.json"], "--exchange ddp-probe and --ddp-probe FILE go together"),
     ],
 )
 def test_plan_bad_inputs(capsys, profile_file, extra, fragment):
@@ -123,3 +125,43 @@ def test_probe_trains_a_model_from_real_allreduces(capsys, tmp_path):
 def test_probe_bad_inputs(capsys):
     code, _, err = run(capsys, "probe", "--world-sizes", "1")
     assert_one_line_error(code, err, "world sizes must be at least 2")
+
+
+def ddp_probe_file(tmp_path, host="g4dn.8xlarge"):
+    from rightsize.perf.ddp_overhead import DdpOverheadModel
+    from rightsize.profiling.ddp_probe import DdpProbeRecord
+
+    path = tmp_path / "ddp-probe.json"
+    DdpOverheadModel([DdpProbeRecord(2, 2**20, 1, 0.01, 0.015)], host).save(path)
+    return path
+
+
+def test_plan_with_a_ddp_probe(capsys, profile_file, tmp_path):
+    args = plan_args(profile_file, "--exchange", "ddp-probe", "--json")
+    code, out, err = run(capsys, *args, "--ddp-probe", str(ddp_probe_file(tmp_path)))
+    assert code == 0, err and json.loads(out)
+    (tmp_path / "learned.json").write_text('{"kind": "learned"}')
+    code, _, err = run(capsys, *args, "--ddp-probe", str(tmp_path / "learned.json"))
+    assert_one_line_error(code, err, "is not a DDP probe file")
+
+
+def test_probe_ddp_writes_the_overhead_model(capsys, tmp_path, monkeypatch):
+    from rightsize.cli import probe_cmd
+    from rightsize.profiling.ddp_probe import DdpProbeRecord
+
+    asked = []
+
+    def fake_probe(settings, scratch, progress):  # the real probe is tested in test_ddp_overhead
+        asked.append(settings)
+        return [DdpProbeRecord(w, 2**20, 32, 0.001, 0.003) for w in settings.world_sizes]
+
+    monkeypatch.setattr(probe_cmd, "probe_ddp", fake_probe)
+    path = tmp_path / "ddp.json"
+    code, out, err = run(capsys, "probe", "--ddp", str(path), "--world-sizes", "2,3",
+                         "--host", "my-box", "--quiet")  # fmt: skip
+    assert code == 0, err
+    assert asked[0].world_sizes == (1, 2, 3) and asked[0].rounds == 2
+    assert "DDP probe of my-box written to" in out and "2.00" in out  # 3 ms - 1 ms
+    from rightsize.perf.ddp_overhead import DdpOverheadModel
+
+    assert DdpOverheadModel.load(path).covers("my-box", 3)

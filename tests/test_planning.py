@@ -290,3 +290,29 @@ def test_the_estimator_predicts_what_the_iteration_simulator_does(catalog):
     # the slow exchange outlasts backward, and serial waits for backward first
     serial, overlapped = predicted["ddp-serial"], predicted["ddp-buckets"]
     assert serial.seconds_per_iter > overlapped.seconds_per_iter
+
+
+def test_ddp_probe_adds_the_probed_overhead_on_its_host_and_falls_back_elsewhere(catalog):
+    from rightsize.perf.ddp_overhead import DdpOverheadModel
+    from rightsize.profiling.ddp_probe import DdpProbeRecord
+
+    (fast,) = options_for(catalog, {"fast.x": 8})
+    config, mean = Config((Slot("fast.x", 2, 32),)), fast.vm_compute(32)
+    # 2 processes on "fast.x": 5 ms more than the compute, for any gradient up to 1 GiB
+    probe = DdpOverheadModel([DdpProbeRecord(2, 2**30, 1, 0.010, 0.015)], "fast.x")
+
+    def predicted(model):
+        request = PlanRequest(64, 1000, exchange="ddp-probe", ddp_probe=model)
+        return Estimator({"fast.x": fast}, SlowComm(), request).estimate(config)
+
+    on_host = predicted(probe)
+    assert on_host.seconds_per_iter == pytest.approx(
+        mean.total_s + 0.005 + fast.compute.optimizer_s  # no spread: compute is the mean
+    )
+    assert on_host.models["comm"] == "ddp-probe"
+    elsewhere = predicted(DdpOverheadModel(probe.records, "another-host"))
+    serial = Estimator({"fast.x": fast}, SlowComm(), PlanRequest(64, 1000, exchange="ddp-serial"))
+    assert elsewhere.seconds_per_iter == pytest.approx(serial.estimate(config).seconds_per_iter)
+    assert elsewhere.models["comm"] == "slow, no DDP probe"
+    with pytest.raises(ValueError, match="needs a DDP probe"):
+        PlanRequest(64, 1000, exchange="ddp-probe")

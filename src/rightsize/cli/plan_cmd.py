@@ -14,8 +14,8 @@ from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money, parse_duration, parse_money
 from rightsize.perf.comm import AnalyticCommModel, CommModel
 from rightsize.perf.comm_learned import LearnedCommModel
-from rightsize.perf.iteration import EXCHANGES
-from rightsize.planning.estimate import PlanRequest
+from rightsize.perf.ddp_overhead import DdpOverheadModel
+from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
 from rightsize.planning.plan import CloudPlan
 from rightsize.planning.planner import build_options, parse_instances, plan
@@ -99,11 +99,15 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--exchange",
-        choices=EXCHANGES,
+        choices=PLAN_EXCHANGES,
         default="per-layer",
         help="per-layer: Srift as written (default); ddp-buckets: a PyTorch DDP step "
         "(buckets, bucket copies, optimizer); ddp-serial: the same with the exchange "
-        "after backward (CPU hosts whose processes fill the cores)",
+        "after backward (CPU hosts whose processes fill the cores); ddp-probe: compute + "
+        "the DDP overhead measured by --ddp-probe on its host (ddp-serial elsewhere)",
+    )
+    parser.add_argument(
+        "--ddp-probe", metavar="FILE", help="DDP probe from rightsize probe --ddp (for ddp-probe)"
     )
     parser.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -121,9 +125,15 @@ def request_from(args: argparse.Namespace) -> PlanRequest:
     )
     if args.top < 1:
         raise SpecError("--top must be at least 1")
+    if (args.exchange == DDP_PROBE) != bool(args.ddp_probe):
+        raise SpecError(
+            "--exchange ddp-probe and --ddp-probe FILE go together "
+            "(make the file with: rightsize probe --ddp FILE)"
+        )
     return PlanRequest(
-        args.global_batch, args.iterations, constraints, Objective(args.objective), args.exchange
-    )
+        args.global_batch, args.iterations, constraints, Objective(args.objective), args.exchange,
+        ddp_probe=DdpOverheadModel.load(args.ddp_probe) if args.ddp_probe else None,
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""``rightsize probe``: measure allreduce bandwidth here and train the learned comm model."""
+"""``rightsize probe``: measure allreduce bandwidth here and train the learned comm model,
+or (``--ddp FILE``) measure what a DDP step costs beyond its compute (``profiling/ddp_probe.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.core.files import atomic_write_text
 from rightsize.core.units import format_bytes, parse_memory
 from rightsize.perf.comm_learned import LearnedCommModel
+from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.profiling.comm_probe import ProbeSettings, probe
+from rightsize.profiling.ddp_probe import DdpProbeSettings, probe_ddp
 
 
 def register(subparsers) -> None:
@@ -36,7 +39,10 @@ def register(subparsers) -> None:
         "--repeats", type=int, default=5, help="timed repetitions per point (at least)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=1, help="repeat the whole grid in fresh process groups"
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the whole grid in fresh process groups (--ddp: at least 2)",
     )
     parser.add_argument(
         "--min-seconds", type=float, default=0.2,
@@ -49,12 +55,22 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--model-out", default="probes/comm-model.json", help="where to write the trained model"
     )
+    parser.add_argument(
+        "--ddp", metavar="FILE",
+        help="instead: probe DDP steps (compute + overhead, 1 process and --world-sizes) and "
+        "write the overhead model for rightsize plan --exchange ddp-probe to FILE",
+    )  # fmt: skip
+    parser.add_argument(
+        "--host", default="", help="name the probed host (an instance type); default: this CPU"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ddp:
+        return _run_ddp(args)
     settings = ProbeSettings(
         world_sizes=tuple(parse_batch_list(args.world_sizes, "--world-sizes")),
         min_bytes=parse_memory(args.min_size, "--min-size"),
@@ -64,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         min_seconds_per_point=args.min_seconds,
         rated_gbps=args.rated_gbps,
+        host=args.host,
     )
     settings.validate()
     with tempfile.TemporaryDirectory() as scratch:
@@ -86,5 +103,29 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(
         ["half", "chosen", *(name for name in model.small.cv_mape)],
         [[k, h.candidate, *(f"{v:.1f}%" for v in h.cv_mape.values())] for k, h in halves.items()],
+    ))  # fmt: skip
+    return 0
+
+
+def _run_ddp(args: argparse.Namespace) -> int:
+    worlds = parse_batch_list(args.world_sizes, "--world-sizes")
+    settings = DdpProbeSettings(
+        world_sizes=tuple(sorted({1, *worlds})), rounds=max(args.rounds, 2), host=args.host
+    )
+    settings.validate()
+    with tempfile.TemporaryDirectory() as scratch:
+        records = probe_ddp(settings, Path(scratch), progress_printer(args.quiet))
+    model = DdpOverheadModel(records, settings.host_name())
+    model.save(args.ddp)
+    if args.json:
+        print_json(
+            {"host": model.host, "path": args.ddp, "records": [r.to_dict() for r in records]}
+        )
+        return 0
+    print(f"DDP probe of {model.host} written to {args.ddp}; overhead of a DDP step, ms:")
+    print(format_table(
+        ["world", "gradient", "compute ms", "overhead ms"],
+        [[r.world, format_bytes(r.grad_bytes), f"{r.compute_s * 1e3:.2f}",
+          f"{r.overhead_s * 1e3:.2f}"] for r in records],
     ))  # fmt: skip
     return 0

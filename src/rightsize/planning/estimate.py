@@ -7,6 +7,13 @@ the compute phase of any VM count is a lookup — and the event-queue exchange
 simulation is cached by (world size, link, backward time). A compute-only lower
 bound, which needs no exchange simulation, lets the solver skip configurations
 that cannot beat the best found.
+
+Beyond Srift, ``exchange="ddp-probe"`` predicts a DDP step as its compute
+plus the overhead this host's DDP probe measured (``perf/ddp_overhead.py``:
+copies, allreduce and the wait for the slowest rank together) plus the
+optimizer step, for configurations on the probed host and world sizes; any
+other configuration falls back to ``ddp-serial``, and the plan says which
+model it used.
 """
 
 from __future__ import annotations
@@ -18,11 +25,16 @@ import numpy as np
 
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import CommModel
-from rightsize.perf.iteration import combine, ddp_copy_s, exchange_s, is_ddp
+from rightsize.perf.ddp_overhead import DdpOverheadModel
+from rightsize.perf.iteration import EXCHANGES, combine, ddp_copy_s, exchange_s, is_ddp
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config
 
 STRAGGLER_ITERATIONS = 200  # Srift samples one draw per iteration; 200 draws settle the mean
+DDP_PROBE = "ddp-probe"
+PLAN_EXCHANGES = (*EXCHANGES, DDP_PROBE)
+#: where ``ddp-probe`` has no probe for a configuration
+DDP_PROBE_FALLBACK = "ddp-serial"
 
 
 @dataclass(frozen=True)
@@ -35,12 +47,14 @@ class PlanRequest:
         constraints: deadline and/or budget (either may be absent).
         objective: minimise total cost or total time.
         exchange: ``per-layer`` (Srift), ``ddp-buckets`` or ``ddp-serial`` (a PyTorch
-            DDP step: + bucket copies and the optimizer step; see perf/iteration.py).
+            DDP step: + bucket copies and the optimizer step; see perf/iteration.py), or
+            ``ddp-probe`` (the module docstring), which needs ``ddp_probe``.
         launch_s: startup time of a configuration that launches new VMs.
         warm: VMs already running, by instance type; a configuration within them
             needs no launch (re-planning after a preemption, Srift §4.5).
         restart_s: time every configuration loses before training resumes.
         seed: seed of the straggler draws.
+        ddp_probe: this host's DDP probe, for ``exchange="ddp-probe"``.
     """
 
     global_batch: int
@@ -52,6 +66,13 @@ class PlanRequest:
     warm: tuple[tuple[str, int], ...] = ()
     restart_s: float = 0.0
     seed: int = 0
+    ddp_probe: DdpOverheadModel | None = None
+
+    def __post_init__(self) -> None:
+        if self.exchange not in PLAN_EXCHANGES:
+            raise ValueError(f"exchange must be one of {PLAN_EXCHANGES}, got {self.exchange!r}")
+        if self.exchange == DDP_PROBE and self.ddp_probe is None:
+            raise ValueError("exchange 'ddp-probe' needs a DDP probe (ddp_probe)")
 
     def startup_s(self, config: Config) -> float:
         running = dict(self.warm)
@@ -117,7 +138,19 @@ class Estimator:
         link = min(
             (self.options[s.instance].link for s in config.slots), key=lambda k: k.rated_gbps
         )
+        models = {s.instance: self.options[s.instance].provenance for s in config.slots}
+        probe = self.request.ddp_probe
+        if self.request.exchange == DDP_PROBE and probe.covers(link.name, config.vms):
+            grad_bytes = sum(g.param_bytes for g in option.layers)
+            overhead = probe.overhead_s(config.vms, grad_bytes, mean.total_s)
+            seconds = compute + overhead + option.compute.optimizer_s
+            models["comm"] = probe.kind
+            return self._plan(config, seconds, policy, models)
         mode = self.request.exchange
+        if mode == DDP_PROBE:
+            mode, models["comm"] = DDP_PROBE_FALLBACK, f"{self.comm.kind_for(link)}, no DDP probe"
+        else:
+            models["comm"] = self.comm.kind_for(link)
         key = (config.vms, link.name, round(backward, 9))
         if key not in self._exchange:
             self._exchange[key] = exchange_s(
@@ -129,8 +162,9 @@ class Estimator:
         seconds = combine(
             compute - backward, backward, self._exchange[key], mode, optimizer, copies
         ).iteration_s
-        models = {s.instance: self.options[s.instance].provenance for s in config.slots}
-        models["comm"] = self.comm.kind_for(link)
+        return self._plan(config, seconds, policy, models)
+
+    def _plan(self, config: Config, seconds: float, policy: str, models: dict) -> CloudPlan:
         return CloudPlan(config, seconds, self.request.iterations, self.price_per_hour(config),
                          policy, models, self.request.startup_s(config))  # fmt: skip
 

@@ -13,7 +13,6 @@ spawn, and records carry Srift's host features for the learned model.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from rightsize.core.errors import ResourceError
+from rightsize.core.ports import free_port
 from rightsize.perf.comm import bus_bandwidth_from_time
 from rightsize.profiling.device import cpu_model, meminfo
 
@@ -80,12 +80,6 @@ class ProbeSettings:
             sizes.append(size)
             size *= 2
         return sizes
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _time_point(buffers: list[torch.Tensor], settings: ProbeSettings) -> float:
@@ -165,7 +159,7 @@ def probe(
             progress(f"round {round_index + 1}/{settings.rounds}: world size {world}, "
                      f"{len(settings.sizes())} buffer sizes")  # fmt: skip
             out = scratch / f"probe-{round_index}-{world}.txt"
-            mp.start_processes(_worker, args=(world, _free_port(), settings, str(out)), nprocs=world,
+            mp.start_processes(_worker, args=(world, free_port(), settings, str(out)), nprocs=world,
                                start_method="spawn")  # fmt: skip
             records += _read(out, host, world)
     return records

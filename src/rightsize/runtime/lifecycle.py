@@ -20,9 +20,9 @@
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING, Any
 
+from rightsize.core.ports import free_port
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime.checkpoint import KEEP_VERSIONS
@@ -108,7 +108,7 @@ def all_registered(master: Master, nodes) -> bool:
 def start_group(master: Master, shape: ClusterShape, row: CheckpointRow | None) -> None:
     """Launch every allreduce rank with a fresh rendezvous, from checkpoint ``row``."""
     workers = sorted(shape.workers, key=lambda n: int(n.name.rsplit("-", 1)[-1]))
-    rendezvous = f"tcp://127.0.0.1:{_free_port()}"
+    rendezvous = f"tcp://127.0.0.1:{free_port()}"
     for rank, node in enumerate(workers):
         master.launch(node, {
             "rank": rank, "world": len(workers), "rendezvous": rendezvous,
@@ -118,12 +118,6 @@ def start_group(master: Master, shape: ClusterShape, row: CheckpointRow | None) 
         })  # fmt: skip
     master.wait_until(lambda: all_registered(master, workers),
                       master.spec.runtime.startup_timeout_s, "the ranks starting")  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # -- checkpoints ----------------------------------------------------------------------------
