@@ -38,26 +38,18 @@ LINK_SHARING = ("job", "cluster")
 OBSERVED_LINK = ("server", "share")
 
 
-def check_link_sharing(mode: str) -> str:
-    """``mode`` if it is one of :data:`LINK_SHARING`.
+def _check(what: str, modes: tuple[str, ...]):
+    def check(mode: str) -> str:
+        """``mode`` if it is one of the modes; else UnknownNameError, with "did you mean"."""
+        if mode not in modes:
+            raise unknown_name(what, mode, modes)
+        return mode
 
-    Raises:
-        UnknownNameError: any other value.
-    """
-    if mode not in LINK_SHARING:
-        raise unknown_name("link sharing", mode, LINK_SHARING)
-    return mode
+    return check
 
 
-def check_observed_link(mode: str) -> str:
-    """``mode`` if it is one of :data:`OBSERVED_LINK`.
-
-    Raises:
-        UnknownNameError: any other value.
-    """
-    if mode not in OBSERVED_LINK:
-        raise unknown_name("observed link", mode, OBSERVED_LINK)
-    return mode
+check_link_sharing = _check("link sharing", LINK_SHARING)
+check_observed_link = _check("observed link", OBSERVED_LINK)
 
 
 class LinkBook:
