@@ -40,6 +40,7 @@ from pathlib import Path
 from bench_io import write_report
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.links import (
     LINK_SHARING,
     OBSERVED_LINK,
@@ -48,7 +49,7 @@ from rightsize.cluster.links import (
 )
 from rightsize.cluster.models import NEARCHUS_CNNS
 from rightsize.cluster.report import SIMULATED_NOTE
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace, single_job
 from rightsize.scaling.registry import make_policy
 

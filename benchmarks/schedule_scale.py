@@ -24,8 +24,9 @@ from pathlib import Path
 
 from bench_io import write_report
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.links import LINK_SHARING
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.scaling.registry import make_policy
 

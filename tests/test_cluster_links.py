@@ -5,9 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rightsize.cluster.clusters import CLUSTERS
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
 from rightsize.cluster.models import sim_model
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace, TraceJob, nearchus_trace, single_job
 from rightsize.core.errors import UnknownNameError
 from rightsize.core.resources import Resources

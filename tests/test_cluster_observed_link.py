@@ -7,9 +7,10 @@ cluster network capacity"); ``share``: the share ``link · min(1, S / n)`` it tr
 import pytest
 
 from rightsize.cluster.clusters import CLUSTERS
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, SimModel
 from rightsize.cluster.simjob import Noise
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace, TraceJob, nearchus_trace
 from rightsize.core.errors import UnknownNameError
 from rightsize.core.resources import Resources

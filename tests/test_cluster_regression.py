@@ -26,7 +26,8 @@ import sys
 import pytest
 
 from rightsize.cluster.clusters import CLUSTERS
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.config import SimConfig
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.scaling.registry import make_policy
 

@@ -5,9 +5,10 @@ import math
 import pytest
 
 from rightsize.cluster.clusters import CLUSTERS
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, SimModel
 from rightsize.cluster.models import sim_model
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace, TraceJob, nearchus_trace
 from rightsize.core.errors import ResourceError, UnknownNameError
 from rightsize.core.resources import Resources

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rightsize.cluster.clusters import CLUSTERS
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import JobModel
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.simjob import (
@@ -18,7 +19,7 @@ from rightsize.cluster.simjob import (
     node_metrics,
     sample_detail,
 )
-from rightsize.cluster.simulator import SimConfig, Simulator, observation
+from rightsize.cluster.simulator import Simulator, observation
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole

@@ -12,6 +12,7 @@ import sys
 from rightsize.cli.args import parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.links import LINK_SHARING, OBSERVED_LINK
 from rightsize.cluster.models import model_names
 from rightsize.cluster.plots import write_plots
@@ -23,7 +24,6 @@ from rightsize.cluster.report import (
     single_job_rows,
     single_job_table,
 )
-from rightsize.cluster.simulator import SimConfig
 from rightsize.cluster.traces import BUILTIN_TRACES, Trace, load_trace, single_job
 from rightsize.core.errors import SpecError
 from rightsize.core.units import parse_cpu

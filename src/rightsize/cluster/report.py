@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.cluster.results import SimResult
-from rightsize.cluster.simulator import SimConfig, Simulator
+from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace
 from rightsize.core.units import format_duration
 from rightsize.scaling.api import Policy

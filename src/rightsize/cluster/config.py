@@ -1,0 +1,52 @@
+"""How the simulated mechanism behaves (``cluster/simulator.py``): intervals, restart
+costs, noise, queue order, link sharing and the seed, with where each default comes from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rightsize.cluster.links import check_link_sharing, check_observed_link
+from rightsize.cluster.simjob import Noise
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated mechanism behaves; defaults and where they come from.
+
+    Attributes:
+        metric_interval_s: how often metrics are sampled (60 s: NEARCHUS's five
+            consecutive stability samples take "5 to 8 minutes", §IV).
+        decision_interval_s: how often a running job's policy is asked (ours: 60 s).
+        launch_s: pod launch delay per (re)start (DLRover §6.3: about 20 s).
+        init_s: training (re)initialization per (re)start (DLRover §6.3: about 100 s).
+        noise: metric noise and warm-up.
+        max_window_s: the longest window a policy is shown (ours: 10 minutes, twice
+            NEARCHUS's stability period and Optimus's interval).
+        oom_patience_s: an OOM-killed job whose policy does nothing for this long fails.
+        order: queue order, ``fcfs`` or ``sjf``.
+        link_sharing: who shares the servers' links (``cluster.links``): ``job`` (each
+            job as if alone) or ``cluster`` (every training job's nodes).
+        observed_link: the link capacity node metrics report (``cluster.links``): the
+            ``server``'s whole link (NEARCHUS §IV) or the ``share`` the node trains at.
+        seed: the seed every random draw derives from.
+    """
+
+    metric_interval_s: float = 60.0
+    decision_interval_s: float = 60.0
+    launch_s: float = 20.0
+    init_s: float = 100.0
+    noise: Noise = field(default_factory=Noise)
+    max_window_s: float = 600.0
+    oom_patience_s: float = 900.0
+    order: str = "fcfs"
+    link_sharing: str = "job"
+    observed_link: str = "server"
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        check_link_sharing(self.link_sharing)
+        check_observed_link(self.observed_link)
+
+    @property
+    def restart_s(self) -> float:
+        return self.launch_s + self.init_s
