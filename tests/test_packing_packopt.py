@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rightsize.core.errors import SpecError, UnknownNameError
-from rightsize.packing.packopt import PackOptSettings, balance, distance, pack_opt
+from rightsize.packing.packopt import PackOptSettings, balance, distance, pack_opt, row_work
 from rightsize.packing.space import Config, load_space, parse_space
 from rightsize.packing.trial import spec_from_config
 
@@ -180,3 +180,13 @@ def test_balance_reshapes_groups_while_that_shortens_the_busiest_worker():
 def test_balance_keeps_pack_opts_order_within_a_group():
     group = [trial(f"t{k}", 20) for k in range(5)]
     assert balance([group], 2, lambda g: True) == [group[:3], group[3:]]
+
+
+def test_balance_by_rows_evens_out_the_workers_rows():
+    # rows + UPDATE_ROWS (27): a, b weigh 100, c, d 28 (mean 64); a pack costs 2 more trials
+    a, b, c, d = (trial(name, batch) for name, batch in (("a", 73), ("b", 73), ("c", 1), ("d", 1)))
+    group = [a, b, c, d]
+    # by count the halves are even: [a, b] | [c, d]; by rows that is 5.125 | 2.875 trials,
+    # and moving b over gives [a] 3.5625 | [c, d, b] 4.4375
+    assert balance([group], 2, lambda g: True) == [[a, b], [c, d]]
+    assert balance([group], 2, lambda g: True, work=row_work(group)) == [[c, d, b], [a]]

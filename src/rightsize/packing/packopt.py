@@ -152,6 +152,18 @@ def _knn(remaining: list[TrialSpec], settings, admits, rng, space) -> list[list[
 #: about 0.6 ms per MLP-3 trial plus ~1.3 ms per pack on this CPU (one thread,
 #: ragged; benchmarks/packing_step.py), so halving a pack adds about two trials' work.
 BALANCE_PACK_OVERHEAD_TRIALS = 2.0
+#: A trial-step's work grows with its rows, plus an optimizer update that costs
+#: about as much as this many more rows (MLP-3, one thread: a fused Adam update
+#: 0.198 ms against 7.2 µs per row of products; benchmarks/packing_roofline.py).
+UPDATE_ROWS = 27.0
+
+Work = Callable[[TrialSpec], float]
+
+
+def row_work(trials: Sequence[TrialSpec]) -> Work:
+    """Each trial's work in average trials: its rows plus :data:`UPDATE_ROWS`, over their mean."""
+    mean = sum(t.batch_size + UPDATE_ROWS for t in trials) / max(1, len(trials))
+    return lambda trial: (trial.batch_size + UPDATE_ROWS) / mean
 
 
 def balance(
@@ -159,40 +171,44 @@ def balance(
     workers: int,
     fits: Fits,
     overhead_trials: float = BALANCE_PACK_OVERHEAD_TRIALS,
+    work: Work = lambda _trial: 1.0,
 ) -> list[list[TrialSpec]]:
     """Reshape pack_opt's groups while that shortens the busiest worker's work.
 
     With several workers training packs side by side, one pack holding most of
     a phase's trials would leave the others idle, but a smaller pack costs more
-    per trial. A group costs its trials plus ``overhead_trials``; groups go to
-    workers largest first, each to the least loaded (what the worker pool
-    does). Two moves are tried, and the better one kept while it lowers the
-    busiest worker's cost: move the largest group's last trial (kNN: the
-    farthest from its centroid) to the smallest group, if it fits there; or
-    halve the largest group (its halves keep pack_opt's order, and fit).
+    per trial. A group costs its trials' ``work`` (default: one each;
+    :func:`row_work` weighs them by batch) plus ``overhead_trials``; groups go
+    to workers heaviest first, each to the least loaded (what the worker pool
+    does with its largest-first queue). Two moves are tried, and the better one
+    kept while it lowers the busiest worker's cost: move the heaviest group's
+    last trial (kNN: the farthest from its centroid) to the lightest group, if
+    it fits there; or halve the heaviest group (its halves keep pack_opt's
+    order, and fit).
     """
-    groups = sorted(groups, key=len, reverse=True)
-    cost = _makespan(groups, workers, overhead_trials)
+
+    def weight(group: list[TrialSpec]) -> float:
+        return sum(work(t) for t in group)
+
+    def makespan(candidate: list[list[TrialSpec]]) -> float:
+        loads = [0.0] * workers
+        for group in sorted(candidate, key=weight, reverse=True):
+            loads[loads.index(min(loads))] += weight(group) + overhead_trials
+        return max(loads)
+
+    groups = sorted(groups, key=weight, reverse=True)
+    cost = makespan(groups)
     while groups and len(groups[0]) > 1:
         moves = [_halve(groups)]
         if len(groups) > 1 and fits([*groups[-1], groups[0][-1]]):
             moves.append([groups[0][:-1], *groups[1:-1], [*groups[-1], groups[0][-1]]])
-        best = min(moves, key=lambda g: _makespan(g, workers, overhead_trials))
-        if _makespan(best, workers, overhead_trials) >= cost:
+        best_cost, best = min(((makespan(m), m) for m in moves), key=lambda scored: scored[0])
+        if best_cost >= cost:
             break
-        groups = sorted(best, key=len, reverse=True)
-        cost = _makespan(groups, workers, overhead_trials)
+        groups, cost = sorted(best, key=weight, reverse=True), best_cost
     return groups
 
 
 def _halve(groups: list[list[TrialSpec]]) -> list[list[TrialSpec]]:
     half = (len(groups[0]) + 1) // 2
     return [groups[0][:half], groups[0][half:], *groups[1:]]
-
-
-def _makespan(groups: list[list[TrialSpec]], workers: int, overhead_trials: float) -> float:
-    """The busiest worker's cost when groups (largest first) go to the least loaded."""
-    loads = [0.0] * workers
-    for group in groups:
-        loads[loads.index(min(loads))] += len(group) + overhead_trials
-    return max(loads)

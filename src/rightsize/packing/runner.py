@@ -34,7 +34,7 @@ from rightsize.packing.memory import (
 )
 from rightsize.packing.optimizers import OptimizerSpec
 from rightsize.packing.pack import PackSettings
-from rightsize.packing.packopt import PackOptSettings, balance, pack_opt
+from rightsize.packing.packopt import PackOptSettings, balance, pack_opt, row_work
 from rightsize.packing.pool import WorkerPool
 from rightsize.packing.space import SearchSpace
 from rightsize.packing.trial import (
@@ -228,7 +228,9 @@ def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory):
     def plan(trials: list[TrialSpec], s: int, i: int) -> list[list[TrialSpec]]:
         rng = np.random.default_rng([settings.seed, s, i, _PLAN_STREAM])
         groups = pack_opt(trials, settings.packopt, memory.fits, rng, space)
-        return balance(groups, settings.workers, memory.fits) if settings.workers > 1 else groups
+        if settings.workers == 1:
+            return groups
+        return balance(groups, settings.workers, memory.fits, work=row_work(trials))
 
     return plan
 
