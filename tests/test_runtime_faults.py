@@ -26,8 +26,9 @@ TIMEOUT_S = 240
 
 
 def start(job: Path) -> subprocess.Popen:
+    # progress on stderr (not --quiet): if a run ever hangs, it shows where
     return subprocess.Popen(
-        [sys.executable, "-m", "rightsize", "run", str(job), "--quiet", "--json"],
+        [sys.executable, "-m", "rightsize", "run", str(job), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
 
@@ -35,9 +36,10 @@ def start(job: Path) -> subprocess.Popen:
 def finish(proc: subprocess.Popen) -> dict:
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the job hung for {TIMEOUT_S}s; its last output:\n{err.decode()[-3000:]}")
     assert proc.returncode == 0, err.decode()[-2000:]
     return json.loads(out)
 
