@@ -51,6 +51,7 @@ from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.iteration import (
     ComputeDraw,
     ddp_copy_s,
+    gradient_bytes,
     is_ddp,
     simulate_iteration,
     straggler_compute,
@@ -145,7 +146,7 @@ def predict(profile: Profile, alone: DeviceRates, shared: DeviceRates, world: in
                               np.random.default_rng(seed))  # fmt: skip
     grads = grads_of(profile, batch)
     if VARIANTS[variant] == "ddp-probe":  # as planning/estimate.py predicts it
-        overhead = ddp_probe.overhead_s(world, sum(g.param_bytes for g in grads), mean.total_s)
+        overhead = ddp_probe.overhead_s(world, gradient_bytes(grads), mean.total_s)
         return total + overhead + compute.optimizer_s
     backward = total * mean.backward_s / mean.total_s
     link = Link(cpu_model(), 0.0, profile.device.threads, (meminfo("MemTotal") or 0) / 2**30)

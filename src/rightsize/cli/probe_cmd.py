@@ -112,7 +112,6 @@ def _run_ddp(args: argparse.Namespace) -> int:
     settings = DdpProbeSettings(
         world_sizes=tuple(sorted({1, *worlds})), rounds=max(args.rounds, 2), host=args.host
     )
-    settings.validate()
     with tempfile.TemporaryDirectory() as scratch:
         records = probe_ddp(settings, Path(scratch), progress_printer(args.quiet))
     model = DdpOverheadModel(records, settings.host_name())

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
 
 import torch
 from torch import nn
@@ -28,6 +27,7 @@ from torch.nn import functional as F
 
 from rightsize.packing.fused import resize, set_blocks, set_segments
 from rightsize.packing.optimizers import OptimizerSpec, State, stack_state, stackable
+from rightsize.packing.ragged import spans
 from rightsize.packing.trial import TrialSpec
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import LossFn, classification_loss
@@ -142,9 +142,9 @@ class FusedGroup:
         """
         stacked = [p.detach() for p in self.model.parameters()]
         members, self._picks = [], []
+        own = [[t.optimizer_state.setdefault(n, {}) for n in self.names] for t in self.trials]
         for lo, hi in self._spec_runs() if stack else [(i, i + 1) for i in range(len(self.trials))]:
             spec = self.trials[lo].spec.optimizer
-            own = [[t.optimizer_state.setdefault(n, {}) for n in self.names] for t in self.trials]
             params, states, picks = [], [], []
             for j, param in enumerate(stacked):
                 trial_states = [own[i][j] for i in range(lo, hi)]
@@ -217,9 +217,7 @@ class FusedGroup:
         if self.ragged:
             # row r of trial i's block counts 1/b_i (its mean) against target r of the batch
             self._sizes = sizes
-            self._blocks = [
-                (lo, lo + b) for lo, b in zip([0, *accumulate(sizes)], sizes, strict=False)
-            ]
+            self._blocks = spans(sizes)
             self._targets = torch.cat([torch.arange(b, device=device) for b in sizes])
             self._row_weight = torch.cat([torch.full((b,), 1.0, device=device) / b for b in sizes])
             return

@@ -123,9 +123,6 @@ def ragged_conv2d(
     """
     weights = weight.unbind(0)
     biases = bias.unbind(0) if bias is not None else [None] * len(blocks)
-    if shared:
-        parts = [x[: hi - lo] for lo, hi in blocks]
-    else:
-        parts = x.split([hi - lo for lo, hi in blocks])
+    parts = _rows(x, [hi - lo for lo, hi in blocks], shared)
     outs = [F.conv2d(p, w, b, **conv) for p, w, b in zip(parts, weights, biases, strict=True)]
     return torch.cat(outs)

@@ -88,6 +88,11 @@ def ddp_buckets(layers: Sequence[LayerGrad], cap_bytes: int = DDP_BUCKET_BYTES,
     return buckets
 
 
+def gradient_bytes(layers: Sequence[LayerGrad]) -> int:
+    """Bytes of every gradient to exchange."""
+    return sum(g.param_bytes for g in layers)
+
+
 def ddp_copy_s(layers: Sequence[LayerGrad], mem_bytes_per_s: float) -> float:
     """DDP copies every gradient into its bucket before the allreduce and back after
     (``gradient_as_bucket_view=False``, PyTorch's default), on the compute device's own time.
@@ -96,7 +101,7 @@ def ddp_copy_s(layers: Sequence[LayerGrad], mem_bytes_per_s: float) -> float:
     moves ``2 b``; that is how the profiler measures it and how accelerators are
     rated), so the two copies move four times the gradient bytes.
     """
-    return 2 * COPY_TRAFFIC * sum(g.param_bytes for g in layers) / mem_bytes_per_s
+    return 2 * COPY_TRAFFIC * gradient_bytes(layers) / mem_bytes_per_s
 
 
 @dataclass

@@ -26,7 +26,14 @@ import numpy as np
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import CommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
-from rightsize.perf.iteration import EXCHANGES, combine, ddp_copy_s, exchange_s, is_ddp
+from rightsize.perf.iteration import (
+    EXCHANGES,
+    combine,
+    ddp_copy_s,
+    exchange_s,
+    gradient_bytes,
+    is_ddp,
+)
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config
 
@@ -141,8 +148,7 @@ class Estimator:
         models = {s.instance: self.options[s.instance].provenance for s in config.slots}
         probe = self.request.ddp_probe
         if self.request.exchange == DDP_PROBE and probe.covers(link.name, config.vms):
-            grad_bytes = sum(g.param_bytes for g in option.layers)
-            overhead = probe.overhead_s(config.vms, grad_bytes, mean.total_s)
+            overhead = probe.overhead_s(config.vms, gradient_bytes(option.layers), mean.total_s)
             seconds = compute + overhead + option.compute.optimizer_s
             models["comm"] = probe.kind
             return self._plan(config, seconds, policy, models)

@@ -133,8 +133,8 @@ def _rank(rank: int, world: int, port: int, settings: DdpProbeSettings, out: str
                 dist.barrier()  # the plain steps run side by side too
                 compute = _median_step_s(plain, x, settings.steps, settings.warmup)
                 dist.barrier()
-                overhead = _median_step_s(ddp, x, settings.steps, settings.warmup)
-                lines.append(f"{grad_bytes} {rows} {compute!r} {overhead!r}")
+                ddp_step = _median_step_s(ddp, x, settings.steps, settings.warmup)
+                lines.append(f"{grad_bytes} {rows} {compute!r} {ddp_step!r}")
             del plain, ddp
     finally:
         dist.barrier()  # no rank tears gloo down while another still talks to it
