@@ -58,6 +58,12 @@ def test_saved_and_loaded_unchanged(model, tmp_path):
     (tmp_path / "other.json").write_text('{"kind": "learned"}')
     with pytest.raises(ResourceError, match="not a DDP probe file"):
         DdpOverheadModel.load(tmp_path / "other.json")
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(ResourceError, match="not a DDP probe file"):
+        DdpOverheadModel.load(tmp_path / "list.json")
+    (tmp_path / "cut.json").write_text('{"kind": "ddp-probe", "host": "h"}')
+    with pytest.raises(ResourceError, match="damaged DDP probe file"):
+        DdpOverheadModel.load(tmp_path / "cut.json")
 
 
 def test_bad_settings_and_no_records_are_refused():

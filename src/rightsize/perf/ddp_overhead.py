@@ -89,6 +89,13 @@ class DdpOverheadModel:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise ResourceError(f"cannot read DDP probe file {path}: {exc}") from exc
-        if data.get("kind") != cls.kind:
-            raise ResourceError(f"{path} is not a DDP probe file (kind {data.get('kind')!r})")
-        return cls(records_from_dicts(data["records"]), data["host"])
+        kind = data.get("kind") if isinstance(data, dict) else None
+        if kind != cls.kind:
+            raise ResourceError(f"{path} is not a DDP probe file (kind {kind!r})")
+        try:
+            return cls(records_from_dicts(data["records"]), data["host"])
+        except (KeyError, TypeError) as exc:
+            raise ResourceError(
+                f"{path} is a damaged DDP probe file ({type(exc).__name__}: {exc}); "
+                "probe again with rightsize probe --ddp FILE"
+            ) from None
