@@ -16,7 +16,9 @@ configuration found and the speedup over the original:
 - beyond the paper: ``knn-ragged`` (``--batch-mode ragged``: no padded rows),
   ``knn-concurrent`` (``--concurrent-brackets``: brackets side by side, packed
   across), both together, with mixed activations, and
-  ``knn-ragged-concurrent-for-loop`` with torch.optim's default kernels.
+  ``knn-ragged-concurrent-for-loop`` with torch.optim's default kernels; ragged
+  groups compute gradients with the direct step (``--backward direct``), and the
+  ``-autograd`` variants run the same search through the autograd engine.
 
 Every variant runs at every ``--threads`` count (default 1 and 2), in a shuffled
 order per repetition; medians over repetitions are reported. Because packing
@@ -74,6 +76,7 @@ class Variant:
     batch_mode: str = "pad"
     concurrent: bool = False  # --concurrent-brackets
     workers: int = 1  # --workers: processes with one torch thread each
+    backward: str = "direct"  # --backward of ragged fused groups
 
     @property
     def reference(self) -> str:
@@ -91,6 +94,9 @@ VARIANTS = {
     "knn-concurrent": Variant("knn", concurrent=True),
     "knn-ragged-concurrent": Variant("knn", batch_mode="ragged", concurrent=True),
     "knn-ragged-concurrent+mix": Variant("knn", mix=True, batch_mode="ragged", concurrent=True),
+    "knn-ragged-concurrent-autograd": Variant(
+        "knn", batch_mode="ragged", concurrent=True, backward="autograd"
+    ),
     "knn-ragged-concurrent-for-loop": Variant(
         "knn", "for-loop", batch_mode="ragged", concurrent=True
     ),
@@ -103,6 +109,9 @@ VARIANTS = {
     ),
     "knn-ragged-concurrent-for-loop-2w": Variant(
         "knn", "for-loop", batch_mode="ragged", concurrent=True, workers=2
+    ),
+    "knn-ragged-concurrent+mix-autograd-2w": Variant(
+        "knn", mix=True, batch_mode="ragged", concurrent=True, workers=2, backward="autograd"
     ),
 }
 DEFAULT_VARIANTS = ",".join(VARIANTS)
@@ -118,7 +127,7 @@ def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space
         unpacked_engine=f"torch-{variant.optimizer_impl}",
         pack=PackSettings(
             batch_mode=variant.batch_mode, mix_activations=variant.mix,
-            optimizer_impl=variant.optimizer_impl,
+            optimizer_impl=variant.optimizer_impl, backward=variant.backward,
         ),
         concurrent_brackets=variant.concurrent, workers=variant.workers,
         worker_allocator=args.allocator,

@@ -9,8 +9,9 @@ measures how close it gets:
    the products an MLP-3 step on digits runs at batch 45;
 2. training FLOPs of one MLP-3 step (forward + backward, counted by
    ``torch.utils.flop_counter``), and the achieved FLOP/s of packs of
-   n = 1 .. 32 identical-shape trials (Adam, batch 45; padded and ragged
-   layouts) and of plain PyTorch alone (default and fused ``torch.optim``);
+   n = 1 .. 32 identical-shape trials (Adam, batch 45; padded layout, ragged with
+   the direct step, ragged through autograd) and of plain PyTorch alone
+   (default and fused ``torch.optim``);
 3. the floor of one trial-step: its matrix products alone (forward and
    backward, at the exact shapes, no autograd) plus one fused Adam update of
    its parameters. No packing can beat it on this CPU, so ``alone / floor`` is
@@ -132,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     for n in counts:
         specs = trial_set(n, "same", "same")
         ragged = PackSettings(batch_mode="ragged")
+        ragged_autograd = PackSettings(batch_mode="ragged", backward="autograd")
         variants = {
             "pack": packed(specs, architectures, stream).train_step,
             "pack_ragged": packed(specs, architectures, stream, ragged).train_step,
+            "pack_ragged_autograd": packed(
+                specs, architectures, stream, ragged_autograd
+            ).train_step,
             "alone": Alone(specs, architectures, stream, fused=False),
             "alone_fused": Alone(specs, architectures, stream, fused=True),
         }
@@ -151,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"n={n:2d}  pack {row['pack']['flops_per_s'] / 1e9:6.1f} GFLOP/s ({row['pack']['fraction_of_peak']:.0%})"
             f"  ragged {row['pack_ragged']['flops_per_s'] / 1e9:6.1f}"
+            f" (autograd {row['pack_ragged_autograd']['flops_per_s'] / 1e9:6.1f})"
             f"  alone {row['alone']['flops_per_s'] / 1e9:6.1f}  alone fused {row['alone_fused']['flops_per_s'] / 1e9:6.1f}"
             f"  (peak {peak / 1e9:.1f})",
             file=sys.stderr,

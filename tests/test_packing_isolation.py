@@ -37,14 +37,7 @@ MIXED = [
 MIXED_KINDS = [("adam", 0.01), ("momentum", 0.1), ("adagrad", 0.1), ("sgd", 0.1)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # On this shared 2-vCPU machine a second intra-op thread waits at every barrier
-    # for a stolen vCPU and a test can take 10x longer (docs/profiling.md); restore after.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def specs(rows, seed=100):
@@ -96,6 +89,8 @@ def assert_same(result, reference, exact=True):
         PackSettings(mix_activations=True, batch_mode="bucket"),
         PackSettings(batch_mode="ragged"),
         PackSettings(batch_mode="ragged", mix_activations=True),
+        PackSettings(batch_mode="ragged", backward="autograd"),
+        PackSettings(batch_mode="ragged", mix_activations=True, backward="autograd"),
         PackSettings(stack_optimizer=False),
     ],
     ids=[
@@ -104,8 +99,10 @@ def assert_same(result, reference, exact=True):
         "general-path",
         "fused-mixed-activations",
         "bucketed",
-        "ragged",
-        "ragged-mixed-activations",
+        "ragged-direct",
+        "ragged-mixed-activations-direct",
+        "ragged-autograd",
+        "ragged-mixed-activations-autograd",
         "one-optimizer-unit-per-trial",
     ],
 )
@@ -113,7 +110,13 @@ def test_mlp_trials_match_alone_bit_for_bit(mlp, settings):
     architectures, stream = mlp
     trials = specs(MIXED)
     targets = {t.trial_id: 30 for t in trials}
-    p, results = packed(trials, architectures, stream, targets, settings)
+    p = pack([load(TrialState(s), architectures, "cpu") for s in trials], stream, settings)
+    # ragged fused MLP groups compute their gradients directly unless told to use autograd
+    direct = settings.batch_mode == "ragged" and settings.backward == "direct"
+    fused = [g for g in p.groups if isinstance(g, FusedGroup)]
+    assert bool(fused) == settings.fuse
+    assert all((g.direct is not None) == direct for g in fused)
+    results = train(p, targets, record_losses=True)
     for t in trials:
         alone = train_alone(TrialState(t), architectures, stream, 30, fused_optimizer=True)
         assert_same(results[t.trial_id], alone)

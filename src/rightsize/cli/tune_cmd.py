@@ -16,7 +16,7 @@ from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
 from rightsize.packing.executor import STEPS_PER_UNIT
 from rightsize.packing.hyperband import Bracket, hyperband_schedule
 from rightsize.packing.optimizers import IMPLEMENTATIONS
-from rightsize.packing.pack import BATCH_MODES, PackSettings
+from rightsize.packing.pack import BACKWARDS, BATCH_MODES, PackSettings
 from rightsize.packing.packopt import DISTANCES, PACK_STRATEGIES, PackOptSettings
 from rightsize.packing.runner import (
     TuneSettings,
@@ -115,6 +115,13 @@ def register(subparsers) -> None:
         "(torch.optim's default on the CPU; same math, different rounding)",
     )
     parser.add_argument(
+        "--backward",
+        choices=BACKWARDS,
+        default="direct",
+        help="ragged fused MLP groups: direct (the same kernels as autograd, called without "
+        "its engine; bit-identical, faster) or autograd",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -203,6 +210,7 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
         pack=PackSettings(
             fuse=not args.no_fuse, batch_mode=args.batch_mode,
             mix_activations=args.mix_activations, optimizer_impl=args.optimizer_impl,
+            backward=args.backward,
         ),
         unpacked_engine=f"torch-{args.optimizer_impl}",
         workers=args.workers, worker_allocator=args.allocator,

@@ -193,28 +193,27 @@ class StackedActivation(nn.Module):
 
     def keep(self, per_trial: Sequence[nn.Module]) -> None:
         self.members = len(per_trial)
-        self._runs = []  # (first trial, end trial, activation) of consecutive equal activations
+        #: (first trial, end trial, activation) of each run of consecutive equal activations
+        self.runs: list[tuple[int, int, nn.Module]] = []
         for i, module in enumerate(per_trial):
-            if self._runs and _same(self._runs[-1][2], module):
-                self._runs[-1] = (self._runs[-1][0], i + 1, module)
+            if self.runs and _same(self.runs[-1][2], module):
+                self.runs[-1] = (self.runs[-1][0], i + 1, module)
             else:
-                self._runs.append((i, i + 1, module))
+                self.runs.append((i, i + 1, module))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if len(self._runs) == 1:
-            return self._runs[0][2](x)
+        if len(self.runs) == 1:
+            return self.runs[0][2](x)
         if self.blocks is not None:  # ragged: a run of trials is a block of rows
-            sizes = [self.blocks[hi - 1][1] - self.blocks[lo][0] for lo, hi, _ in self._runs]
+            sizes = [self.blocks[hi - 1][1] - self.blocks[lo][0] for lo, hi, _ in self.runs]
             parts = x.split(sizes)
-            return torch.cat([fn(p) for p, (_, _, fn) in zip(parts, self._runs, strict=True)])
+            return torch.cat([fn(p) for p, (_, _, fn) in zip(parts, self.runs, strict=True)])
         # linear layout [n, B, F]: trials along dim 0; conv layout [B, n*C, H, W]: dim 1.
         # split (not narrow): its backward is one cat, not a zero-filled tensor per run
         dim, width = (0, 1) if x.dim() == 3 else (1, x.shape[1] // self.members)
-        sizes = [(hi - lo) * width for lo, hi, _ in self._runs]
+        sizes = [(hi - lo) * width for lo, hi, _ in self.runs]
         parts = x.split(sizes, dim=dim)
-        return torch.cat(
-            [fn(part) for part, (_, _, fn) in zip(parts, self._runs, strict=True)], dim
-        )
+        return torch.cat([fn(part) for part, (_, _, fn) in zip(parts, self.runs, strict=True)], dim)
 
 
 def structure(model: nn.Module, ignore_activations: bool = False) -> tuple:
@@ -248,7 +247,7 @@ def fuse(
     template = models[0]
     if any(True for _ in template.buffers()):
         return None  # running statistics (BatchNorm) would be shared or padded
-    order = _call_order(template, probe)
+    order = call_order(template, probe)
     if order is None:
         return None
     fused = _rewrite(template, models, order, mix_activations)
@@ -273,7 +272,7 @@ def resize(fused: nn.Module, keep: torch.Tensor) -> None:
         elif isinstance(module, StackedFlatten):
             module.members = len(keep)
         elif isinstance(module, StackedActivation):
-            runs = [fn for lo, hi, fn in module._runs for _ in range(lo, hi)]
+            runs = [fn for lo, hi, fn in module.runs for _ in range(lo, hi)]
             module.keep([runs[i] for i in keep.tolist()])
 
 
@@ -335,7 +334,7 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
     return type(a) is type(b) and a.extra_repr() == b.extra_repr()
 
 
-def _call_order(template: nn.Module, probe: torch.Tensor) -> list[str] | None:
+def call_order(template: nn.Module, probe: torch.Tensor) -> list[str] | None:
     """Names of the leaf modules in the order the forward first calls them."""
     order: list[str] = []
     leaves = [(n, m) for n, m in template.named_modules() if n and not any(m.children())]

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import resize, set_blocks, set_segments
 from rightsize.packing.optimizers import OptimizerSpec, State, stack_state, stackable
 from rightsize.packing.ragged import spans
@@ -76,13 +77,20 @@ class FusedGroup:
     """
 
     def __init__(
-        self, trials: list[LoadedTrial], fused: nn.Module, rows_loss, ragged: bool = False
+        self,
+        trials: list[LoadedTrial],
+        fused: nn.Module,
+        rows_loss,
+        ragged: bool = False,
+        direct: DirectStep | None = None,
     ) -> None:
         sizes = [t.spec.batch_size for t in trials]
         if not ragged and sizes != sorted(sizes, reverse=True):
             raise ValueError(f"fused trials must come largest batch first, got {sizes}")
+        if direct is not None and not ragged:
+            raise ValueError("a direct step needs the ragged layout")
         self.trials, self.model, self._rows_loss = list(trials), fused, rows_loss
-        self.ragged = ragged
+        self.ragged, self.direct = ragged, direct
         self.names = [name for name, _ in fused.named_parameters()]
         self._picks: list[list[Pick]] = []
         self._reweigh()
@@ -96,15 +104,22 @@ class FusedGroup:
         stacked = [p.detach() for p in self.model.parameters()]
         return [[p[i] for p in stacked] for i in range(len(self.trials))]
 
-    def loss(self, batch: Batch, report: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def loss(
+        self, batch: Batch, report: bool = False
+    ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
         """The sum of the trials' mean losses, and (if ``report``) each trial's loss.
 
         The sum is what is differentiated; a trial's term is its mean over its
         own rows, and padding rows count zero (``where`` also keeps a padding
         row's inf or NaN out of it). Reported losses are computed by the very
-        call a trial makes alone, so they are its loss to the last bit.
+        call a trial makes alone, so they are its loss to the last bit. With a
+        :attr:`direct` step the gradients are computed here, and the sum is None.
         """
         (x,), target = batch
+        if self.direct is not None:
+            out = self.direct.run(x[: self.rows], target[self._targets], self._row_weight,
+                                  self._sizes)  # fmt: skip
+            return None, self._reported(out, target) if report else []
         if self.ragged:
             return self._ragged_loss(x, target, report)
         out = self.model(x[: self.rows])
@@ -123,14 +138,15 @@ class FusedGroup:
         self._layout(self._sizes)
         out = self.model(x[: self.rows])
         total = (self._rows_loss(out, target[self._targets]) * self._row_weight).sum()
-        if not report:
-            return total, []
+        return total, self._reported(out, target) if report else []
+
+    def _reported(self, out: torch.Tensor, target: torch.Tensor) -> list[torch.Tensor]:
+        """Each trial's loss from ragged outputs, by the call it makes alone."""
         with torch.no_grad():
-            losses = [
+            return [
                 t.loss_fn(out[lo:hi], target[: hi - lo])
                 for t, (lo, hi) in zip(self.trials, self._blocks, strict=True)
             ]
-        return total, losses
 
     def optimizer_members(self, stack: bool = True) -> list[tuple[OptimizerSpec, list, list]]:
         """(spec, parameters, states) per optimizer unit: a trial, or a run of trials stacked.

@@ -27,6 +27,7 @@ import torch
 
 from rightsize.core.errors import SpecError, unknown_name
 from rightsize.packing.data import EVAL_ROWS, DataStream
+from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import fuse, structure
 from rightsize.packing.members import FusedGroup, LoadedTrial, PlainGroup, per_sample_loss
 from rightsize.packing.optimizers import IMPLEMENTATIONS, VectorOptimizer
@@ -39,6 +40,9 @@ from rightsize.packing.trial import (
 )
 
 BATCH_MODES = ("pad", "exact", "bucket", "ragged")
+#: How a ragged fused group computes its gradients: ``direct`` (the same kernels
+#: called without the autograd engine, :mod:`rightsize.packing.direct`) or ``autograd``.
+BACKWARDS = ("direct", "autograd")
 PROBE_ROWS = 4  # samples used to record a model's layer order and verify its fusion
 #: ``bucket`` mode's price of one more fused group, in rows of one trial's compute:
 #: a group's fixed per-step work (~25 operator calls, ~0.2 ms here) over the cost
@@ -71,6 +75,8 @@ class PackSettings:
             bit-identical updates; fused kernels only). False: one unit per trial.
         optimizer_impl: ``fused`` or ``for-loop`` torch.optim kernels (see
             :data:`~rightsize.packing.optimizers.IMPLEMENTATIONS`).
+        backward: how ragged fused groups of MLPs compute gradients (:data:`BACKWARDS`);
+            other groups always use autograd.
     """
 
     fuse: bool = True
@@ -80,6 +86,7 @@ class PackSettings:
     eval_rows: int = EVAL_ROWS
     stack_optimizer: bool = True
     optimizer_impl: str = "fused"
+    backward: str = "direct"
 
     def __post_init__(self) -> None:
         if self.batch_mode not in BATCH_MODES:
@@ -88,6 +95,8 @@ class PackSettings:
             )
         if self.optimizer_impl not in IMPLEMENTATIONS:
             raise unknown_name("optimizer implementation", self.optimizer_impl, IMPLEMENTATIONS)
+        if self.backward not in BACKWARDS:
+            raise unknown_name("backward", self.backward, BACKWARDS)
 
 
 @dataclass(frozen=True)
@@ -162,10 +171,12 @@ class Pack:
         batch = self.stream.batch(self.step, max(g.rows for g in self.groups))
         total, losses = None, []
         for group in self.groups:
-            loss, reported = group.loss(batch, report)
-            total = loss if total is None else total + loss
+            loss, reported = group.loss(batch, report)  # None: the group set its own gradients
+            if loss is not None:
+                total = loss if total is None else total + loss
             losses += reported
-        total.backward()
+        if total is not None:
+            total.backward()
         self._optimizer.step([grads for g in self.groups for grads in g.grads()])
         for group in self.groups:
             group.clear_grads()
@@ -360,4 +371,7 @@ def _try_fuse(members: list[LoadedTrial], probe, settings: PackSettings) -> Fuse
         return None
     for member in members:
         member.model = None  # the fused model's stacked tensors now hold its weights
-    return FusedGroup(members, model, rows_loss, ragged)
+    direct = None
+    if ragged and settings.backward == "direct":  # rows_loss: a classification loss
+        direct = DirectStep.compile(model, len(members), inputs[0])
+    return FusedGroup(members, model, rows_loss, ragged, direct)

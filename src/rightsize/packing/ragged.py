@@ -39,45 +39,69 @@ def spans(rows: Sequence[int]) -> Spans:
     return tuple(out)
 
 
-class _RaggedLinearFn(torch.autograd.Function):
-    """``y[block i] = x[rows of i] @ w[i].T + b[i]`` for each trial ``i``.
+def linear_forward(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], shared: bool
+) -> torch.Tensor:
+    """``y[block i] = x[rows of i] @ w[i].T + b[i]`` for each trial ``i`` (no autograd).
 
     Per-trial views are taken with one ``split``/``unbind`` per tensor, not one
     indexing call per trial: at MLP-3's sizes a tensor operation's fixed cost
     (~2 us) is a visible share of a trial's product.
     """
+    y = x.new_empty(sum(sizes), weight.shape[1])
+    inputs = _rows(x, sizes, shared)
+    outs = y.split(sizes)
+    weights_t = weight.transpose(1, 2).unbind(0)
+    if bias is None:
+        for x_i, w_i, y_i in zip(inputs, weights_t, outs, strict=True):
+            torch.mm(x_i, w_i, out=y_i)
+    else:
+        for x_i, w_i, b_i, y_i in zip(inputs, weights_t, bias.unbind(0), outs, strict=True):
+            torch.addmm(b_i, x_i, w_i, out=y_i)
+    return y
+
+
+def linear_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    sizes: list[int],
+    shared: bool,
+    has_bias: bool,
+    input_grad: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """The gradients of :func:`linear_forward`: ``(input, weight, bias)``, each computed as
+    the trial's own autograd computes it (``grad.t() @ x``, ``grad.sum(0)``, ``grad @ w``)."""
+    grad_w = torch.empty_like(weight)
+    grads_t = grad.t().split(sizes, dim=1)
+    for g_t, x_i, gw_i in zip(grads_t, _rows(x, sizes, shared), grad_w.unbind(0), strict=True):
+        torch.mm(g_t, x_i, out=gw_i)
+    grad_b = None
+    if has_bias:
+        grad_b = weight.new_empty(weight.shape[:2])
+        for g_i, gb_i in zip(grad.split(sizes), grad_b.unbind(0), strict=True):
+            torch.sum(g_i, dim=0, out=gb_i)
+    grad_x = _input_grad(grad, weight, x, sizes, shared) if input_grad else None
+    return grad_x, grad_w, grad_b
+
+
+class _RaggedLinearFn(torch.autograd.Function):
+    """:func:`linear_forward` under autograd, :func:`linear_backward` as its backward."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, blocks: Spans, shared: bool):
         sizes = [hi - lo for lo, hi in blocks]
-        y = x.new_empty(blocks[-1][1], weight.shape[1])
-        inputs = _rows(x, sizes, shared)
-        outs = y.split(sizes)
-        weights_t = weight.transpose(1, 2).unbind(0)
-        if bias is None:
-            for x_i, w_i, y_i in zip(inputs, weights_t, outs, strict=True):
-                torch.mm(x_i, w_i, out=y_i)
-        else:
-            for x_i, w_i, b_i, y_i in zip(inputs, weights_t, bias.unbind(0), outs, strict=True):
-                torch.addmm(b_i, x_i, w_i, out=y_i)
         ctx.save_for_backward(x, weight)
         ctx.sizes, ctx.shared, ctx.has_bias = sizes, shared, bias is not None
-        return y
+        return linear_forward(x, weight, bias, sizes, shared)
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        sizes, shared = ctx.sizes, ctx.shared
-        grad_w = torch.empty_like(weight)
-        grads_t = grad.t().split(sizes, dim=1)
-        for g_t, x_i, gw_i in zip(grads_t, _rows(x, sizes, shared), grad_w.unbind(0), strict=True):
-            torch.mm(g_t, x_i, out=gw_i)
-        grad_b = None
-        if ctx.has_bias:
-            grad_b = weight.new_empty(weight.shape[:2])
-            for g_i, gb_i in zip(grad.split(sizes), grad_b.unbind(0), strict=True):
-                torch.sum(g_i, dim=0, out=gb_i)
-        return _input_grad(ctx, grad, weight, x), grad_w, grad_b, None, None
+        grads = linear_backward(
+            grad, x, weight, ctx.sizes, ctx.shared, ctx.has_bias, ctx.needs_input_grad[0]
+        )
+        return *grads, None, None
 
 
 def _rows(x: torch.Tensor, sizes: list[int], shared: bool) -> list[torch.Tensor]:
@@ -85,17 +109,15 @@ def _rows(x: torch.Tensor, sizes: list[int], shared: bool) -> list[torch.Tensor]
     return [x[:size] for size in sizes] if shared else list(x.split(sizes))
 
 
-def _input_grad(ctx, grad, weight, x) -> torch.Tensor | None:
-    if not ctx.needs_input_grad[0]:
-        return None
-    if ctx.shared:  # the trials' gradients add up on the rows they share
+def _input_grad(grad, weight, x, sizes: list[int], shared: bool) -> torch.Tensor:
+    if shared:  # the trials' gradients add up on the rows they share
         grad_x = torch.zeros_like(x)
-        for g_i, w_i in zip(grad.split(ctx.sizes), weight.unbind(0), strict=True):
+        for g_i, w_i in zip(grad.split(sizes), weight.unbind(0), strict=True):
             grad_x[: len(g_i)] += g_i @ w_i
         return grad_x
     grad_x = torch.empty_like(x)
     for g_i, w_i, gx_i in zip(
-        grad.split(ctx.sizes), weight.unbind(0), grad_x.split(ctx.sizes), strict=True
+        grad.split(sizes), weight.unbind(0), grad_x.split(sizes), strict=True
     ):
         torch.mm(g_i, w_i, out=gx_i)
     return grad_x

@@ -297,6 +297,7 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
         "concurrent_brackets": settings.concurrent_brackets,
         "workers": settings.workers,
         "batch_mode": settings.pack.batch_mode,
+        "backward": settings.pack.backward,
         "space_size": search.space.size,
         "memory_capacity_bytes": search.memory.capacity_bytes,
         "best": {

@@ -1,0 +1,229 @@
+"""A fused ragged MLP's training step without the autograd engine (beyond the paper).
+
+In the ragged layout (:mod:`rightsize.packing.ragged`) a fused group of n
+MLP trials makes about 15 small ATen calls per trial and step, and the
+autograd engine adds its own work around each: recording the graph, a
+Python ``backward`` per layer, gradient bookkeeping. For a chain of ``Linear``
+layers and elementwise activations with a cross-entropy loss the backward
+pass is short enough to write out. :class:`DirectStep` does that and calls
+exactly the kernels autograd would call, on the same operands:
+
+- linear layers: :func:`~rightsize.packing.ragged.linear_forward` and
+  :func:`~rightsize.packing.ragged.linear_backward`, the very functions the
+  autograd path runs;
+- activations: the backward kernel of each (``threshold_backward`` for ReLU,
+  ``tanh_backward``, ``sigmoid_backward``, ``leaky_relu_backward``) on what
+  autograd saves (the output, or LeakyReLU's input);
+- the loss: per-row cross entropy weighted by ``1/b`` per trial (its mean),
+  differentiated as ``nll_loss_backward`` then ``_log_softmax_backward_data``.
+
+So the gradients are bit for bit the autograd path's, and through it each
+trial's alone. :meth:`DirectStep.compile` accepts only models it can follow
+(a flatten of the input, then linear layers and the activations above in a
+chain, ending in a linear layer) and then checks itself against autograd on
+the probe batch: any difference in the output or any gradient bit and the
+group keeps the autograd path, so this can never change a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rightsize.packing.fused import StackedActivation, StackedLinear, call_order, set_blocks
+from rightsize.packing.ragged import linear_backward, linear_forward
+
+aten = torch.ops.aten
+IGNORE_INDEX = -100  # F.cross_entropy's default
+NO_REDUCTION = 0  # ATen's Reduction::None
+
+
+def _relu_backward(grad, _x, y, _module):
+    return aten.threshold_backward(grad, y, 0)
+
+
+def _tanh_backward(grad, _x, y, _module):
+    return aten.tanh_backward(grad, y)
+
+
+def _sigmoid_backward(grad, _x, y, _module):
+    return aten.sigmoid_backward(grad, y)
+
+
+def _leaky_relu_backward(grad, x, _y, module):
+    return aten.leaky_relu_backward(grad, x, module.negative_slope, False)
+
+
+#: Activation -> (forward, backward(grad, input, output, module)): autograd's pairs.
+ACTIVATION_KERNELS: dict[type, tuple[Callable, Callable]] = {
+    nn.ReLU: (lambda x, _m: torch.relu(x), _relu_backward),
+    nn.Tanh: (lambda x, _m: torch.tanh(x), _tanh_backward),
+    nn.Sigmoid: (lambda x, _m: torch.sigmoid(x), _sigmoid_backward),
+    nn.LeakyReLU: (lambda x, m: F.leaky_relu(x, m.negative_slope), _leaky_relu_backward),
+}
+
+
+@dataclass(frozen=True)
+class _Linear:
+    module: StackedLinear
+
+
+@dataclass(frozen=True)
+class _Activation:
+    module: nn.Module  # one activation for every trial, or a StackedActivation
+
+    @property
+    def runs(self) -> list[tuple[int, int, nn.Module]]:
+        """(first trial, end trial, activation); read each step: repacking changes the runs."""
+        if isinstance(self.module, StackedActivation):
+            return self.module.runs
+        return [(0, 0, self.module)]  # one run over every row
+
+
+class DirectStep:
+    """Forward, loss and backward of a fused ragged MLP group, setting each parameter's ``grad``.
+
+    Build with :meth:`compile`, which returns None for a model it cannot follow exactly.
+    """
+
+    def __init__(self, flatten: bool, layers: Sequence[_Linear | _Activation]) -> None:
+        self._flatten = flatten
+        self._layers = list(layers)
+
+    @classmethod
+    def compile(cls, fused: nn.Module, trials: int, probe: torch.Tensor) -> DirectStep | None:
+        """The direct step of ``fused`` (n = ``trials`` trials), or None.
+
+        ``probe`` is a small input batch: the step is checked against the autograd
+        path on it, output and every gradient bit for bit.
+        """
+        rows = [len(probe)] * trials
+        set_blocks(fused, rows)
+        try:
+            step = cls._follow(fused, probe)
+            return step if step is not None and step._agrees(fused, probe, rows) else None
+        finally:
+            set_blocks(fused, None)
+
+    @classmethod
+    def _follow(cls, fused: nn.Module, probe: torch.Tensor) -> DirectStep | None:
+        order = call_order(fused, probe)
+        if order is None:
+            return None
+        flatten, layers = False, []
+        for name in order:
+            module = fused.get_submodule(name)
+            if isinstance(module, nn.Flatten) and not layers:
+                flatten = (module.start_dim, module.end_dim) == (1, -1)
+                if not flatten:
+                    return None
+            elif isinstance(module, StackedLinear) and module.shared_input == (not layers):
+                layers.append(_Linear(module))
+            elif layers and isinstance(layers[-1], _Linear) and _supported(module):
+                layers.append(_Activation(module))
+            elif not isinstance(module, nn.Identity):
+                return None
+        if not layers or not isinstance(layers[-1], _Linear):
+            return None
+        return cls(flatten, layers)
+
+    def run(
+        self,
+        x: torch.Tensor,
+        targets: torch.Tensor,
+        row_weight: torch.Tensor,
+        sizes: list[int],
+    ) -> torch.Tensor:
+        """One step: set every stacked parameter's ``grad``; returns the logits ``[rows, C]``.
+
+        Args:
+            x: the shared batch (trial ``i`` reads its first ``sizes[i]`` rows).
+            targets: the target of every ragged row.
+            row_weight: ``1/b_i`` for every row of trial ``i`` (its mean).
+            sizes: each trial's batch size, in the group's order.
+        """
+        with torch.no_grad():
+            h = x.flatten(1) if self._flatten else x
+            saved = []  # per layer: its input and output
+            for layer in self._layers:
+                if isinstance(layer, _Linear):
+                    m = layer.module
+                    out = linear_forward(h, m.weight, m.bias, sizes, m.shared_input)
+                else:
+                    out = _activate(layer.runs, h, sizes)
+                saved.append((h, out))
+                h = out
+            log_p = torch.log_softmax(h, 1)
+            grad = aten.nll_loss_backward(
+                row_weight, log_p, targets, None, NO_REDUCTION, IGNORE_INDEX, log_p.new_ones(())
+            )
+            grad = torch._log_softmax_backward_data(grad, log_p, 1, log_p.dtype)
+            for index in range(len(self._layers) - 1, -1, -1):
+                layer, (inputs, output) = self._layers[index], saved[index]
+                if isinstance(layer, _Activation):
+                    grad = _activation_grad(layer.runs, grad, inputs, output, sizes)
+                    continue
+                m = layer.module
+                grad_x, m.weight.grad, grad_b = linear_backward(
+                    grad, inputs, m.weight, sizes, m.shared_input, m.bias is not None, index > 0
+                )
+                if m.bias is not None:
+                    m.bias.grad = grad_b
+                grad = grad_x
+        return h
+
+    def _agrees(self, fused: nn.Module, probe: torch.Tensor, rows: list[int]) -> bool:
+        """Output and gradients equal the autograd path's on ``probe``, bit for bit."""
+        targets = torch.zeros(sum(rows), dtype=torch.long, device=probe.device)
+        weight = torch.cat([torch.full((b,), 1.0, device=probe.device) / b for b in rows])
+        params = list(fused.parameters())
+        try:
+            out = fused(probe)
+            (F.cross_entropy(out, targets, reduction="none") * weight).sum().backward()
+            expected = [out.detach()] + [p.grad for p in params]
+            for p in params:
+                p.grad = None
+            got = [self.run(probe, targets, weight, rows)] + [p.grad for p in params]
+        except (RuntimeError, ValueError, TypeError):
+            return False
+        finally:
+            for p in params:
+                p.grad = None
+        return all(g is not None and e is not None and torch.equal(g, e)
+                   for g, e in zip(got, expected, strict=True))  # fmt: skip
+
+
+def _supported(module: nn.Module) -> bool:
+    """An activation (or each of a StackedActivation's) whose kernels are known."""
+    if isinstance(module, StackedActivation):
+        return all(type(fn) in ACTIVATION_KERNELS for _, _, fn in module.runs)
+    return type(module) in ACTIVATION_KERNELS
+
+
+def _run_rows(runs, sizes: list[int]) -> list[int]:
+    return [sum(sizes[lo:hi]) for lo, hi, _ in runs]
+
+
+def _activate(runs, h: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    if len(runs) == 1:
+        fn = runs[0][2]
+        return ACTIVATION_KERNELS[type(fn)][0](h, fn)
+    parts = h.split(_run_rows(runs, sizes))
+    return torch.cat(
+        [ACTIVATION_KERNELS[type(fn)][0](p, fn) for p, (_, _, fn) in zip(parts, runs, strict=True)]
+    )
+
+
+def _activation_grad(runs, grad, inputs, output, sizes: list[int]) -> torch.Tensor:
+    if len(runs) == 1:
+        fn = runs[0][2]
+        return ACTIVATION_KERNELS[type(fn)][1](grad, inputs, output, fn)
+    rows = _run_rows(runs, sizes)
+    parts = zip(grad.split(rows), inputs.split(rows), output.split(rows), runs, strict=True)
+    return torch.cat(
+        [ACTIVATION_KERNELS[type(fn)][1](g, x, y, fn) for g, x, y, (_, _, fn) in parts]
+    )
