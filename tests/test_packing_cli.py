@@ -135,13 +135,14 @@ def test_human_report_names_the_best_and_each_rungs_packs(capsys, space):
     assert "pack groups per rung" in out and "s=1 rung 0: [" in out
 
 
-def test_ragged_packs_across_concurrent_brackets_change_nothing_but_time(capsys, space):
+@pytest.mark.parametrize("backward", ["direct", "autograd"])
+def test_ragged_packs_across_concurrent_brackets_change_nothing_but_time(capsys, space, backward):
     original, _ = search(capsys, space, "none")
     packed, progress = search(
         capsys, space, "knn", "--memory-limit", "12Mi", "--batch-mode", "ragged",
-        "--concurrent-brackets",
+        "--concurrent-brackets", "--backward", backward,
     )  # fmt: skip
-    assert packed["best"] == original["best"]
+    assert packed["best"] == original["best"] and packed["backward"] == backward
     assert [r["losses"] for r in packed["rungs"]] == [r["losses"] for r in original["rungs"]]
     assert "phase 0 to r=1: 17 trials of 3 brackets" in progress
     assert packed["trial_steps"] == original["trial_steps"]

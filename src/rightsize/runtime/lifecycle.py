@@ -166,11 +166,15 @@ def commit(master: Master, version: int, snapshot: dict, files: dict, steps: int
 
 # -- failures ---------------------------------------------------------------------------------
 def recover(master: Master) -> None:
-    """Bring back every node of the shape that died (and was not already relaunched)."""
+    """Bring back every node of the shape that died (and was not already relaunched),
+    and finish a parameter-server restore that another death interrupted."""
     in_shape = {n.name: n for n in master.shape.nodes}
     dead = sorted(name for name in in_shape if not _alive(master, name))
     failed, master.to_recover = master.to_recover & set(dead), set()
-    if not dead:
+    # leases stay closed from the start of a restore to its end: closed here means a
+    # restore was interrupted (a worker died while the servers reloaded) and must be redone
+    unfinished_restore = master.strategy == Strategy.PS and not master.leasing
+    if not dead and not unfinished_restore:
         return
     for name in failed:
         master.restarts[name] = master.restarts.get(name, 0) + 1
@@ -179,10 +183,10 @@ def recover(master: Master) -> None:
                 f"{name} failed {master.restarts[name]} times (runtime.max_restarts is "
                 f"{master.spec.runtime.max_restarts}); see {master.ckpt.root / 'logs' / name}.log"
             )
-    reason = f"{', '.join(dead)} died"
+    reason = f"{', '.join(dead)} died" if dead else "an interrupted restore"
     if master.strategy == Strategy.ALLREDUCE:
         restart_group(master, master.shape, reason, planned=False)
-    elif any(in_shape[name].role == NodeRole.PS for name in dead):
+    elif unfinished_restore or any(in_shape[name].role == NodeRole.PS for name in dead):
         restore_ps(master, reason)
     relaunch_workers(master, [in_shape[n] for n in dead if in_shape[n].role == NodeRole.WORKER],
                      reason)  # fmt: skip

@@ -91,6 +91,8 @@ class Master:
         self.dead: list[Exit] = []
         self.to_recover: set[str] = set()
         self.restarts: dict[str, int] = {}
+        # leasing: False from the start of a parameter-server restore to its end
+        # (lifecycle.restore_ps); still False after one means it was interrupted
         self.halt, self.leasing = False, True
         self.generation, self.version = 0, 0
         self.placement: dict[str, str] = {}

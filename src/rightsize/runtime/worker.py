@@ -21,6 +21,7 @@ back); ``stop`` ends the process.
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -137,10 +138,7 @@ class Worker:
     def run(self) -> int:
         try:
             while True:
-                if self.paused:
-                    self.hold()
-                reply = self.ctx.call("lease")
-                self.follow(reply)
+                reply = self.ask_for_task()
                 lease = reply.get("lease")
                 if lease is None:
                     time.sleep(LEASE_WAIT_S)
@@ -153,6 +151,22 @@ class Worker:
             return 0
         finally:
             self.cluster.close()
+
+    def ask_for_task(self) -> dict[str, Any]:
+        """The master's reply to a lease request, its commands obeyed.
+
+        Between tasks nothing is in flight, so a ``reset`` (the master rolled its
+        parameter servers back to a checkpoint) has nothing to undo here; a task
+        leased in the same reply comes from the rolled-back shard queues (the master
+        queues resets after rebuilding them), so it is kept.
+        """
+        with suppress(Reset):
+            if self.paused:
+                self.hold()
+        reply = self.ctx.call("lease")
+        with suppress(Reset):
+            self.follow(reply)
+        return reply
 
     # -- training -----------------------------------------------------------------
     def train(self, task: Task, start: int, reply: dict) -> None:
@@ -201,16 +215,19 @@ class Worker:
         switched = bool(cluster) and cluster["generation"] != self.cluster.generation
         if switched:
             self.switch(cluster)
-        for command in reply.get("commands", []):
+        reset = False
+        for command in reply.get("commands", []):  # all of them: commands are sent once
             kind = command["cmd"]
             if kind == "pause":
                 self.paused = True
             elif kind == "resume":
                 self.paused = False
             elif kind == "reset":
-                raise Reset("reset by the master")
+                reset = True
             elif kind == "stop":
                 raise Stop
+        if reset:
+            raise Reset("reset by the master")
         return switched
 
     def switch(self, info: dict[str, Any]) -> None:
