@@ -9,7 +9,8 @@ four ways, interleaved round by round on the same machine:
 - ``seq_fused`` — the same with ``torch.optim(fused=True)`` (the update kernels a
   pack uses), to separate what packing gains from what the fused update gains;
 - ``pack`` — all n in one pack (``rightsize.packing.pack``): T_s(Pack) of eq. 2;
-- ``pack_ragged`` — the same with ``--batch-mode ragged`` (no padded rows; beyond the paper).
+- ``pack_ragged`` — the same with ``--batch-mode ragged`` (no padded rows; beyond the
+  paper), its MLP groups on the direct step (``--backward direct``, the default).
 
 IMPV = (T_s(Seq) - T_s(Pack)) / T_s(Seq) (eq. 3), per scenario: same or
 different batch sizes (45, or spread over Table 3's 20..70), same or different
