@@ -11,6 +11,7 @@ from rightsize.core.errors import RightsizeError
 from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import fuse, resize, set_blocks
 from rightsize.packing.pack import PackSettings
+from rightsize.packing.ragged import mean_weights
 from rightsize.workloads.models.mlp import mlp3
 
 ACTIVATIONS = ["relu", "tanh", "sigmoid", "leaky_relu"]
@@ -38,7 +39,7 @@ def autograd_grads(fused, x, targets, weight, sizes):
 
 def rows(sizes):
     targets = torch.cat([torch.arange(b) % 10 for b in sizes])
-    weight = torch.cat([torch.full((b,), 1.0) / b for b in sizes])
+    weight = mean_weights(sizes, "cpu")
     return targets, weight
 
 

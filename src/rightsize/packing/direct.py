@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rightsize.packing.fused import StackedActivation, StackedLinear, call_order, set_blocks
-from rightsize.packing.ragged import linear_backward, linear_forward
+from rightsize.packing.ragged import linear_backward, linear_forward, mean_weights
 
 aten = torch.ops.aten
 IGNORE_INDEX = -100  # F.cross_entropy's default
@@ -76,12 +76,11 @@ class _Linear:
 class _Activation:
     module: nn.Module  # one activation for every trial, or a StackedActivation
 
-    @property
-    def runs(self) -> list[tuple[int, int, nn.Module]]:
+    def runs(self, trials: int) -> list[tuple[int, int, nn.Module]]:
         """(first trial, end trial, activation); read each step: repacking changes the runs."""
         if isinstance(self.module, StackedActivation):
             return self.module.runs
-        return [(0, 0, self.module)]  # one run over every row
+        return [(0, trials, self.module)]
 
 
 class DirectStep:
@@ -154,7 +153,7 @@ class DirectStep:
                     m = layer.module
                     out = linear_forward(h, m.weight, m.bias, sizes, m.shared_input)
                 else:
-                    out = _activate(layer.runs, h, sizes)
+                    out = _activate(layer.runs(len(sizes)), h, sizes)
                 saved.append((h, out))
                 h = out
             log_p = torch.log_softmax(h, 1)
@@ -165,7 +164,7 @@ class DirectStep:
             for index in range(len(self._layers) - 1, -1, -1):
                 layer, (inputs, output) = self._layers[index], saved[index]
                 if isinstance(layer, _Activation):
-                    grad = _activation_grad(layer.runs, grad, inputs, output, sizes)
+                    grad = _activation_grad(layer.runs(len(sizes)), grad, inputs, output, sizes)
                     continue
                 m = layer.module
                 grad_x, m.weight.grad, grad_b = linear_backward(
@@ -179,7 +178,7 @@ class DirectStep:
     def _agrees(self, fused: nn.Module, probe: torch.Tensor, rows: list[int]) -> bool:
         """Output and gradients equal the autograd path's on ``probe``, bit for bit."""
         targets = torch.zeros(sum(rows), dtype=torch.long, device=probe.device)
-        weight = torch.cat([torch.full((b,), 1.0, device=probe.device) / b for b in rows])
+        weight = mean_weights(rows, probe.device)
         params = list(fused.parameters())
         try:
             out = fused(probe)

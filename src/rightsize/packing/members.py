@@ -28,7 +28,7 @@ from torch.nn import functional as F
 from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import resize, set_blocks, set_segments
 from rightsize.packing.optimizers import OptimizerSpec, State, stack_state, stackable
-from rightsize.packing.ragged import spans
+from rightsize.packing.ragged import mean_weights, spans
 from rightsize.packing.trial import TrialSpec
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import LossFn, classification_loss
@@ -235,7 +235,7 @@ class FusedGroup:
             self._sizes = sizes
             self._blocks = spans(sizes)
             self._targets = torch.cat([torch.arange(b, device=device) for b in sizes])
-            self._row_weight = torch.cat([torch.full((b,), 1.0, device=device) / b for b in sizes])
+            self._row_weight = mean_weights(sizes, device)
             return
         # row r of trial i counts 1/b_i when r < b_i (its mean), nothing in the padding
         batch = torch.tensor(sizes, device=device)[:, None]

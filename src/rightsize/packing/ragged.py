@@ -39,6 +39,12 @@ def spans(rows: Sequence[int]) -> Spans:
     return tuple(out)
 
 
+def mean_weights(sizes: Sequence[int], device: torch.device | str) -> torch.Tensor:
+    """``1/b_i`` for every row of trial ``i``'s block: a weighted sum of per-row losses
+    is then the sum of the trials' means."""
+    return torch.cat([torch.full((b,), 1.0, device=device) / b for b in sizes])
+
+
 def linear_forward(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], shared: bool
 ) -> torch.Tensor:
