@@ -299,6 +299,31 @@ def test_batchnorm_and_dropout_take_the_general_path_and_stay_isolated(middle):
         assert_same(results[t.trial_id], alone)
 
 
+@pytest.mark.parametrize("where", ["alone", "packed"])
+def test_a_resumed_batchnorm_trial_keeps_its_running_statistics(where):
+    # Hyperband resumes promoted trials from their checkpoints: evaluation uses
+    # BatchNorm's running statistics, so the checkpoint must carry them
+    workload = _workload(lambda: nn.BatchNorm1d(32))
+    architectures = Architectures(lambda options: workload)
+    stream = DataStream(workload.dataset, width=50, seed=3)
+    spec, other = specs([(50, "adam", 0.01, "relu"), (30, "sgd", 0.1, "relu")])
+    straight = train_alone(TrialState(spec), architectures, stream, 12, fused_optimizer=True)
+    if where == "alone":
+        half = train_alone(TrialState(spec), architectures, stream, 6, fused_optimizer=True)
+        resumed = train_alone(half.state, architectures, stream, 12, fused_optimizer=True)
+    else:
+        _, half = packed([spec, other], architectures, stream, {"t0": 6, "t1": 6})
+        p = pack(
+            [load(half[t].state, architectures, "cpu") for t in ("t0", "t1")],
+            stream,
+        )
+        resumed = train(p, {"t0": 12, "t1": 12})["t0"]
+    assert "middle.running_mean" in resumed.state.params
+    assert resumed.val_loss == straight.val_loss
+    for name, value in straight.state.params.items():
+        assert torch.equal(resumed.state.params[name], value), name
+
+
 def test_a_pack_needs_its_trials_on_one_step(mlp):
     architectures, stream = mlp
     a, b = specs(MIXED[:2])

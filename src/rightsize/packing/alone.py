@@ -64,7 +64,7 @@ def train_alone(
     checkpoint = TrialState(
         spec=spec,
         step=max(state.step, target_step),
-        params=host_copy(dict(model.named_parameters())),
+        params=host_copy(model.state_dict()),
         optimizer_state={
             n: host_copy(optimizer.state[p]) for n, p in named.items() if optimizer.state[p]
         },

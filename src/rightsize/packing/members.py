@@ -292,7 +292,7 @@ class PlainGroup:
         return [sums]
 
     def export(self, index: int) -> dict[str, torch.Tensor]:
-        return {n: p.detach() for n, p in self.model.named_parameters()}
+        return self.model.state_dict()  # buffers too: the general path takes BatchNorm
 
 
 class _own_rng:  # noqa: N801 - used like a function, as a context manager

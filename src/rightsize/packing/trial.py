@@ -79,7 +79,8 @@ class TrialState:
     Attributes:
         spec: the trial.
         step: training steps done.
-        params: parameter tensors by the model's parameter names.
+        params: the model's state by name: its parameters and buffers (BatchNorm's
+            running statistics, which evaluation after a resume reads).
         optimizer_state: per parameter name, ``torch.optim``-named state tensors.
         rng_state: the trial's CPU random-number state (for stochastic layers).
     """
@@ -112,9 +113,7 @@ def build_model(
     model = workload.make_model(state.spec.seed, device)
     model.train()
     if state.params is not None:
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                param.copy_(state.params[name])
+        model.load_state_dict(state.params)
     return model
 
 
