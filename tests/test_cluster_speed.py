@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.optimize import nnls
 
 from rightsize.cluster.clusters import CLUSTERS
 from rightsize.cluster.config import SimConfig
@@ -15,16 +16,27 @@ from rightsize.cluster.simjob import (
     Noise,
     SampleDetail,
     SimJob,
+    measured,
+    measured_row,
     metric_sample,
     node_metrics,
     sample_detail,
+    sample_template,
 )
-from rightsize.cluster.simulator import Simulator, observation
+from rightsize.cluster.simulator import Simulator, _Run, observation
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
-from rightsize.scaling.optimus import KnownSpeeds, OptimusPolicy, group_speeds, speed_points
+from rightsize.scaling.nearchus import stability_points
+from rightsize.scaling.optimus import (
+    KnownSpeeds,
+    OptimusPolicy,
+    SpeedModel,
+    feature_row,
+    group_speeds,
+    speed_points,
+)
 from rightsize.scaling.registry import make_policy
 from rightsize.scaling.shapes import (
     one_ps_two_workers,
@@ -173,3 +185,100 @@ def test_the_simulator_gives_each_policy_the_least_node_detail_it_reads():
     assert sample_detail(make_policy("nearchus")) == SampleDetail.COLUMNS
     assert sample_detail(make_policy("nearchus+")) == SampleDetail.COLUMNS
     assert sample_detail(make_policy("dlrover")) == SampleDetail.NODES
+
+
+FINITE = st.floats(-1e12, 1e12, allow_nan=False)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e10), FINITE, st.floats(0, 1e10)), max_size=9), FINITE)
+def test_a_measured_row_is_measured_value_by_value(values, cv):
+    true, draws, cap = (
+        tuple(v[0] for v in values),
+        [v[1] for v in values],
+        tuple(v[2] for v in values),
+    )
+    row = measured_row(true, cv, draws, cap)
+    plain = [measured(t, cv, d, c) for t, d, c in zip(true, draws, cap, strict=True)]
+    assert [repr(x) for x in row] == [repr(x) for x in plain]  # bit for bit, signs of zero too
+
+
+@given(st.lists(st.tuples(st.floats(0, 500), st.integers(0, 10**12)), min_size=3, max_size=3))
+def test_headroom_is_the_budget_left_clipped_to_what_is_free(amounts):
+    budget, used, free = (Resources(cpu, memory) for cpu, memory in amounts)
+    obs = Observation("j", 0.0, ClusterShape.from_counts(1, 0, used, used), budget, free)
+    left = Resources(
+        max(0.0, budget.cpu_cores - used.cpu_cores), max(0, budget.memory_bytes - used.memory_bytes)
+    )
+    assert repr(obs.headroom) == repr(left.clipped_to(free))
+
+
+def test_a_performance_remembers_its_hash_and_keeps_its_value_equality():
+    model = JobModel(sim_model(nearchus_trace(1, 1).jobs[0].model), CLUSTERS["B"])
+    perf = model.evaluate(SHAPE)
+    copy = dataclasses.replace(perf)
+    assert copy is not perf and copy == perf and hash(copy) == hash(perf)
+    fields = (perf.steps_per_s, perf.samples_per_s, perf.bottleneck, perf.nodes)
+    assert hash(perf) == hash(fields)  # what dataclass would compute
+    assert perf.oom_nodes is perf.oom_nodes  # remembered, and what the nodes say:
+    assert perf.oom_nodes == tuple(n.name for n in perf.nodes if n.oom)
+
+
+def test_sample_templates_are_kept_per_run_and_found_by_performance():
+    model = JobModel(sim_model(nearchus_trace(1, 1).jobs[0].model), CLUSTERS["B"])
+    perf, templates = model.evaluate(SHAPE), {}
+    first = sample_template(templates, perf, 1e9)
+    assert sample_template(templates, perf, 1e9) is first
+    assert sample_template(templates, dataclasses.replace(perf), 1e9) is first  # equal value
+    assert sample_template(templates, perf, 2e9) is not first and len(templates) == 2
+    assert sample_template({}, perf, 1e9) == first  # another run builds its own, equal one
+
+
+def test_remembered_regressors_fit_exactly_what_the_plain_matrix_does():
+    points = [(1, 2, 3.0), (1, 3, 4.1), (2, 2, 3.9), (2, 3, 5.5), (3, 3, 5.9), (0, 4, 9.0)]
+    for mode in ("async", "sync"):
+        usable = [(p, w, f) for p, w, f in points if p > 0]
+        a = np.array([SpeedModel.features(mode, p, w, 64.0) for p, w, _ in usable])
+        b = np.array([(w / f) if mode == "async" else (1 / f) for p, w, f in usable])
+        theta = tuple(nnls(a, b)[0].tolist())
+        for _ in range(2):  # the second time from the remembered matrix
+            model = SpeedModel.fit(points, mode, 64.0)
+            assert model == SpeedModel(mode, theta, 64.0)
+            denominator = float(np.dot(np.array(theta), feature_row(mode, 2, 4, 64.0)))
+            expected = 4 / denominator if mode == "async" else 1 / denominator
+            assert model.predict(2, 4) == expected
+    assert SpeedModel.fit(points[:3], "async") is None  # too few distinct (p, w) points
+
+
+def test_one_sample_per_period_makes_the_same_points_as_grouping():
+    def grouped(window, period_s):  # the plain rule: group by period index, keep consecutive
+        end, groups = window[-1].time_s, {}
+        for s in window:
+            groups.setdefault(int((end - s.time_s) // period_s), []).append(s)
+        count = 0
+        while count in groups:
+            count += 1
+        return [tuple(groups[k]) for k in reversed(range(count))]
+
+    def at(*times):
+        return tuple(metric_sample(t, (), 1.0, 1.0) for t in times)
+
+    windows = (
+        at(60.0, 120.0, 180.0),  # one a period: the fast path
+        at(61.3, 121.3, 181.3, 241.3),
+        at(0.1, 60.0, 120.0),  # two in the oldest period
+        at(10.0, 20.0, 80.0),
+        at(0.0, 200.0),  # a gap
+        at(5.0),
+    )
+    for window in windows:
+        assert stability_points(window, 60.0) == grouped(window, 60.0)
+
+
+def test_finished_jobs_let_their_metrics_go_but_keep_their_results():
+    trace = nearchus_trace(2, 12)
+    sim = Simulator(CLUSTERS["B"], make_policy("nearchus"), SimConfig(seed=2))
+    run = _Run(sim, trace)
+    result = run.go()
+    assert all(j.window == () and j.plans == () for j in run.jobs)  # all finished
+    assert result == sim.run(trace)
+    assert sum(j.restarts for j in result.jobs) > 0 and all(j.decisions for j in result.jobs)

@@ -183,11 +183,21 @@ class Performance:
     bottleneck: str  # "workers", "ps-compute" or "ps-network"
     nodes: tuple[NodeLoad, ...]
 
+    def __hash__(self) -> int:
+        # The hash dataclass would compute, but remembered: the simulator looks each job's
+        # performance up (its sample template) at every restart, and hashing every node's
+        # load each time cost more than the lookup.
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.steps_per_s, self.samples_per_s, self.bottleneck, self.nodes))
+
     @cached_property  # the simulator sums it over the running jobs at every change
     def cpu_used_cores(self) -> float:
         return sum(n.cpu_used_cores for n in self.nodes)
 
-    @property
+    @cached_property  # asked twice at every (re)start
     def oom_nodes(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes if n.oom)
 
@@ -232,7 +242,7 @@ class JobModel:
         Raises:
             SpecError: the shape has no PS or no worker.
         """
-        return _remembered(self._cache, shape, lambda: self._evaluate(shape))
+        return remembered(self._cache, shape, lambda: self._evaluate(shape))
 
     def evaluate_shared(self, shape: ClusterShape, sharing_nodes: int) -> Performance:
         """True speed and load of ``shape`` when ``sharing_nodes`` training nodes in all (this
@@ -249,7 +259,7 @@ class JobModel:
         if not self._link_binds(shape, perf, link):
             return perf
         key = (shape, sharing_nodes)
-        return _remembered(self._shared_cache, key, lambda: self._evaluate(shape, link))
+        return remembered(self._shared_cache, key, lambda: self._evaluate(shape, link))
 
     def _link_binds(self, shape: ClusterShape, perf: Performance, link: float) -> bool:
         """Whether ``shape`` at a node link of ``link`` is slower than ``perf`` (its speed on
@@ -257,7 +267,7 @@ class JobModel:
         The same float comparisons as :meth:`_evaluate` (a correctly rounded division is
         monotone, so the smallest quotient has the largest divisor): "no" means the identical
         result."""
-        limits = _remembered(self._link_limits, shape, lambda: self._limits(shape))
+        limits = remembered(self._link_limits, shape, lambda: self._limits(shape))
         fastest_compute_s, busiest_ps_bytes = limits
         return fastest_compute_s < self.model.param_bytes / link or (
             busiest_ps_bytes > 0 and link / busiest_ps_bytes < perf.steps_per_s
@@ -340,9 +350,9 @@ class JobModel:
         )
 
 
-def _remembered(cache: dict, key, compute):
+def remembered(cache: dict, key, compute):
     """``cache[key]``, computed once by ``compute()``; a full cache (``CACHE_SHAPES``) starts
-    over. One lookup on a hit: comparing equal shapes is not free."""
+    over. One lookup on a hit: comparing equal shapes (or performances) is not free."""
     value = cache.get(key)
     if value is None:
         if len(cache) >= CACHE_SHAPES:

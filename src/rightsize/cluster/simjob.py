@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import TypeVar
 
 import numpy as np
 
-from rightsize.cluster.jobmodel import JobModel, Performance
+from rightsize.cluster.jobmodel import JobModel, Performance, remembered
 from rightsize.cluster.traces import TraceJob
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -37,7 +37,6 @@ from rightsize.scaling.api import (
 )
 
 T = TypeVar("T")
-TEMPLATES = 4096  # remembered sample templates (a cache bound, as JobModel's CACHE_SHAPES)
 
 
 def filled(cls: type[T], fields: dict) -> T:
@@ -116,6 +115,18 @@ def measured(true: float, cv: float, draw: float, cap: float) -> float:
     return cap if cap < value else value
 
 
+def measured_row(
+    true: tuple[float, ...], cv: float, draws: list[float], cap: tuple[float, ...]
+) -> list[float]:
+    """``[measured(t, cv, d, c) for t, d, c in zip(true, draws, cap)]``: one sample's row,
+    :func:`measured`'s arithmetic written inline (the same operations, so the same floats)
+    without a call per value."""
+    return [
+        c if c < (value := t * (0.0 if 0.0 > (factor := 1.0 + cv * d) else factor)) else value
+        for t, d, c in zip(true, draws, cap, strict=True)
+    ]
+
+
 class JobState(StrEnum):
     WAITING = "waiting"
     STARTING = "starting"  # launching or restarting: holds resources, makes no progress
@@ -165,6 +176,10 @@ class SimJob:
     link_nodes: int = 0  # nodes it has training on the servers' links (``cluster.links``)
     observed_link_bytes_per_s: float = 0.0  # the link its metrics report (0: the server's)
     timeline: list[tuple[float, float, float]] = field(default_factory=list)  # (t, samples/s, cpu)
+    # The sample templates of a run, shared by its jobs (see ``sample_template``).
+    templates: dict[tuple[Performance, float], _SampleTemplate] = field(
+        default_factory=dict, repr=False
+    )
     _template_for: Performance | None = field(default=None, repr=False)
     _template_cache: _SampleTemplate | None = field(default=None, repr=False)
 
@@ -250,10 +265,15 @@ class SimJob:
     def measured_speed(self) -> float:
         """Mean measured steps/s over the window (the true speed if nothing was measured)."""
         if self.window:
-            return sum(s.steps_per_s for s in self.window) / len(self.window)
+            return sum([s.steps_per_s for s in self.window]) / len(self.window)
         return self.perf.steps_per_s if self.perf else 0.0
 
     # -- metrics -----------------------------------------------------------------------
+    def release(self) -> None:
+        """Let go of what only the job's policy and result read — its window, events, shape
+        history and plans — once it is over and its result is taken (see the simulator)."""
+        self.window = self.events = self.history = self.plans = ()
+
     def collect(
         self,
         now: float,
@@ -271,8 +291,10 @@ class SimJob:
         self.next_sample_s = times[-1]
         window = self.window + self._samples(times, noise, detail)
         cutoff = self.rel(now - max_window_s)
-        drop = next((i for i, s in enumerate(window) if s.time_s > cutoff), len(window))
-        self.window = window[drop:]
+        if window[0].time_s <= cutoff:  # (usually nothing has left the window)
+            drop = next((i for i, s in enumerate(window) if s.time_s > cutoff), len(window))
+            window = window[drop:]
+        self.window = window
 
     def _samples(
         self, times: list[float], noise: Noise, detail: SampleDetail
@@ -296,9 +318,9 @@ class SimJob:
                 speed = measured(true[-1], cv, draw, cap[-1])
                 out.append(metric_sample(t - start, (), speed, speed * batch))
             return tuple(out)
-        for t, draw in zip(times, block.tolist(), strict=True):
+        for t, draws in zip(times, block.tolist(), strict=True):
             cv = noise.warmup_cv if t - ready < noise.warmup_s else noise.steady_cv
-            row = [measured(v, cv, d, c) for v, d, c in zip(true, draw, cap, strict=True)]
+            row = measured_row(true, cv, draws, cap)
             used, speed = row[:count], row[-1]
             if detail == SampleDetail.NODES:
                 nodes, columns = tuple(map(node_metrics, template.bases, used, row[count:-1])), None
@@ -313,17 +335,23 @@ class SimJob:
         link = self.observed_link_bytes_per_s or self.model.cluster.link_bytes_per_s
         cache = self._template_cache
         if self._template_for is not self.perf or cache.link != link:
-            self._template_cache = sample_template(self.perf, link)
+            self._template_cache = sample_template(self.templates, self.perf, link)
             self._template_for = self.perf
         return self._template_cache
 
 
-@lru_cache(maxsize=TEMPLATES)
-def sample_template(perf: Performance, link_bytes_per_s: float) -> _SampleTemplate:
+def sample_template(
+    templates: dict[tuple[Performance, float], _SampleTemplate],
+    perf: Performance,
+    link_bytes_per_s: float,
+) -> _SampleTemplate:
     """What samples of a job at ``perf`` are made of, with ``link_bytes_per_s`` as each node's
-    link capacity, built once per (performance, link): jobs of one model that reach the same
-    shape share its (cached) performance, and so its template."""
-    return _SampleTemplate.of(perf, link_bytes_per_s)
+    link capacity, built once per (performance, link) and kept in ``templates``: jobs of one
+    model that reach the same shape share its (cached) performance, and so its template. The
+    simulator gives its jobs one dict per run, where a performance is found by identity (a cache
+    shared by several runs compared their equal performances node by node)."""
+    key = (perf, link_bytes_per_s)
+    return remembered(templates, key, lambda: _SampleTemplate.of(perf, link_bytes_per_s))
 
 
 @dataclass(frozen=True)

@@ -106,10 +106,12 @@ class _Run:
         self.usage: list[tuple[float, float, float]] = []  # (t, cpu used, cpu allocated)
         self._launches: dict[str, Plan] = {}
         self._checked: set[tuple[str, Resources]] = set()  # (model, budget) pairs checked
+        self._results: dict[int, JobResult] = {}  # by id(job) (a SimJob is not hashable)
         self.detail = sample_detail(self.policy)
         self.links = LinkBook(config.link_sharing, cluster.servers, config.observed_link)
         seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
         models: dict[str, JobModel] = {}
+        self.templates: dict = {}  # every job's sample templates (``simjob.sample_template``)
         self.jobs = [
             self._job(spec, seed, models) for spec, seed in zip(trace.jobs, seeds, strict=True)
         ]
@@ -121,7 +123,8 @@ class _Run:
         total = spec.samples_total
         if total is None:  # a duration at the budget, as a fixed (1 PS, 2 workers) split
             total = spec.duration_s * model.evaluate(one_ps_two_workers(spec.budget)).samples_per_s
-        return SimJob(spec, model, float(total), np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        return SimJob(spec, model, float(total), rng, templates=self.templates)
 
     # -- the loop ----------------------------------------------------------------------
     def push(self, t: float, kind: str, job: SimJob, version: int = 0) -> None:
@@ -141,7 +144,7 @@ class _Run:
                     self.complete(job)
             elif kind != TICK or version == job.epoch:  # a tick from before a restart is void
                 handlers[kind](job)
-        results = tuple(job_result(j) for j in sorted(self.jobs, key=lambda j: j.arrival_s))
+        results = tuple(self._result(j) for j in sorted(self.jobs, key=lambda j: j.arrival_s))
         return SimResult(
             self.policy.name, self.cluster.name, self.trace.name, self.config.seed,
             results, tuple(self.usage), self.cluster.cpu_cores,
@@ -269,7 +272,7 @@ class _Run:
         if self.links.stop(job):
             self._reshare()
         self.priors.record_finished(job.spec.model, ShapeRecord(job.shape, job.measured_speed()))
-        self.scheduler.finish(job)
+        self._retire(job)
         self.admit()
         self._wake()
 
@@ -306,9 +309,21 @@ class _Run:
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
         self.links.stop(job)  # (only OOM-killed jobs fail, and they hold no link share)
-        self.scheduler.finish(job)
+        self._retire(job)
         self.admit()
         self._wake()
+
+    def _retire(self, job: SimJob) -> None:
+        """``job`` is over: it leaves the cluster, its result is taken now, and what only its
+        run read (metrics, shape history, plans) is let go — a long trace keeps every finished
+        job, and those were most of what the garbage collector walked again and again."""
+        self.scheduler.finish(job)
+        self._results[id(job)] = job_result(job)
+        job.release()
+
+    def _result(self, job: SimJob) -> JobResult:
+        """``job``'s result, as taken when it ended (or now, if it never did)."""
+        return self._results.get(id(job)) or job_result(job)
 
     def _wake(self) -> None:
         """Capacity was freed: ask quiet running jobs again, in queue order."""
@@ -323,12 +338,13 @@ class _Run:
         """The job as its policy sees it now (or at ``at``, for a job with nothing new to see
         before then: see ``_first_tick_s``)."""
         batch = job.model.model.batch_size
+        started_s = job.started_s or 0.0  # the policy's clock: ``job.rel``, spelled out
         return observation(
             {
-                "job": job.name,
-                "time_s": job.rel(self.now if at is None else at),
+                "job": job.spec.name,
+                "time_s": (self.now if at is None else at) - started_s,
                 "shape": job.shape,
-                "budget": job.budget,
+                "budget": job.spec.budget,
                 "free": self.scheduler.free_for_running(),
                 "window": job.window,
                 "events": job.events,
@@ -339,7 +355,7 @@ class _Run:
                 "plans": job.plans,
                 "prior": job.prior,
                 "node_limit": self.cluster.node_limit,
-                "shape_since_s": job.rel(job.shape_since_s),
+                "shape_since_s": job.shape_since_s - started_s,
             }
         )
 

@@ -223,13 +223,14 @@ class Observation:
     def headroom(self) -> Resources:
         """What the job may still grow by: the smaller of budget left and cluster free.
         (Cached: an observation is frozen, and policies ask for this several times.)"""
-        total = self.shape.total()
-        left = Resources(
-            max(0.0, self.budget.cpu_cores - total.cpu_cores),
-            max(0, self.budget.memory_bytes - total.memory_bytes),
-            max(0, self.budget.gpus - total.gpus),
+        # ``Resources(budget left).clipped_to(free)`` in one object: rounding the smaller of
+        # the CPU left and the free CPU (already rounded) equals the smaller of the two rounded.
+        total, budget, free = self.shape.total(), self.budget, self.free
+        return Resources(
+            min(max(0.0, budget.cpu_cores - total.cpu_cores), free.cpu_cores),
+            min(max(0, budget.memory_bytes - total.memory_bytes), free.memory_bytes),
+            min(max(0, budget.gpus - total.gpus), free.gpus),
         )
-        return left.clipped_to(self.free)
 
     def mean_speed(self, last: int | None = None) -> float:
         """Mean job steps/s over the window (or its last ``last`` samples)."""

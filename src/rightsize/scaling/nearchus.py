@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from rightsize.core.errors import SpecError
@@ -189,9 +190,12 @@ def stability_points(
     if not window:
         return []
     end = window[-1].time_s
+    keys = [int((end - sample.time_s) // period_s) for sample in window]
+    if keys == list(range(len(window) - 1, -1, -1)):  # one sample per period: the usual case
+        return [(sample,) for sample in window]
     groups: dict[int, list[MetricSample]] = {}
-    for sample in window:
-        groups.setdefault(int((end - sample.time_s) // period_s), []).append(sample)
+    for sample, key in zip(window, keys, strict=True):
+        groups.setdefault(key, []).append(sample)
     count = 0
     while count in groups:
         count += 1
@@ -204,6 +208,15 @@ def _cv(values: list[float]) -> float:
     if not mean:
         return 0.0
     return math.sqrt(sum([(v - mean) ** 2 for v in values]) / len(values)) / abs(mean)
+
+
+def _mean_speed(point: tuple[MetricSample, ...]) -> float:
+    """A stability point's speed: its samples' mean steps/s. A one-sample point (the usual
+    case) is its sample's speed: the same float, but for a -0.0 that ``sum`` would make 0.0,
+    which :func:`_cv` treats alike (its sum starts from 0)."""
+    if len(point) == 1:
+        return point[0].steps_per_s
+    return sum([s.steps_per_s for s in point]) / len(point)
 
 
 def _mean_cpu_used(point: tuple[MetricSample, ...]) -> float:
@@ -224,10 +237,10 @@ def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> Sta
     used = [_mean_cpu_used(p) for p in points]
     if _cv(used) >= params.cv_max:
         return None
-    speed = [sum([s.steps_per_s for s in p]) / len(p) for p in points]
+    speed = [_mean_speed(p) for p in points]
     if _cv(speed) >= params.cv_max:
         return None
-    return StableWindow.of(tuple(s for p in points for s in p))
+    return StableWindow.of(tuple(chain.from_iterable(points)))
 
 
 def stable_from_s(window: Sequence[MetricSample], params: NearchusParams, now_s: float) -> float:
@@ -300,7 +313,8 @@ class NearchusPolicy(Policy):
     def decision_due_s(self, observation: Observation) -> float:
         """Not before the detector can have ``N_comp`` points; never once converged, or
         while the job would scale up but the budget or the cluster has no room."""
-        stable = self.stable(observation)
+        # (An empty window, as at every restart, is never stable: no need to ask.)
+        stable = self.stable(observation) if observation.window else None
         if stable is None:
             due = stable_from_s(observation.window, self.params, observation.time_s)
             return max(observation.time_s, due)
@@ -398,9 +412,9 @@ class NearchusPolicy(Policy):
         shape = nearchus_optimizer.optimize(
             obs.shape, used, p.e_thd_opt, p.reclaim_fraction, p.min_node_cores, limit
         )
-        if shape is None or nearchus_optimizer.cpu_moved(obs.shape, shape) < p.min_step_cores:
+        moved = 0.0 if shape is None else nearchus_optimizer.cpu_moved(obs.shape, shape)
+        if shape is None or moved < p.min_step_cores:
             return None
-        moved = nearchus_optimizer.cpu_moved(obs.shape, shape)
         return Plan(
             shape,
             Action.REBALANCE,

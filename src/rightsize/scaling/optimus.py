@@ -27,7 +27,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from itertools import islice
 
 import numpy as np
@@ -42,6 +42,7 @@ from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget, 
 MODES = ("async", "sync")
 PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
 FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
+DESIGNS = 1024  # remembered regressor matrices (a cache bound)
 
 
 @dataclass(frozen=True)
@@ -65,24 +66,23 @@ class SpeedModel:
     ) -> SpeedModel | None:
         """NNLS fit over ``(p, w, steps_per_s)`` points; ``None`` with too few distinct points."""
         usable = [(p, w, f) for p, w, f in points if p > 0 and w > 0 and f > 0]
-        n_params = len(cls.features(mode, 1, 1))
-        if len({(p, w) for p, w, _ in usable}) < n_params:
+        a = design_matrix(mode, tuple([(p, w) for p, w, _ in usable]), global_batch)
+        if a is None:
             return None
-        # One flat list of floats, then shaped: numpy converts it several times faster than
-        # nested lists (the same float64 matrix).
-        rows = [feature_row(mode, p, w, global_batch) for p, w, _ in usable]
-        a = np.array([x for row in rows for x in row]).reshape(len(rows), n_params)
-        b = np.array([(w / f) if mode == "async" else (1 / f) for p, w, f in usable])
+        b = np.array(
+            [w / f for _, w, f in usable] if mode == "async" else [1 / f for *_, f in usable]
+        )
         theta, _ = nnls(a, b)
         return cls(mode, tuple(theta.tolist()), global_batch)
 
-    @cached_property
-    def _theta(self) -> np.ndarray:  # converted once: a decision predicts three times
-        return np.array(self.theta)
+    def __post_init__(self) -> None:
+        # As an array once (not a field: equality and repr stay the tuple's); a decision
+        # predicts three times.
+        object.__setattr__(self, "_theta", np.array(self.theta))
 
     def predict(self, p: int, w: int) -> float:
         """Predicted steps per second at ``p`` PS and ``w`` workers (0 if undefined)."""
-        features = feature_row(self.mode, p, w, self.global_batch)
+        features = feature_vector(self.mode, p, w, self.global_batch)
         denominator = float(np.dot(self._theta, features))
         if denominator <= 0:
             return 0.0
@@ -99,6 +99,34 @@ def _mean(values: list[float]) -> float:
 def feature_row(mode: str, p: int, w: int, global_batch: float) -> tuple[float, ...]:
     """``SpeedModel.features``, remembered: every fit of a job repeats its prior's points."""
     return tuple(SpeedModel.features(mode, p, w, global_batch))
+
+
+@lru_cache(maxsize=FEATURE_ROWS)
+def feature_vector(mode: str, p: int, w: int, global_batch: float) -> np.ndarray:
+    """:func:`feature_row` as a (read-only) array: what ``np.dot`` would convert it to, once."""
+    return _read_only(np.array(feature_row(mode, p, w, global_batch)))
+
+
+@lru_cache(maxsize=DESIGNS)
+def design_matrix(
+    mode: str, keys: tuple[tuple[int, int], ...], global_batch: float
+) -> np.ndarray | None:
+    """The regressors of the (p, w) points ``keys``, one row each (read-only), or ``None`` if
+    fewer distinct points than parameters. Remembered: a job's fits repeat the same points
+    (its prior's and its own shapes), with new speeds only."""
+    n_params = len(SpeedModel.features(mode, 1, 1))
+    if len(set(keys)) < n_params:
+        return None
+    # One flat list of floats, then shaped: numpy converts it several times faster than
+    # nested lists (the same float64 matrix).
+    rows = [feature_row(mode, p, w, global_batch) for p, w in keys]
+    return _read_only(np.array([x for row in rows for x in row]).reshape(len(rows), n_params))
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only: it is shared by every caller of a cache."""
+    array.flags.writeable = False
+    return array
 
 
 def speed_points(
@@ -134,24 +162,21 @@ class KnownSpeeds:
 
     grouped: dict[tuple[int, int], list[float]]
     means: dict[tuple[int, int], float]
-    keys: tuple[tuple[int, int], ...]  # the groups' (p, w), sorted
 
     @classmethod
     def of(cls, records: Iterable[ShapeRecord]) -> KnownSpeeds:
         grouped = group_speeds(records)
-        means = {key: _mean(values) for key, values in grouped.items()}
-        return cls(grouped, means, tuple(sorted(means)))
+        return cls(grouped, {key: _mean(values) for key, values in grouped.items()})
 
     def points(self, records: Iterable[ShapeRecord]) -> list[tuple[int, int, float]]:
-        """``speed_points(records, self.grouped)``, the same numbers, without re-averaging (or
-        re-sorting) the groups ``records`` leave alone."""
-        means = self.means
+        """``speed_points(records, self.grouped)``, the same numbers, without re-averaging the
+        groups ``records`` leave alone."""
         fresh = {
             key: _mean([*self.grouped.get(key, ()), *values])
             for key, values in group_speeds(records).items()
         }
-        keys = self.keys if fresh.keys() <= means.keys() else sorted(means.keys() | fresh.keys())
-        return [(p, w, fresh[p, w] if (p, w) in fresh else means[p, w]) for p, w in keys]
+        # Sorted by (p, w), each group once: the speeds themselves are never compared.
+        return [(p, w, speed) for (p, w), speed in sorted((self.means | fresh).items())]
 
 
 class OptimusPolicy(Policy):
