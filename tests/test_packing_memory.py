@@ -94,3 +94,25 @@ def test_measured_footprint_covers_a_real_steps_peak():
     # and more than the bytes saved for backward alone would have charged
     saved = saved_activation_slope(workload, model, torch.device("cpu"))
     assert footprint.activation_bytes_per_sample > saved
+
+
+def test_a_frozen_heap_collects_once_and_sets_the_survivors_aside_only_inside():
+    import gc
+
+    from rightsize.profiling.memory import frozen_heap
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+
+    before = gc.get_freeze_count()
+    cycle()  # garbage only a collection can free
+    with frozen_heap():
+        assert gc.get_freeze_count() > before  # the survivors are set aside
+        assert not [o for o in gc.get_objects() if isinstance(o, Node)]  # the cycle was freed
+        cycle()
+        assert gc.collect() >= 2  # a collection inside still frees what came after
+    assert gc.get_freeze_count() == 0  # back to normal collections

@@ -53,6 +53,43 @@ def test_checkpoints_travel_as_bytes_unchanged():
     assert torch.equal(back["w"], value["w"]) and back["step"] == 3
 
 
+def test_every_kind_of_tensor_comes_back_bit_for_bit_and_writable():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    value = {
+        "f32": torch.randn(5, 3, generator=g),
+        "f64": torch.randn(4, dtype=torch.float64, generator=g),
+        "nan": torch.tensor([float("nan"), -0.0, float("inf")]),
+        "step": torch.tensor(7.0),  # 0-dim, as torch.optim keeps it
+        "rng": torch.Generator().manual_seed(3).get_state(),  # uint8
+        "ints": torch.arange(6, dtype=torch.int64),
+        "mask": torch.tensor([True, False]),
+        "bf16": torch.randn(3, generator=g).to(torch.bfloat16),  # NumPy has no bfloat16
+        "transposed": torch.randn(3, 4, generator=g).t(),  # not contiguous: strides kept
+        "grad": torch.randn(2, generator=g, requires_grad=True),
+        "nested": [(torch.ones(2), "label")],
+    }
+    back = loads(dumps(value))
+    for name, tensor in value.items():
+        if name == "nested":
+            continue
+        got = back[name]
+        assert got.dtype == tensor.dtype and got.shape == tensor.shape, name
+        assert got.stride() == tensor.stride(), name
+        assert got.requires_grad == tensor.requires_grad, name
+        assert torch.equal(_bits(got), _bits(tensor)), name
+    assert torch.equal(back["nested"][0][0], torch.ones(2)) and back["nested"][0][1] == "label"
+    back["f32"].add_(1)  # a checkpoint is loaded into training tensors: it must be writable
+    assert torch.equal(back["f32"], value["f32"] + 1)
+
+
+def _bits(tensor):
+    import torch
+
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
 def test_the_parent_trains_groups_too():
     pool = WorkerPool(1, partial(make_doubler))
     try:

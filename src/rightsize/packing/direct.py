@@ -42,28 +42,47 @@ IGNORE_INDEX = -100  # F.cross_entropy's default
 NO_REDUCTION = 0  # ATen's Reduction::None
 
 
-def _relu_backward(grad, _x, y, _module):
-    return aten.threshold_backward(grad, y, 0)
+# Each kernel writes into ``out``, a slice of the layer's result: a group whose trials
+# differ in activation then needs no concatenation of its runs.
+def _relu(x, _module, out):
+    torch.clamp_min(x, 0, out=out)  # what torch.relu computes
 
 
-def _tanh_backward(grad, _x, y, _module):
-    return aten.tanh_backward(grad, y)
+def _relu_backward(grad, _x, y, _module, out):
+    aten.threshold_backward.grad_input(grad, y, 0, grad_input=out)
 
 
-def _sigmoid_backward(grad, _x, y, _module):
-    return aten.sigmoid_backward(grad, y)
+def _tanh(x, _module, out):
+    torch.tanh(x, out=out)
 
 
-def _leaky_relu_backward(grad, x, _y, module):
-    return aten.leaky_relu_backward(grad, x, module.negative_slope, False)
+def _tanh_backward(grad, _x, y, _module, out):
+    aten.tanh_backward.grad_input(grad, y, grad_input=out)
 
 
-#: Activation -> (forward, backward(grad, input, output, module)): autograd's pairs.
+def _sigmoid(x, _module, out):
+    torch.sigmoid(x, out=out)
+
+
+def _sigmoid_backward(grad, _x, y, _module, out):
+    aten.sigmoid_backward.grad_input(grad, y, grad_input=out)
+
+
+def _leaky_relu(x, module, out):
+    torch._C._nn.leaky_relu(x, module.negative_slope, out=out)
+
+
+def _leaky_relu_backward(grad, x, _y, module, out):
+    aten.leaky_relu_backward.grad_input(grad, x, module.negative_slope, False, grad_input=out)
+
+
+#: Activation -> (forward(input, module, out), backward(grad, input, output, module, out)):
+#: the kernels autograd runs for it.
 ACTIVATION_KERNELS: dict[type, tuple[Callable, Callable]] = {
-    nn.ReLU: (lambda x, _m: torch.relu(x), _relu_backward),
-    nn.Tanh: (lambda x, _m: torch.tanh(x), _tanh_backward),
-    nn.Sigmoid: (lambda x, _m: torch.sigmoid(x), _sigmoid_backward),
-    nn.LeakyReLU: (lambda x, m: F.leaky_relu(x, m.negative_slope), _leaky_relu_backward),
+    nn.ReLU: (_relu, _relu_backward),
+    nn.Tanh: (_tanh, _tanh_backward),
+    nn.Sigmoid: (_sigmoid, _sigmoid_backward),
+    nn.LeakyReLU: (_leaky_relu, _leaky_relu_backward),
 }
 
 
@@ -208,21 +227,20 @@ def _run_rows(runs, sizes: list[int]) -> list[int]:
 
 
 def _activate(runs, h: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    if len(runs) == 1:
-        fn = runs[0][2]
-        return ACTIVATION_KERNELS[type(fn)][0](h, fn)
-    parts = h.split(_run_rows(runs, sizes))
-    return torch.cat(
-        [ACTIVATION_KERNELS[type(fn)][0](p, fn) for p, (_, _, fn) in zip(parts, runs, strict=True)]
-    )
+    out = torch.empty_like(h)
+    rows = _run_rows(runs, sizes)
+    for x, y, (_, _, fn) in zip(h.split(rows), out.split(rows), runs, strict=True):
+        ACTIVATION_KERNELS[type(fn)][0](x, fn, y)
+    return out
 
 
 def _activation_grad(runs, grad, inputs, output, sizes: list[int]) -> torch.Tensor:
-    if len(runs) == 1:
-        fn = runs[0][2]
-        return ACTIVATION_KERNELS[type(fn)][1](grad, inputs, output, fn)
+    grad_in = torch.empty_like(grad)
     rows = _run_rows(runs, sizes)
-    parts = zip(grad.split(rows), inputs.split(rows), output.split(rows), runs, strict=True)
-    return torch.cat(
-        [ACTIVATION_KERNELS[type(fn)][1](g, x, y, fn) for g, x, y, (_, _, fn) in parts]
-    )
+    parts = zip(
+        grad.split(rows), inputs.split(rows), output.split(rows), grad_in.split(rows), runs,
+        strict=True,
+    )  # fmt: skip
+    for g, x, y, g_in, (_, _, fn) in parts:
+        ACTIVATION_KERNELS[type(fn)][1](g, x, y, fn, g_in)
+    return grad_in

@@ -38,6 +38,7 @@ from rightsize.packing.optimizers import STATE_TENSORS
 from rightsize.packing.trial import ModelOptions, TrialSpec
 from rightsize.profiling.memory import (
     PeakMemoryMeter,
+    frozen_heap,
     meter_for,
     saved_activation_bytes,
     tensor_bytes,
@@ -87,8 +88,11 @@ def measure_footprint(
     param_bytes = tensor_bytes(params)
     inputs, target = workload.example_batch(1, device)
     input_bytes = float(sum(t.nbytes for t in (*inputs, target)))
-    saved = saved_activation_slope(workload, model, device)
-    peak = _peak_per_sample(workload, model, meter or meter_for(device), param_bytes, input_bytes)
+    with frozen_heap():
+        saved = saved_activation_slope(workload, model, device)
+        peak = _peak_per_sample(
+            workload, model, meter or meter_for(device), param_bytes, input_bytes
+        )
     return Footprint(param_bytes, max(saved, peak), input_bytes)
 
 

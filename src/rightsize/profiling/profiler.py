@@ -25,7 +25,12 @@ from rightsize.core.units import format_bytes, format_duration
 from rightsize.profiling.bmax import BmaxSearch, find_max_batch
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
-from rightsize.profiling.memory import meter_for, saved_activation_bytes, tensor_bytes
+from rightsize.profiling.memory import (
+    frozen_heap,
+    meter_for,
+    saved_activation_bytes,
+    tensor_bytes,
+)
 from rightsize.profiling.profile import (
     LatencySample,
     LayerProfile,
@@ -211,7 +216,8 @@ class Profiler:
         limit = memory_limit_bytes if memory_limit_bytes is not None else device_info.memory_bytes
         session = _Session(self, workload)
         self.progress(f"searching B_max under {format_bytes(limit)}")
-        search = find_max_batch(session.peak_bytes, limit, settings.search, session.min_batch)
+        with frozen_heap():  # one garbage collection for the whole search, not one per probe
+            search = find_max_batch(session.peak_bytes, limit, settings.search, session.min_batch)
         self.progress(f"B_max = {search.bmax} (limited by {search.limited_by})")
         batches = sorted(set(sample_batches(settings.sampling, search.bmax, session.min_batch)) | {
             b for b in settings.extra_batches if session.min_batch <= b <= search.bmax
