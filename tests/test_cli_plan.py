@@ -125,6 +125,10 @@ def test_probe_trains_a_model_from_real_allreduces(capsys, tmp_path):
 def test_probe_bad_inputs(capsys):
     code, _, err = run(capsys, "probe", "--world-sizes", "1")
     assert_one_line_error(code, err, "world sizes must be at least 2")
+    code, _, err = run(capsys, "probe", "--world-sizes", "0")
+    assert_one_line_error(code, err, "--world-sizes '0': world sizes must be >= 1")
+    code, _, err = run(capsys, "probe", "--concurrency", "0")
+    assert_one_line_error(code, err, "--concurrency '0': transfer counts must be >= 1")
 
 
 def ddp_probe_file(tmp_path, host="g4dn.8xlarge"):

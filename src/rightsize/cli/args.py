@@ -18,12 +18,13 @@ def parse_options(pairs: list[str]) -> dict:
     return options
 
 
-def parse_batch_list(text: str, flag: str) -> list[int]:
-    """``"1,8,64"`` -> ``[1, 8, 64]``; every entry a whole number >= 1."""
+def parse_count_list(text: str, flag: str, noun: str = "batch sizes") -> list[int]:
+    """``"1,8,64"`` -> ``[1, 8, 64]``; every entry a whole number >= 1 (``noun``: what they
+    count, for the error message)."""
     try:
         batches = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise SpecError(f"{flag} {text!r} must be comma-separated whole numbers") from None
     if any(b < 1 for b in batches):
-        raise SpecError(f"{flag} {text!r}: batch sizes must be >= 1")
+        raise SpecError(f"{flag} {text!r}: {noun} must be >= 1")
     return batches

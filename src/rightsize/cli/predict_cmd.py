@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rightsize.cli.args import parse_batch_list
+from rightsize.cli.args import parse_count_list
 from rightsize.cli.output import format_table, print_json
 from rightsize.core.units import format_duration
 from rightsize.perf.compute import METHODS, ComputeModel
@@ -90,7 +90,7 @@ def print_prediction_report(report: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    batches = parse_batch_list(args.batches, "--batches") or None
+    batches = parse_count_list(args.batches, "--batches") or None
     profile = Profile.load(args.profile)
     report = prediction_report(profile, batches, args.method)
     if args.json:

@@ -8,7 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from rightsize.cli.args import parse_batch_list
+from rightsize.cli.args import parse_count_list
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.core.files import atomic_write_text
 from rightsize.core.units import format_bytes, parse_memory
@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ddp:
         return _run_ddp(args)
     settings = ProbeSettings(
-        world_sizes=tuple(parse_batch_list(args.world_sizes, "--world-sizes")),
+        world_sizes=tuple(parse_count_list(args.world_sizes, "--world-sizes", "world sizes")),
         min_bytes=parse_memory(args.min_size, "--min-size"),
         max_bytes=parse_memory(args.max_size, "--max-size"),
-        concurrency=tuple(parse_batch_list(args.concurrency, "--concurrency")),
+        concurrency=tuple(parse_count_list(args.concurrency, "--concurrency", "transfer counts")),
         repeats=args.repeats,
         rounds=args.rounds,
         min_seconds_per_point=args.min_seconds,
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_ddp(args: argparse.Namespace) -> int:
-    worlds = parse_batch_list(args.world_sizes, "--world-sizes")
+    worlds = parse_count_list(args.world_sizes, "--world-sizes", "world sizes")
     settings = DdpProbeSettings(
         world_sizes=tuple(sorted({1, *worlds})), rounds=max(args.rounds, 2), host=args.host
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from rightsize.cli.args import parse_batch_list, parse_options
+from rightsize.cli.args import parse_count_list, parse_options
 from rightsize.cli.output import print_json, progress_printer
 from rightsize.cli.predict_cmd import prediction_report, print_prediction_report
 from rightsize.cli.profiles import default_profile_path
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         search=BmaxSearch(max_batch=args.max_batch),
         sampling=args.sampling,
-        extra_batches=tuple(parse_batch_list(args.extra_batches, "--extra-batches")),
+        extra_batches=tuple(parse_count_list(args.extra_batches, "--extra-batches")),
         seed=args.seed,
     )
     options = parse_options(args.option)
