@@ -29,7 +29,8 @@ from bench_io import write_report
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.runtime.master import Master
-from rightsize.scaling.api import Action, EventKind, Observation, Plan, Policy
+from rightsize.scaling.api import Action, Observation, Plan, Policy
+from rightsize.scaling.shapes import oom_killed_memory_doubled
 from runtime_common import job_spec, load_note
 
 MI, GI = 2**20, 2**30
@@ -76,12 +77,9 @@ class Cycler(Policy):
         return None
 
     def decide(self, obs: Observation) -> Plan | None:
-        for event in obs.events:
-            if event.kind == EventKind.OOM_KILLED:
-                node = obs.shape.node(event.node)
-                bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes * 2)
-                return Plan(obs.shape.with_resources(node.name, bigger), Action.RELAUNCH_OOM,
-                            f"{node.name} OOM-killed: double its memory")  # fmt: skip
+        relaunch = oom_killed_memory_doubled(obs)
+        if relaunch is not None:
+            return relaunch
         if not self.steps or obs.time_s - obs.shape_since_s < self.settle_s:
             return None
         label, action, change = self.steps.pop(0)

@@ -18,7 +18,8 @@ from rightsize.core.spec import parse_job_spec
 from rightsize.runtime import checkpoint
 from rightsize.runtime.master import Master
 from rightsize.runtime.state import StateStore
-from rightsize.scaling.api import Action, EventKind, Plan, Policy
+from rightsize.scaling.api import Action, Plan, Policy
+from rightsize.scaling.shapes import oom_killed_memory_doubled
 
 pytestmark = pytest.mark.integration
 MI = 2**20
@@ -93,12 +94,9 @@ class Script(Policy):
 
     def decide(self, obs):
         self.seen.append(obs)
-        for event in obs.events:
-            if event.kind == EventKind.OOM_KILLED:
-                node = obs.shape.node(event.node)
-                bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes * 2)
-                return Plan(obs.shape.with_resources(node.name, bigger), Action.RELAUNCH_OOM,
-                            f"{node.name} OOM-killed: double its memory")  # fmt: skip
+        relaunch = oom_killed_memory_doubled(obs)
+        if relaunch is not None:
+            return relaunch
         if not self.steps or obs.time_s - obs.shape_since_s < self.every_s:
             return None
         action, change = self.steps.pop(0)

@@ -82,3 +82,18 @@ def test_additive_contract_defaults():
         obs.last_plan is plan and Observation("j", 0, plan.shape, budget, budget).last_plan is None
     )
     assert super(StaticPolicy, policy).decision_due_s(obs) == 60
+
+
+def test_an_oom_killed_node_is_relaunched_with_twice_its_memory():
+    from rightsize.scaling.api import Action, EventKind, NodeEvent
+    from rightsize.scaling.shapes import oom_killed_memory_doubled
+
+    shape = one_ps_two_workers(Resources(3, 6 * GI))  # 2 GiB each
+    budget = Resources(30, 60 * GI)
+    quiet = Observation("j", 60, shape, budget, budget)
+    assert oom_killed_memory_doubled(quiet) is None
+    events = (NodeEvent(5.0, "worker-1", EventKind.OOM_KILLED),)
+    plan = oom_killed_memory_doubled(Observation("j", 60, shape, budget, budget, events=events))
+    assert plan.action == Action.RELAUNCH_OOM
+    assert plan.shape.node("worker-1").resources == Resources(1, 4 * GI)  # 1 cpu kept
+    assert plan.shape.node("worker-0").resources == Resources(1, 2 * GI)  # the others as they were

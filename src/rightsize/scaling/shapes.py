@@ -13,7 +13,7 @@ from functools import lru_cache
 from rightsize.core.errors import ResourceError
 from rightsize.core.resources import CPU_DECIMALS, Resources
 from rightsize.core.shape import ClusterShape, DTConfig, NodeRole
-from rightsize.scaling.api import Observation
+from rightsize.scaling.api import Action, EventKind, Observation, Plan
 
 MILLICORE = 10**-CPU_DECIMALS
 LAUNCH_SHAPES = 256  # remembered launch shapes (a cache bound, not a model parameter)
@@ -107,3 +107,19 @@ def grows_within(obs: Observation, shape: ClusterShape) -> bool:
         max(0.0, new.cpu_cores - now.cpu_cores), max(0, new.memory_bytes - now.memory_bytes)
     )
     return extra.fits_within(growth_room(obs))
+
+
+def oom_killed_memory_doubled(obs: Observation) -> Plan | None:
+    """The first OOM-killed node of ``obs.events`` relaunched with twice its memory (DLRover
+    §4.2's remedy for one node), or None if none was killed. Scripted policies (tests,
+    benchmarks) run it before their script; DLRover's policy has its own (§4.2 whole)."""
+    for event in obs.events:
+        if event.kind == EventKind.OOM_KILLED:
+            node = obs.shape.node(event.node)
+            bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes * 2)
+            return Plan(
+                obs.shape.with_resources(node.name, bigger),
+                Action.RELAUNCH_OOM,
+                f"{node.name} OOM-killed: double its memory",
+            )
+    return None
