@@ -28,7 +28,7 @@ from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
-from rightsize.scaling.nearchus import stability_points
+from rightsize.scaling.nearchus_stability import stability_points
 from rightsize.scaling.optimus import (
     KnownSpeeds,
     OptimusPolicy,

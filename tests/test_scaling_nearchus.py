@@ -17,12 +17,8 @@ from rightsize.scaling.api import (
     Plan,
     ShapeRecord,
 )
-from rightsize.scaling.nearchus import (
-    NearchusPolicy,
-    psn_bottleneck,
-    stability_points,
-    stable_window,
-)
+from rightsize.scaling.nearchus import NearchusPolicy, psn_bottleneck
+from rightsize.scaling.nearchus_stability import stability_points, stable_window
 from rightsize.scaling.registry import make_policy
 
 LINK = 100.0  # bytes/s, so a net figure reads as a percentage

@@ -52,7 +52,8 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import Action, MetricSample, Observation, Plan
-from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, StableWindow
+from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy
+from rightsize.scaling.nearchus_stability import StableWindow
 from rightsize.scaling.params import with_overrides
 from rightsize.scaling.shapes import redistributed, rounding_room, scaled_out
 
