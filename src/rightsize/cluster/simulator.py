@@ -338,13 +338,12 @@ class _Run:
         """The job as its policy sees it now (or at ``at``, for a job with nothing new to see
         before then: see ``_first_tick_s``)."""
         batch = job.model.model.batch_size
-        started_s = job.started_s or 0.0  # the policy's clock: ``job.rel``, spelled out
         return observation(
             {
-                "job": job.spec.name,
-                "time_s": (self.now if at is None else at) - started_s,
+                "job": job.name,
+                "time_s": job.rel(self.now if at is None else at),
                 "shape": job.shape,
-                "budget": job.spec.budget,
+                "budget": job.budget,
                 "free": self.scheduler.free_for_running(),
                 "window": job.window,
                 "events": job.events,
@@ -355,7 +354,7 @@ class _Run:
                 "plans": job.plans,
                 "prior": job.prior,
                 "node_limit": self.cluster.node_limit,
-                "shape_since_s": job.shape_since_s - started_s,
+                "shape_since_s": job.rel(job.shape_since_s),
             }
         )
 

@@ -56,15 +56,22 @@ def start_method() -> str:
     return "spawn"
 
 
+#: Tensor dtypes ``Tensor.numpy`` and ``torch.from_numpy`` carry unchanged.
+NUMPY_DTYPES = frozenset(
+    {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+     torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
+)  # fmt: skip
+
+
 class _CheckpointPickler(pickle.Pickler):
     """Pickles a plain CPU tensor as its NumPy array: the raw bytes in one copy.
 
     ``torch.save`` writes a zip archive with a record per storage: 3.9x slower
     to write and 3.7x slower to read for MLP-3 checkpoints with Adam's state
-    (``benchmarks/packing_overheads.py``), and a search moves hundreds of them. The bytes are the
-    same either way, so a trial's result cannot depend on the codec. Anything
-    else (a dtype NumPy lacks, a view with gaps, a tensor needing gradients, a
-    device tensor) takes the default path.
+    (``benchmarks/packing_overheads.py``), and a search moves hundreds of
+    them. The bytes are the same either way, so a trial's result cannot depend
+    on the codec. Anything else (a dtype NumPy lacks, a view with gaps, a
+    tensor needing gradients, a device tensor) takes the default path.
     """
 
     def reducer_override(self, obj):
@@ -80,13 +87,6 @@ def _as_array(tensor: torch.Tensor) -> bool:
         and tensor.is_contiguous()
         and not tensor.requires_grad
     )
-
-
-#: Tensor dtypes ``Tensor.numpy`` and ``torch.from_numpy`` carry unchanged.
-NUMPY_DTYPES = frozenset(
-    {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-     torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
-)  # fmt: skip
 
 
 def dumps(value: Any) -> bytes:
