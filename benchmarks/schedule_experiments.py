@@ -61,7 +61,9 @@ VARIANTS = (
     "nearchus-all-idle=nearchus:reclaim_fraction=1,launch_min_cores=15",
     "nearchus-r0-only=nearchus:launch_min_cores=0",
 )
-SINGLE_BUDGET_CORES = 100.0  # §V-A: "start with (1ps, 2wk) and 15 vCPUs", R0 = 15% of 100
+# §V-A: "the same resource budget of 100 vCPUs for Cluster A and 300 vCPUs for Cluster B"
+SINGLE_BUDGET_CORES = {"A": 100.0, "B": 300.0}
+OTHER_SINGLE_BUDGET_CORES = 100.0  # a cluster §V does not name
 SINGLE_EPOCHS = 300.0
 MULTI_METRICS = ("avg_jct_s", "avg_queue_s", "avg_run_s", "makespan_s", "cpu_used_pct",
                  "restarts", "failed")  # fmt: skip
@@ -150,9 +152,14 @@ def multi_job(cluster_name: str, labelled, seeds: list[int], setting: dict, log)
     }
 
 
+def single_budget(cluster_name: str) -> float:
+    """The single job's budget on ``cluster_name`` (§V-A: 100 vCPU on A, 300 on B)."""
+    return SINGLE_BUDGET_CORES.get(cluster_name, OTHER_SINGLE_BUDGET_CORES)
+
+
 def single(cluster_name: str, model: str, labelled, seeds: list[int], setting: dict, log) -> dict:
     cluster = parse_cluster(cluster_name)
-    trace = single_job(model, SINGLE_BUDGET_CORES, SINGLE_EPOCHS)
+    trace = single_job(model, single_budget(cluster_name), SINGLE_EPOCHS)
     per_seed = []
     for seed in seeds:
         log(f"single job {model}, cluster {cluster_name}, seed {seed}, {setting}")
@@ -208,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "policies": {label: [name, params] for label, (name, params) in labelled.items()},
         "settings": modes,
         "single_job": {
-            "budget_cpu": SINGLE_BUDGET_CORES,
+            "budget_cpu": {c: single_budget(c) for c in clusters},
             "epochs": SINGLE_EPOCHS,
             "results": {
                 mode: {
@@ -271,11 +278,11 @@ def print_multi(multi: dict) -> None:
             print(f"  {name:22} {_fmt(c['median'], 0.01, '{:+.1f}%')}")
 
 
-def print_single(results: dict, budget_cpu: float) -> None:
+def print_single(results: dict, budget_cpu: dict[str, float]) -> None:
     for cluster, models in results.items():
         if not models:
             continue
-        print(f"\nsingle job, budget {budget_cpu:g} cpu, cluster {cluster}")
+        print(f"\nsingle job, budget {budget_cpu[cluster]:g} cpu, cluster {cluster}")
         print("model        policy               best steps/s  JCT h  to 95% h  restarts")
         for model, block in models.items():
             for label, m in block["medians"].items():
