@@ -239,10 +239,8 @@ def _losses(report: dict) -> list[dict]:
     return [r["losses"] for r in report["rungs"]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def search_arguments(parser: argparse.ArgumentParser) -> None:
+    """The search's own options (what :func:`run_variant` reads), shared with packing_ceiling."""
     parser.add_argument("--workload", default="mlp3")
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--space", default=str(ROOT / "examples" / "spaces" / "table3.yaml"))
@@ -252,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", default="40Mi", help="pack memory limit (default 40Mi)")
     parser.add_argument("--threshold", type=float, default=float("inf"), help="knn threshold")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--allocator", choices=("retain", "default"), default="retain")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    search_arguments(parser)
     parser.add_argument(
         "--repeats", type=int, default=3, help="runs of each variant (medians kept)"
     )
@@ -259,7 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", default="1,2", help="torch thread counts, each variant at each (default 1,2)"
     )
-    parser.add_argument("--allocator", choices=("retain", "default"), default="retain")
     parser.add_argument(
         "--quick", action="store_true", help="R=9, 2 steps per unit, 1 run: check it runs"
     )
