@@ -11,7 +11,7 @@ from rightsize.core.errors import RightsizeError
 from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import fuse, resize, set_blocks
 from rightsize.packing.pack import PackSettings
-from rightsize.packing.ragged import mean_weights
+from rightsize.packing.ragged import KeptViews, mean_weights
 from rightsize.workloads.models.mlp import mlp3
 
 ACTIVATIONS = ["relu", "tanh", "sigmoid", "leaky_relu"]
@@ -106,3 +106,42 @@ def test_models_it_cannot_follow_keep_autograd(model):
 def test_an_unknown_backward_is_refused():
     with pytest.raises(RightsizeError, match="backward"):
         PackSettings(batch_mode="ragged", backward="engine")
+
+
+def test_kept_views_follow_in_place_updates_and_repacking():
+    # The step keeps its outputs and per-trial views between steps: they must follow the
+    # optimizer's in-place updates, and be dropped when repacking replaces the parameters.
+    fused = fuse(models(ACTIVATIONS), torch.randn(4, 64), mix_activations=True, ragged=True)
+    step = DirectStep.compile(fused, 4, torch.randn(4, 64))
+    layouts = (
+        ([20, 65, 45, 30], None),
+        ([20, 65, 45, 30], torch.tensor([0, 1, 2, 3])),  # new parameters, the same sizes
+        ([65, 30], torch.tensor([1, 3])),
+    )
+    for sizes, keep in layouts:
+        if keep is not None:
+            resize(fused, keep)
+        targets, weight = rows(sizes)
+        for _ in range(3):
+            x = torch.randn(max(sizes), 64)
+            expected_out, expected = autograd_grads(fused, x, targets, weight, sizes)
+            out = step.run(x, targets, weight, sizes)
+            assert torch.equal(out, expected_out)
+            with torch.no_grad():
+                for param, grad in zip(fused.parameters(), expected, strict=True):
+                    assert torch.equal(param.grad, grad)
+                    param.sub_(0.1 * param.grad)  # an optimizer's in-place update
+                    param.grad = None
+
+
+def test_kept_views_keep_only_what_they_own():
+    weight = torch.randn(3, 4, 5)
+    views = KeptViews([weight])
+    assert views.unbind_t(weight) is views.unbind_t(weight)  # owned: kept
+    fresh = torch.randn(6, 5)
+    assert views.split(fresh, [2, 4]) is not views.split(fresh, [2, 4])  # not owned: anew
+    out = views.empty("y", weight, (6, 4), fresh)
+    assert views.empty("y", weight, (6, 4), fresh) is out  # an output is reused...
+    assert views.split(out, [2, 4]) is views.split(out, [2, 4])  # ...and its views kept
+    assert views.empty("y", weight, (7, 4), fresh) is not out  # a new shape: a new output
+    assert views.empty("y", fresh, (6, 4), fresh) is not views.empty("y", fresh, (6, 4), fresh)

@@ -35,7 +35,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from rightsize.packing.fused import StackedActivation, StackedLinear, call_order, set_blocks
-from rightsize.packing.ragged import linear_backward, linear_forward, mean_weights
+from rightsize.packing.ragged import (
+    FreshViews,
+    KeptViews,
+    linear_backward,
+    linear_forward,
+    mean_weights,
+)
 
 aten = torch.ops.aten
 IGNORE_INDEX = -100  # F.cross_entropy's default
@@ -111,6 +117,8 @@ class DirectStep:
     def __init__(self, flatten: bool, layers: Sequence[_Linear | _Activation]) -> None:
         self._flatten = flatten
         self._layers = list(layers)
+        self._layout: tuple | None = None  # what self._views were kept for
+        self._views: FreshViews = FreshViews()
 
     @classmethod
     def compile(cls, fused: nn.Module, trials: int, probe: torch.Tensor) -> DirectStep | None:
@@ -164,35 +172,68 @@ class DirectStep:
             row_weight: ``1/b_i`` for every row of trial ``i`` (its mean).
             sizes: each trial's batch size, in the group's order.
         """
+        views = self._views_for(sizes)
         with torch.no_grad():
             h = x.flatten(1) if self._flatten else x
+            # into a kept tensor, so that every trial's rows of it are kept views too
+            h = views.empty("input", self._head_weight, h.shape, h).copy_(h)
             saved = []  # per layer: its input and output
             for layer in self._layers:
                 if isinstance(layer, _Linear):
                     m = layer.module
-                    out = linear_forward(h, m.weight, m.bias, sizes, m.shared_input)
+                    out = linear_forward(h, m.weight, m.bias, sizes, m.shared_input, views)
                 else:
-                    out = _activate(layer.runs(len(sizes)), h, sizes)
+                    out = _activate(layer.runs(len(sizes)), h, sizes, views)
                 saved.append((h, out))
                 h = out
             log_p = torch.log_softmax(h, 1)
             grad = aten.nll_loss_backward(
                 row_weight, log_p, targets, None, NO_REDUCTION, IGNORE_INDEX, log_p.new_ones(())
             )
-            grad = torch._log_softmax_backward_data(grad, log_p, 1, log_p.dtype)
+            grad = aten._log_softmax_backward_data.out(
+                grad, log_p, 1, log_p.dtype,
+                out=views.empty("loss_grad", self._head_weight, log_p.shape, log_p),
+            )  # fmt: skip
             for index in range(len(self._layers) - 1, -1, -1):
                 layer, (inputs, output) = self._layers[index], saved[index]
                 if isinstance(layer, _Activation):
-                    grad = _activation_grad(layer.runs(len(sizes)), grad, inputs, output, sizes)
+                    runs = layer.runs(len(sizes))
+                    grad = _activation_grad(runs, grad, inputs, output, sizes, views)
                     continue
                 m = layer.module
                 grad_x, m.weight.grad, grad_b = linear_backward(
-                    grad, inputs, m.weight, sizes, m.shared_input, m.bias is not None, index > 0
-                )
+                    grad, inputs, m.weight, sizes, m.shared_input, m.bias is not None, index > 0,
+                    views,
+                )  # fmt: skip
                 if m.bias is not None:
                     m.bias.grad = grad_b
                 grad = grad_x
         return h
+
+    @property
+    def _head_weight(self) -> torch.Tensor:
+        """The last layer's weight: the owner of the step's own outputs."""
+        return self._layers[-1].module.weight
+
+    def _views_for(self, sizes: list[int]) -> FreshViews:
+        """Views and outputs kept while the layout holds: the same sizes, parameters and
+        activation runs (repacking replaces the parameters and the runs)."""
+        params = [
+            t
+            for layer in self._layers
+            if isinstance(layer, _Linear)
+            for t in (layer.module.weight, layer.module.bias)
+            if t is not None
+        ]
+        runs = [
+            tuple(layer.runs(len(sizes)))
+            for layer in self._layers
+            if isinstance(layer, _Activation)
+        ]
+        layout = (tuple(sizes), params, runs)
+        if not _same_layout(layout, self._layout):
+            self._layout, self._views = layout, KeptViews(params)
+        return self._views
 
     def _agrees(self, fused: nn.Module, probe: torch.Tensor, rows: list[int]) -> bool:
         """Output and gradients equal the autograd path's on ``probe``, bit for bit."""
@@ -222,24 +263,37 @@ def _supported(module: nn.Module) -> bool:
     return type(module) in ACTIVATION_KERNELS
 
 
+def _same_layout(a: tuple | None, b: tuple | None) -> bool:
+    """Equal sizes and runs, and the very same parameter tensors (``==`` would compare values)."""
+    if a is None or b is None:
+        return False
+    (sizes_a, params_a, runs_a), (sizes_b, params_b, runs_b) = a, b
+    return (
+        sizes_a == sizes_b
+        and runs_a == runs_b
+        and len(params_a) == len(params_b)
+        and all(p is q for p, q in zip(params_a, params_b, strict=True))
+    )
+
+
 def _run_rows(runs, sizes: list[int]) -> list[int]:
     return [sum(sizes[lo:hi]) for lo, hi, _ in runs]
 
 
-def _activate(runs, h: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    out = torch.empty_like(h)
+def _activate(runs, h: torch.Tensor, sizes: list[int], views: FreshViews) -> torch.Tensor:
+    out = views.empty("activation", h, h.shape, h)
     rows = _run_rows(runs, sizes)
-    for x, y, (_, _, fn) in zip(h.split(rows), out.split(rows), runs, strict=True):
+    for x, y, (_, _, fn) in zip(views.split(h, rows), views.split(out, rows), runs, strict=True):
         ACTIVATION_KERNELS[type(fn)][0](x, fn, y)
     return out
 
 
-def _activation_grad(runs, grad, inputs, output, sizes: list[int]) -> torch.Tensor:
-    grad_in = torch.empty_like(grad)
+def _activation_grad(runs, grad, inputs, output, sizes: list[int], views: FreshViews):
+    grad_in = views.empty("activation_grad", inputs, grad.shape, grad)
     rows = _run_rows(runs, sizes)
     parts = zip(
-        grad.split(rows), inputs.split(rows), output.split(rows), grad_in.split(rows), runs,
-        strict=True,
+        views.split(grad, rows), views.split(inputs, rows), views.split(output, rows),
+        views.split(grad_in, rows), runs, strict=True,
     )  # fmt: skip
     for g, x, y, g_in, (_, _, fn) in parts:
         ACTIVATION_KERNELS[type(fn)][1](g, x, y, fn, g_in)

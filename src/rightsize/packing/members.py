@@ -93,6 +93,7 @@ class FusedGroup:
         self.ragged, self.direct = ragged, direct
         self.names = [name for name, _ in fused.named_parameters()]
         self._picks: list[list[Pick]] = []
+        self._grad_views: tuple[list, list[list[torch.Tensor]]] | None = None
         self._reweigh()
 
     @property
@@ -157,7 +158,7 @@ class FusedGroup:
         returns gradients in the same units.
         """
         stacked = [p.detach() for p in self.model.parameters()]
-        members, self._picks = [], []
+        members, self._picks, self._grad_views = [], [], None
         own = [[t.optimizer_state.setdefault(n, {}) for n in self.names] for t in self.trials]
         for lo, hi in self._spec_runs() if stack else [(i, i + 1) for i in range(len(self.trials))]:
             spec = self.trials[lo].spec.optimizer
@@ -178,7 +179,13 @@ class FusedGroup:
     def grads(self) -> list[list[torch.Tensor]]:
         """Gradients per optimizer unit of the last :meth:`optimizer_members`."""
         full = [p.grad for p in self._params]
-        return [[full[j][pick] for j, pick in picks] for picks in self._picks]
+        kept = self._grad_views
+        # the direct step writes every step's gradients into the same tensors: keep their views
+        if kept is None or not all(a is b for a, b in zip(full, kept[0], strict=True)):
+            kept = self._grad_views = (
+                full, [[full[j][pick] for j, pick in picks] for picks in self._picks]
+            )  # fmt: skip
+        return kept[1]
 
     def clear_grads(self) -> None:
         for p in self._params:  # cached: model.parameters() walks every module each call

@@ -22,12 +22,110 @@ FLOP as one ``bmm`` of the same shapes, so removing the padded rows is a net gai
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch.nn import functional as F
 
 Spans = tuple[tuple[int, int], ...]  # (first row, end row) of each trial's block
+
+
+class FreshViews:
+    """Per-trial views and output tensors, made anew at every call (the autograd path).
+
+    The ragged functions take their views and outputs from one of these, so
+    that :class:`KeptViews` can keep them from one step to the next.
+    """
+
+    def empty(self, name: str, owner: torch.Tensor, shape, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialized output ``name`` belonging to ``owner`` (e.g. a layer's weight)."""
+        return like.new_empty(shape)
+
+    def split(self, t: torch.Tensor, sizes: Sequence[int], dim: int = 0) -> list[torch.Tensor]:
+        return list(t.split(sizes, dim))
+
+    def split_t(self, t: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
+        """Each block of ``t``'s rows, transposed."""
+        return list(t.t().split(sizes, dim=1))
+
+    def unbind(self, t: torch.Tensor) -> list[torch.Tensor]:
+        return list(t.unbind(0))
+
+    def unbind_t(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """Each ``[out, in]`` matrix of a stacked weight, transposed."""
+        return list(t.transpose(1, 2).unbind(0))
+
+    def prefixes(self, t: torch.Tensor, sizes: Sequence[int]) -> list[torch.Tensor]:
+        """The first ``b_i`` rows of ``t`` for each trial (a shared input)."""
+        return [t[:size] for size in sizes]
+
+
+class KeptViews(FreshViews):
+    """:class:`FreshViews` that keep what they make, for a step repeated on one layout.
+
+    Outputs are allocated once per (name, owner) and reused; views are kept for
+    tensors this object owns — the ``owned`` ones it is given (weights and
+    biases, updated in place by the optimizer) and the outputs it allocated —
+    and made anew for any other tensor. At MLP-3's sizes each view or
+    allocation is a visible share of a trial's step (a few microseconds against
+    a product of ~30), and a pack makes ~20 per trial per step. What is
+    computed does not change: the same kernels write into tensors of the same
+    shapes and strides. An output is overwritten by the next step, so whoever
+    holds one must be done with it by then. A tensor it does not own (a new
+    parameter after repacking, a new batch) gets new views and outputs, so
+    kept ones never outlive what they view; an owned tensor must not have its
+    storage swapped in place (``.data =``, ``set_``), which nothing here does.
+    """
+
+    def __init__(self, owned: Iterable[torch.Tensor]) -> None:
+        self._owned = {id(t): t for t in owned}
+        self._outputs: dict[tuple[str, int], torch.Tensor] = {}
+        self._views: dict[tuple, list[torch.Tensor]] = {}
+
+    def empty(self, name: str, owner: torch.Tensor, shape, like: torch.Tensor) -> torch.Tensor:
+        key = (name, id(owner))
+        out = self._outputs.get(key) if self._owns(owner) else None
+        if out is None or out.shape != shape:
+            out = like.new_empty(shape)
+            if self._owns(owner):
+                self._outputs[key] = self._owned[id(out)] = out
+        return out
+
+    def split(self, t, sizes, dim=0):
+        return self._kept(
+            t, ("split", tuple(sizes), dim), lambda: super(KeptViews, self).split(t, sizes, dim)
+        )
+
+    def split_t(self, t, sizes):
+        return self._kept(
+            t, ("split_t", tuple(sizes)), lambda: super(KeptViews, self).split_t(t, sizes)
+        )
+
+    def unbind(self, t):
+        return self._kept(t, ("unbind",), lambda: super(KeptViews, self).unbind(t))
+
+    def unbind_t(self, t):
+        return self._kept(t, ("unbind_t",), lambda: super(KeptViews, self).unbind_t(t))
+
+    def prefixes(self, t, sizes):
+        return self._kept(
+            t, ("prefixes", tuple(sizes)), lambda: super(KeptViews, self).prefixes(t, sizes)
+        )
+
+    def _owns(self, t: torch.Tensor) -> bool:
+        return self._owned.get(id(t)) is t
+
+    def _kept(self, t: torch.Tensor, kind: tuple, make) -> list[torch.Tensor]:
+        if not self._owns(t):
+            return make()
+        key = (id(t), *kind)
+        views = self._views.get(key)
+        if views is None:
+            views = self._views[key] = make()
+        return views
+
+
+FRESH = FreshViews()
 
 
 def spans(rows: Sequence[int]) -> Spans:
@@ -46,7 +144,12 @@ def mean_weights(sizes: Sequence[int], device: torch.device | str) -> torch.Tens
 
 
 def linear_forward(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, sizes: list[int], shared: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    sizes: list[int],
+    shared: bool,
+    views: FreshViews = FRESH,
 ) -> torch.Tensor:
     """``y[block i] = x[rows of i] @ w[i].T + b[i]`` for each trial ``i`` (no autograd).
 
@@ -54,15 +157,16 @@ def linear_forward(
     indexing call per trial: at MLP-3's sizes a tensor operation's fixed cost
     (~2 us) is a visible share of a trial's product.
     """
-    y = x.new_empty(sum(sizes), weight.shape[1])
-    inputs = _rows(x, sizes, shared)
-    outs = y.split(sizes)
-    weights_t = weight.transpose(1, 2).unbind(0)
+    y = views.empty("y", weight, (sum(sizes), weight.shape[1]), x)
+    inputs = _rows(x, sizes, shared, views)
+    outs = views.split(y, sizes)
+    weights_t = views.unbind_t(weight)
     if bias is None:
         for x_i, w_i, y_i in zip(inputs, weights_t, outs, strict=True):
             torch.mm(x_i, w_i, out=y_i)
     else:
-        for x_i, w_i, b_i, y_i in zip(inputs, weights_t, bias.unbind(0), outs, strict=True):
+        biases = views.unbind(bias)
+        for x_i, w_i, b_i, y_i in zip(inputs, weights_t, biases, outs, strict=True):
             torch.addmm(b_i, x_i, w_i, out=y_i)
     return y
 
@@ -75,19 +179,22 @@ def linear_backward(
     shared: bool,
     has_bias: bool,
     input_grad: bool,
+    views: FreshViews = FRESH,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """The gradients of :func:`linear_forward`: ``(input, weight, bias)``, each computed as
     the trial's own autograd computes it (``grad.t() @ x``, ``grad.sum(0)``, ``grad @ w``)."""
-    grad_w = torch.empty_like(weight)
-    grads_t = grad.t().split(sizes, dim=1)
-    for g_t, x_i, gw_i in zip(grads_t, _rows(x, sizes, shared), grad_w.unbind(0), strict=True):
+    grad_w = views.empty("grad_w", weight, weight.shape, weight)
+    inputs = _rows(x, sizes, shared, views)
+    for g_t, x_i, gw_i in zip(
+        views.split_t(grad, sizes), inputs, views.unbind(grad_w), strict=True
+    ):
         torch.mm(g_t, x_i, out=gw_i)
     grad_b = None
     if has_bias:
-        grad_b = weight.new_empty(weight.shape[:2])
-        for g_i, gb_i in zip(grad.split(sizes), grad_b.unbind(0), strict=True):
+        grad_b = views.empty("grad_b", weight, weight.shape[:2], weight)
+        for g_i, gb_i in zip(views.split(grad, sizes), views.unbind(grad_b), strict=True):
             torch.sum(g_i, dim=0, out=gb_i)
-    grad_x = _input_grad(grad, weight, x, sizes, shared) if input_grad else None
+    grad_x = _input_grad(grad, weight, x, sizes, shared, views) if input_grad else None
     return grad_x, grad_w, grad_b
 
 
@@ -110,20 +217,22 @@ class _RaggedLinearFn(torch.autograd.Function):
         return *grads, None, None
 
 
-def _rows(x: torch.Tensor, sizes: list[int], shared: bool) -> list[torch.Tensor]:
+def _rows(
+    x: torch.Tensor, sizes: list[int], shared: bool, views: FreshViews = FRESH
+) -> list[torch.Tensor]:
     """Each trial's input rows: its block, or (shared input) the batch's first ``b_i`` rows."""
-    return [x[:size] for size in sizes] if shared else list(x.split(sizes))
+    return views.prefixes(x, sizes) if shared else views.split(x, sizes)
 
 
-def _input_grad(grad, weight, x, sizes: list[int], shared: bool) -> torch.Tensor:
+def _input_grad(grad, weight, x, sizes: list[int], shared: bool, views: FreshViews = FRESH):
     if shared:  # the trials' gradients add up on the rows they share
         grad_x = torch.zeros_like(x)
         for g_i, w_i in zip(grad.split(sizes), weight.unbind(0), strict=True):
             grad_x[: len(g_i)] += g_i @ w_i
         return grad_x
-    grad_x = torch.empty_like(x)
+    grad_x = views.empty("grad_x", weight, x.shape, x)
     for g_i, w_i, gx_i in zip(
-        grad.split(sizes), weight.unbind(0), grad_x.split(sizes), strict=True
+        views.split(grad, sizes), views.unbind(weight), views.split(grad_x, sizes), strict=True
     ):
         torch.mm(g_i, w_i, out=gx_i)
     return grad_x
