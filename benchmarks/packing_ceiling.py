@@ -18,8 +18,11 @@ whatever else it does: that bound assumes perfect scaling and nothing outside
 the steps (no evaluation, checkpoints, pack building or waiting at phase
 barriers). So ``original_s / (step_s / W)`` is the largest speedup the packed
 step allows, and ``step_s / trial_steps`` is what one trial-step costs in it.
-The instrumentation only reads a clock around two calls; the runs find the
-same best configuration as without it (checked).
+The instrumentation only reads a clock around two calls. Each round records
+both searches' best configurations but does not require them to agree: two
+threads sum a product's terms in another order than one, and on some CPUs
+(AMD EPYC here) that alone changes which trial Hyperband promotes.
+``packing_hyperband.py`` checks packed against original at the same threads.
 
 Usage:
     python benchmarks/packing_ceiling.py --out benchmarks/results/packing_ceiling.json
@@ -50,25 +53,22 @@ CORES = 2  # this machine's, and the two workers of the headline's packed run
 @contextmanager
 def step_clock() -> Iterator[dict[str, float]]:
     """Seconds in ``Pack.train_step`` and, within it, in the optimizer update, while open."""
-    spent = {"step_s": 0.0, "optimizer_s": 0.0, "steps": 0}
+    spent = {"step_s": 0.0, "steps": 0, "optimizer_step_s": 0.0, "optimizer_steps": 0}
     train_step, optimizer_step = Pack.train_step, VectorOptimizer.step
 
-    def timed_step(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return train_step(self, *args, **kwargs)
-        finally:
-            spent["step_s"] += time.perf_counter() - start
-            spent["steps"] += 1
+    def timed(method, name: str):
+        def call(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                spent[f"{name}_s"] += time.perf_counter() - start
+                spent[f"{name}s"] += 1
 
-    def timed_update(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return optimizer_step(self, *args, **kwargs)
-        finally:
-            spent["optimizer_s"] += time.perf_counter() - start
+        return call
 
-    Pack.train_step, VectorOptimizer.step = timed_step, timed_update
+    Pack.train_step = timed(train_step, "step")
+    VectorOptimizer.step = timed(optimizer_step, "optimizer_step")
     try:
         yield spent
     finally:
@@ -101,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             with step_clock() as spent:
                 packed = run_variant(args.variant, 1, args, registry, space)
-        if packed["best"]["config"] != original["best"]["config"]:
-            raise SystemExit("the packed search found another best configuration than the original")
         trial_steps = packed["trial_steps"]
         row = {
             "original_s": original["wall_s"],
@@ -111,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             "trial_steps": trial_steps,
             "step_share_of_packed": spent["step_s"] / packed["wall_s"],
             "ms_per_trial_step": 1e3 * spent["step_s"] / trial_steps,
-            "optimizer_ms_per_trial_step": 1e3 * spent["optimizer_s"] / trial_steps,
+            "optimizer_ms_per_trial_step": 1e3 * spent["optimizer_step_s"] / trial_steps,
             "ceiling_speedup": original["wall_s"] / (spent["step_s"] / CORES),
+            "best": {"original": original["best"], "packed": packed["best"]},
         }
         rounds.append(row)
         print(
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-    medians = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    medians = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if key != "best"}
     print(
         f"medians: original {medians['original_s']:.2f}s, steps {medians['step_s']:.2f}s "
         f"({medians['ms_per_trial_step']:.3f} ms per trial-step), ceiling "
