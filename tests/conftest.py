@@ -19,3 +19,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--chaos-schedules", type=int, default=0, metavar="N",
+        help="run N seeded chaos schedules (tests marked chaos; seeds from --chaos-first-seed)",
+    )  # fmt: skip
+    parser.addoption("--chaos-first-seed", type=int, default=0, metavar="SEED")
+
+
+def pytest_generate_tests(metafunc):
+    if "chaos_seed" in metafunc.fixturenames:
+        first = metafunc.config.getoption("--chaos-first-seed")
+        count = metafunc.config.getoption("--chaos-schedules")
+        metafunc.parametrize("chaos_seed", range(first, first + count))

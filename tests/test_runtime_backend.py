@@ -25,7 +25,7 @@ from rightsize.runtime.backends.cgroups import (
 from rightsize.runtime.backends.local import LocalBackend, threads_for
 from rightsize.runtime.checkpoint import check_writable, load, save_atomic
 from rightsize.runtime.clock import FakeClock
-from rightsize.runtime.state import CheckpointRow, StateStore
+from rightsize.runtime.state import CheckpointRow, LaunchRow, StateStore
 from rightsize.runtime.transport import Client, Counters, Pacer, Server, decode, encode
 
 GI = 2**30
@@ -167,11 +167,14 @@ def test_checkpoint_files_are_written_atomically(tmp_path):
 
 def test_state_store_round_trip(tmp_path):
     store = StateStore(tmp_path / "job.sqlite")
-    store.start_job("j", {"a": 1}, "abc", 100.0)
     shape = ClusterShape.from_counts(1, 1, Resources(1, GI), Resources(1, GI))
-    store.record_shape(0.0, "launch", "why", shape, True, 1.5, {"x": 1}, {"note": "n"})
+    seq = store.start_job("j", {"a": 1}, "abc", 100.0, LaunchRow(shape, "launch", "why", {"note": "n"}))
+    # the launch shape is there before any node starts: a master killed now can be resumed
+    assert store.current_shape() == shape and store.timeline()[0]["transition_s"] is None
+    store.set_transition(seq, 1.5, {"x": 1}, "why (done)")
     store.record_shape(5.0, "add_ps", "no", ClusterShape(), False)
     assert store.current_shape() == shape and store.timeline()[0]["notes"] == {"note": "n"}
+    assert store.timeline()[0]["transition_s"] == 1.5 and store.timeline()[0]["reason"] == "why (done)"
     for v in (1, 2, 3):
         store.commit_checkpoint(CheckpointRow(v, v, {"epoch": v}, {"ps-0": "f"}, {}, 10 * v))
     store.forget_checkpoints({2, 3})
@@ -181,6 +184,14 @@ def test_state_store_round_trip(tmp_path):
     store.update_job(status="finished")
     assert store.job()["status"] == "finished" and store.job()["spec"] == {"a": 1}
     store.close()
+
+
+def test_a_file_that_is_not_a_state_file_is_one_clear_error(tmp_path):
+    path = tmp_path / "job.sqlite"
+    path.write_bytes(b"\x00garbage, not SQLite" * 100)
+    with pytest.raises(SpecError, match="is not a rightsize state file"):
+        StateStore(path)
+    assert path.read_bytes().startswith(b"\x00garbage")  # left as it was
 
 
 def test_encode_packs_small_tensors_and_decodes_all():

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rightsize.runtime.chaos import counter_job, trained_counts
 from test_runtime_jobs import assert_exactly_once, job_spec
 
 pytestmark = pytest.mark.integration
@@ -69,6 +70,17 @@ def progress(spec) -> tuple[int, int]:
     except sqlite3.OperationalError:  # not created yet
         return 0, 0
     return (json.loads(row[0])["steps_done"] if row else 0), versions
+
+
+def latest_version(spec) -> int:
+    """The newest committed checkpoint version in the state file (0 if none yet)."""
+    if not spec.state_path.exists():
+        return 0
+    try:
+        with sqlite3.connect(spec.state_path, timeout=5) as db:
+            return db.execute("SELECT MAX(version) FROM checkpoints").fetchone()[0] or 0
+    except sqlite3.OperationalError:  # not created yet
+        return 0
 
 
 def node_pid(master_pid: int, name: str) -> int | None:
@@ -134,3 +146,26 @@ def test_a_killed_master_is_resumed_by_the_next_run(tmp_path):
     assert report["timeline"][-1]["action"] == "resume"
     assert "resuming from checkpoint v" in report["timeline"][-1]["reason"]
     assert_exactly_once(spec, 1797, 30)
+
+
+def test_sigint_and_sigterm_checkpoint_and_the_rerun_resumes(tmp_path):
+    job, spec = counter_job(tmp_path, epochs=40)
+    resumed_from = []
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        proc = start(job)
+        before = latest_version(spec)
+        wait_for(lambda b=before: latest_version(spec) > b and progress(spec)[0] > 0, "a checkpoint")
+        # SIGINT as a terminal sends it (the whole foreground group); SIGTERM to the master
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+        lines = err.decode().strip().splitlines()
+        assert proc.returncode == code and "Traceback" not in err.decode(), err.decode()[-2000:]
+        name = signal.Signals(sig).name
+        assert lines[-1].startswith(f"error: interrupted by {name}; checkpoint v"), lines[-1]
+        resumed_from.append(int(lines[-1].split("checkpoint v")[1].split()[0]))
+    report = finish(start(job))
+    resumes = [t["reason"] for t in report["timeline"] if t["action"] == "resume"]
+    assert len(resumes) == 2  # each rerun resumed from the checkpoint its signal took
+    assert all(f"resuming from checkpoint v{v}" in r
+               for r, v in zip(resumes, resumed_from, strict=True))  # fmt: skip
+    assert all(c.min() == c.max() == 40 for c in trained_counts(spec).values())

@@ -35,7 +35,7 @@ def job_spec(tmp_path: Path, **fields):
         "batch_size": 64,
         "epochs": 4,
         "strategy": "ps",
-        "budget": {"cpu": 6, "memory": "16Gi"},
+        "budget": {"cpu": 2, "memory": "16Gi"},
         "initial_shape": {
             "ps": {"count": 1, "cpu": 0.5, "memory": "1Gi"},
             "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"},
@@ -113,6 +113,7 @@ def test_resizing_in_place_changes_the_cpu_a_node_uses(tmp_path):
         tmp_path, workload="small-cnn", dataset="synthetic-cifar", dataset_size=4096, epochs=40,
         options={}, initial_shape={"ps": {"count": 1, "cpu": 1, "memory": "1Gi"},
                                    "workers": {"count": 1, "cpu": 1, "memory": "1Gi"}},
+        budget={"cpu": 3, "memory": "8Gi"}, runtime={"oversubscribe": True},
     )  # fmt: skip
     small, large = Resources(0.1, 1024 * MI), Resources(1.5, 1024 * MI)
     policy = Script([(Action.RESHAPE, lambda s: s.with_resources("worker-0", small)),
@@ -121,7 +122,7 @@ def test_resizing_in_place_changes_the_cpu_a_node_uses(tmp_path):
     master = Master(spec, policy)
     pids = set()
     decide = policy.decide
-    policy.decide = lambda obs: pids.add(master.nodes.get("worker-0").pid) or decide(obs)
+    policy.decide = lambda obs: pids.add(master.job.nodes.get("worker-0").pid) or decide(obs)
     report = run_until(master, lambda: not policy.steps and len(policy.seen) >= 16)
     before, after = (
         held_usage(policy.seen, "worker-0", 0.1),
@@ -182,7 +183,7 @@ def test_every_elastic_operation_keeps_each_sample_exactly_once(tmp_path):
     assert all(t["transition_s"] > 0 for t in applied)
     assert "paused_s" in applied[2]["details"] and "first_step_s" in applied[1]["details"]
     assert [n["name"] for n in report["final_shape"]["nodes"]] == ["worker-0", "worker-2", "ps-2"]
-    assert_exactly_once(spec, 1797, master.manager.epoch, partial=True)
+    assert_exactly_once(spec, 1797, master.job.shards.epoch, partial=True)
     assert report["accounting"]["exactly_once"]
 
 

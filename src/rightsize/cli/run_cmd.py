@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,9 @@ from rightsize.cli.output import format_table, print_json
 from rightsize.core.spec import job_spec_help, load_job_spec
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.scaling.registry import make_policy, policy_names
+
+#: Exit status of a job that ran but failed: a node kept failing, or exactly-once was violated.
+JOB_FAILED = 1
 
 
 def register(subparsers) -> None:
@@ -43,12 +48,17 @@ def register(subparsers) -> None:
         "--fresh", action="store_true", help="start over even if the state file holds an "
         "unfinished run of this job"
     )  # fmt: skip
+    parser.add_argument(
+        "--oversubscribe", action="store_true", help="run nodes, shapes and budgets larger "
+        "than this machine (runtime.oversubscribe)"
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
 
     spec = load_job_spec(args.job)
@@ -56,20 +66,41 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(name, **(spec.policy.params if name == spec.policy.name else {}))
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
     view = ProgressView(quiet=args.quiet)
-    signal.signal(signal.SIGTERM, _interrupt)  # so the nodes are stopped on the way out
-    with view:
-        report = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update).run()
+    master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,
+                    oversubscribe=args.oversubscribe)  # fmt: skip
+    failure = None
+    with view, stop_signals(master):
+        try:
+            report = master.run()
+        except ExactlyOnceViolated as exc:
+            report, failure = exc.report, str(exc)
+        except (JobFailed, JobInterrupted) as exc:
+            view.close()
+            print(f"error: {exc}", file=sys.stderr)
+            return 128 + exc.signum if isinstance(exc, JobInterrupted) else JOB_FAILED
     report["command"] = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
     write_atomic(report_path, report)
     if args.json:
         print_json(report)
     else:
         print_summary(report, report_path)
+    if failure:
+        print(f"error: {failure}; report written to {report_path}", file=sys.stderr)
+        return JOB_FAILED
     return 0
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+@contextmanager
+def stop_signals(master) -> Iterator[None]:
+    """SIGINT and SIGTERM ask the master to checkpoint and stop (``run`` then raises
+    JobInterrupted); a second one while it does ends at once (KeyboardInterrupt)."""
+    handler = lambda signum, _frame: master.request_stop(signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def write_atomic(path: Path, data: Any) -> None:
@@ -98,8 +129,12 @@ class ProgressView:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
         if self.live is not None:
-            self.live.__exit__(*exc)
+            self.live.__exit__(None, None, None)
+            self.live = None
 
     def warn(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -147,7 +182,7 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     )
     print(
         f"  {report['steps']} steps, {report['samples']} samples, {report['epochs']} epoch(s) "
-        f"in {format_duration(report['wall_time_s'])}"
+        f"applied by the parameter holders in {format_duration(report['wall_time_s'])}"
     )
     rows = [
         (f"{t['time_s']:.1f}", t["action"], "yes" if t["applied"] else "no",

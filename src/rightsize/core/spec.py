@@ -185,6 +185,17 @@ class RuntimeSpec(_Spec):
         gt=0,
         description="how long a launched node may take to register",
     )
+    liveness_timeout_s: Seconds | None = Field(
+        default=None,
+        alias="liveness_timeout",
+        gt=0,
+        description="a running node silent this long is killed and replaced; none means "
+        "max(10s, 20 x the slowest worker's step time)",
+    )
+    oversubscribe: bool = Field(
+        default=False,
+        description="allow nodes, shapes and budgets larger than this machine",
+    )
     state: Path | None = Field(
         default=None,
         description="the master's SQLite state file; none means CHECKPOINT_DIR/NAME.sqlite",

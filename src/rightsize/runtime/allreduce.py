@@ -31,6 +31,17 @@ from torch.nn.parallel import DistributedDataParallel
 from rightsize.runtime import checkpoint
 from rightsize.runtime.node import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, make_optimizer
+from rightsize.runtime.protocol import (
+    Ack,
+    AckKind,
+    Checkpoint,
+    Heartbeat,
+    LeaseRequest,
+    Progress,
+    Reply,
+    Reset,
+    Stop,
+)
 from rightsize.runtime.shards import Task
 
 # Control row layout: has_batch, epoch, shard, batch, n, checkpoint version, stop; then indices.
@@ -45,7 +56,8 @@ class Rank:
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx, spec = ctx, ctx.spec
-        self.rank, self.world = ctx.config["rank"], ctx.config["world"]
+        self.config = ctx.config.rank
+        self.rank, self.world = self.config.rank, self.config.world
         self.batch_size = spec.batch_size
         self.workload = ctx.workload()
         model = self.workload.make_model(seed=spec.training.seed)
@@ -55,8 +67,8 @@ class Rank:
         )
         self.log: list[tuple[tuple[int, int, int], np.ndarray]] = []
         self.saved_version = 0
-        if ctx.config["checkpoint"]:
-            self._restore(model, Path(ctx.config["checkpoint"]))
+        if self.config.checkpoint:
+            self._restore(model, Path(self.config.checkpoint))
         self.applied = {key for key, _ in self.log}
         self.ddp = DistributedDataParallel(model)
         # gloo's traffic is not visible to us; count what a ring allreduce moves per step:
@@ -112,14 +124,13 @@ class Rank:
             return key, self.shard_indices[b * self.batch_size : (b + 1) * self.batch_size]
 
     def lease(self) -> bool:
-        reply = self.ctx.call("lease")
+        reply, tensors = self.ctx.call(LeaseRequest())
         self.follow(reply)
-        lease = reply.get("lease")
-        if lease is None:
+        if reply.lease is None:
             return False
-        self.task = Task.from_list(lease["task"])
-        self.next_batch = lease["next_batch"]
-        self.shard_indices = reply["tensors"][0]
+        self.task = reply.lease.task
+        self.next_batch = reply.lease.next_batch
+        self.shard_indices = tensors[0]
         return True
 
     def report(self, key: tuple[int, int, int]) -> None:
@@ -127,21 +138,19 @@ class Rank:
         self.progress()
 
     def progress(self) -> None:
-        done = self.next_batch >= self.task.end
-        reply = self.ctx.call(
-            "done" if done else "progress", task=self.task.to_list(), next_batch=self.next_batch
-        )
+        report = Progress(self.task, self.next_batch)
+        reply, _ = self.ctx.call(report)
         self.follow(reply)
-        if done or not reply.get("ok", False):
+        if report.done or not reply.accepted:
             self.task = None
 
-    def follow(self, reply: dict) -> None:
-        for command in reply.get("commands", []):
-            if command["cmd"] == "checkpoint":
-                self.requests["checkpoint"] = max(self.requests["checkpoint"], command["version"])
-            elif command["cmd"] == "stop":
+    def follow(self, reply: Reply) -> None:
+        for command in reply.commands:
+            if isinstance(command, Checkpoint):
+                self.requests["checkpoint"] = max(self.requests["checkpoint"], command.version)
+            elif isinstance(command, Stop):
                 self.requests["stop"] = 1
-            elif command["cmd"] == "reset":
+            elif isinstance(command, Reset):
                 self.task = None
 
     # -- the step -------------------------------------------------------------------
@@ -191,21 +200,20 @@ class Rank:
             "log": self.log,
             "version": version,
         }
-        path = checkpoint.CheckpointDir(Path(self.ctx.config["checkpoint_root"])).model_file(
-            version
-        )
+        path = checkpoint.CheckpointDir(Path(self.config.checkpoint_root)).model_file(version)
         checkpoint.save_atomic(state, path)
-        self.ctx.call("heartbeat", acks=[{"cmd": "checkpointed", "version": version}])
+        self.ctx.call(Heartbeat((Ack(AckKind.CHECKPOINTED, version=version),)))
 
 
 def run_rank(ctx: NodeContext) -> int:
-    config = ctx.register()
+    config = ctx.register().config.rank
+    ctx.generation = config.generation
     dist.init_process_group(
         "gloo",
-        init_method=config["rendezvous"],
-        rank=config["rank"],
-        world_size=config["world"],
-        timeout=timedelta(seconds=config["timeout_s"]),
+        init_method=config.rendezvous,
+        rank=config.rank,
+        world_size=config.world,
+        timeout=timedelta(seconds=config.timeout_s),
     )
     try:
         return Rank(ctx).run()

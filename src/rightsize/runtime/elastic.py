@@ -30,9 +30,11 @@ from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime import lifecycle
 from rightsize.runtime.control import Transition
-from rightsize.runtime.errors import Interrupted
+from rightsize.runtime.errors import Interrupted, StopRequested
+from rightsize.runtime.jobstate import Phase
 from rightsize.runtime.nodes import Status
 from rightsize.runtime.partition import bytes_per_ps, repartition
+from rightsize.runtime.protocol import AckKind, Export, Load, PSConfig, Stop, Threads
 from rightsize.runtime.reshape import ShapeDiff, diff, rejection
 from rightsize.scaling.api import Plan
 
@@ -42,15 +44,16 @@ if TYPE_CHECKING:
 
 def apply_plan(master: Master, plan: Plan) -> Transition:
     """Turn the running shape into ``plan.shape``; returns what happened and how long it took."""
-    why = rejection(plan.shape, master.spec.budget.resources, master.strategy)
-    change = diff(master.shape, plan.shape)
+    job = master.job
+    change = diff(job.shape, plan.shape)
+    why = rejection(plan.shape, master.spec.budget.resources, job.strategy) or _not_now(job, change)
     if why or change.empty:
         reason = f"{plan.reason} (rejected: {why})" if why else f"{plan.reason} (no change)"
         master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape, False)
         return Transition(False)
     t0, details = master.clock.now(), {}
     try:
-        if master.strategy == Strategy.ALLREDUCE and change.workers_changed:
+        if job.strategy == Strategy.ALLREDUCE and change.workers_changed:
             _resize(master, change, details)
             lifecycle.restart_group(master, plan.shape, plan.reason, True, str(plan.action))
             return Transition(True, master.clock.now() - t0, details)
@@ -58,53 +61,76 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
         _add(master, change, details)
         if change.ps_changed:
             _repartition(master, [n.name for n in plan.shape.ps], details)
-        master.shape = plan.shape
+        job.shape = plan.shape
         _remove(master, change, details)
+    except StopRequested:
+        _abandon(master, plan, "stopped by a signal")
+        raise
     except Interrupted:
-        _abandon(master, plan)
+        _abandon(master, plan, "interrupted by a node failure")
+        return Transition(False, master.clock.now() - t0, details)
+    except OSError as exc:  # the kernel refused a limit (memory below what a node uses)
+        _abandon(master, plan, f"refused by the kernel: {exc.strerror or exc}")
         return Transition(False, master.clock.now() - t0, details)
     transition = lifecycle.record(master, str(plan.action), plan.reason, t0, plan.details,
                                   **details)  # fmt: skip
     return Transition(True, transition, details)
 
 
-def _abandon(master: Master, plan: Plan) -> None:
-    """A node died mid-plan: undo the halt, stop what was launched for the plan, record it."""
-    master.halt = False
-    current = {n.name for n in master.shape.nodes}
-    for node in list(master.nodes.alive()):
+def _not_now(job, change: ShapeDiff) -> str | None:
+    """Why the job cannot take this change in its current phase, if it cannot."""
+    if job.phase == Phase.TRAINING:
+        return None
+    if job.phase == Phase.RESTORING and not (change.add or change.remove):
+        return None  # resizing (relaunching an OOM-killed server bigger) is part of a restore
+    return f"the job is {job.phase}"
+
+
+def _abandon(master: Master, plan: Plan, why: str) -> None:
+    """A plan cannot finish: undo the halt, stop what was launched for it, record it.
+
+    If the servers had already moved to a new placement, the job goes to ``RESTORING``:
+    the next recovery puts every server of the current shape back on the latest
+    checkpoint (the repartition's own export, if it was committed).
+    """
+    job = master.job
+    current = {n.name for n in job.shape.nodes}
+    for node in list(job.nodes.alive()):
         if node.name not in current:
             master.stop_node(node.name)
-    reason = f"{plan.reason} (interrupted by a node failure)"
+    if job.phase == Phase.HALTED:
+        job.move_to(Phase.TRAINING if job.cluster_ready() else Phase.RESTORING)
+    reason = f"{plan.reason} ({why})"
     master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape, False)
 
 
 def _resize(master: Master, change: ShapeDiff, details: dict) -> None:
     """Resize live nodes in place; relaunch dead ones (OOM-killed) with the new resources."""
+    job = master.job
     dead_ps: dict[str, NodeSpec] = {}
     for _old, new in change.resize:
-        node = master.nodes.get(new.name)
+        node = job.nodes.get(new.name)
         t0 = master.clock.now()
         if node is None or not node.alive:
-            master.to_recover.discard(new.name)
+            job.to_recover.discard(new.name)
             if new.role == NodeRole.PS:
                 dead_ps[new.name] = new
             else:
-                master.shape = master.shape.with_resources(new.name, new.resources)
+                job.shape = job.shape.with_resources(new.name, new.resources)
                 lifecycle.relaunch_workers(master, [new], f"relaunched with {new.resources}",
                                            own_row=False)  # fmt: skip
                 details[f"relaunch {new.name}_s"] = master.clock.now() - t0
             continue
         threads = master.backend.resize(new.name, new.resources)
         node.spec = new
-        node.commands.append({"cmd": "threads", "n": threads})
+        node.commands.append(Threads(threads))
         master.wait_until(lambda n=node: not n.commands, master.spec.runtime.startup_timeout_s,
                           f"{new.name} taking its new size")  # fmt: skip
         details[f"resize {new.name}_s"] = master.clock.now() - t0
     if dead_ps:
         t0 = master.clock.now()
         for name, spec in dead_ps.items():
-            master.shape = master.shape.with_resources(name, spec.resources)
+            job.shape = job.shape.with_resources(name, spec.resources)
         lifecycle.restore_ps(master, "relaunching OOM-killed parameter servers", dead_ps)
         details["relaunch_ps_s"] = master.clock.now() - t0
 
@@ -112,69 +138,71 @@ def _resize(master: Master, change: ShapeDiff, details: dict) -> None:
 def _add(master: Master, change: ShapeDiff, details: dict) -> None:
     if not change.add:
         return
+    job = master.job
     t0 = master.clock.now()
-    startup = master.spec.runtime.startup_timeout_s
-    for spec in change.add:
-        master.launch(spec, {"names": [], "paths": []} if spec.role == NodeRole.PS else None)
-    master.wait_until(lambda: lifecycle.all_registered(master, change.add), startup,
-                      "new nodes starting")  # fmt: skip
+    empty = PSConfig(job.generation, (), ())  # a new server holds nothing until it loads
+    lifecycle.start_nodes(
+        master, [(s, empty if s.role == NodeRole.PS else None) for s in change.add],
+        "new nodes starting",
+    )  # fmt: skip
     details["launch_s"] = master.clock.now() - t0
-    workers = [master.nodes.get(s.name) for s in change.add if s.role == NodeRole.WORKER]
+    workers = [job.nodes.get(s.name) for s in change.add if s.role == NodeRole.WORKER]
     if workers and not change.ps_changed:
         master.wait_until(lambda: all(w.first_step_s or _no_work(master) for w in workers),
-                          startup, "new workers taking their first step")  # fmt: skip
+                          master.spec.runtime.startup_timeout_s,
+                          "new workers taking their first step")  # fmt: skip
         details["first_step_s"] = master.clock.now() - t0
 
 
 def _no_work(master: Master) -> bool:
-    return master.manager.finished or not master.manager.todo
+    shards = master.job.shards
+    return shards.finished or not shards.todo
 
 
 def _repartition(master: Master, ps_names: list[str], details: dict) -> None:
     """DLRover §5.3: halt workers, export the old servers' tensors, load the new placement."""
+    job = master.job
     t_halt = master.clock.now()
     timeout = master.spec.runtime.startup_timeout_s
-    master.halt = True
-    workers_paused = lambda: all(n.paused for n in master.nodes.running(NodeRole.WORKER))  # noqa: E731
+    job.move_to(Phase.HALTED)
+    workers_paused = lambda: all(n.paused for n in job.nodes.running(NodeRole.WORKER))  # noqa: E731
     master.wait_until(workers_paused, timeout, "workers halting for the repartition")
     details["halt_s"] = master.clock.now() - t_halt
-    version = master.version = master.version + 1
-    snapshot, steps = master.manager.snapshot(), master.manager.batches_done
-    old = {ps: str(master.ckpt.ps_file(version, ps)) for ps in set(master.placement.values())}
+    version = job.next_version()
+    snapshot, steps = job.shards.snapshot(), job.shards.batches_done
+    old = {ps: str(master.ckpt.ps_file(version, ps)) for ps in set(job.placement.values())}
     for ps, path in old.items():
-        master.nodes.get(ps).commands.append({"cmd": "export", "path": path,
-                                              "generation": master.generation})  # fmt: skip
-    exported = lambda: all(master.nodes.get(p).has_ack("exported") for p in old)  # noqa: E731
+        job.nodes.get(ps).pop_acks(AckKind.EXPORTED)  # left by an abandoned repartition
+        job.nodes.get(ps).commands.append(Export(path, job.generation))
+    exported = lambda: all(job.nodes.get(p).has_ack(AckKind.EXPORTED) for p in old)  # noqa: E731
     master.wait_until(exported, timeout, "parameter servers exporting")
     details["export_s"] = master.clock.now() - t_halt - details["halt_s"]
     lifecycle.commit(master, version, snapshot, old, steps)
-    placement = repartition(master.placement, master.sizes, ps_names)
+    placement = repartition(job.placement, job.sizes, ps_names)
     generation = lifecycle.bump_generation(master)
     for ps in ps_names:
-        names = lifecycle.names_on(placement, ps)
-        sources = sorted({old[master.placement[t]] for t in names})
-        master.nodes.get(ps).commands.append({"cmd": "load", "generation": generation,
-                                              "names": names, "paths": sources})  # fmt: skip
-    master.placement = placement
-    master.wait_until(master.cluster_ready, timeout, "parameter servers loading")
-    for ps in old:
-        master.nodes.get(ps).pop_acks("exported")
-    master.halt = False
+        names = tuple(sorted(t for t, holder in placement.items() if holder == ps))
+        sources = tuple(sorted({old[job.placement[t]] for t in names}))
+        job.nodes.get(ps).commands.append(Load(generation, names, sources))
+    job.placement = placement
+    master.wait_until(job.cluster_ready, timeout, "parameter servers loading")
+    job.move_to(Phase.TRAINING)
     details["paused_s"] = master.clock.now() - t_halt
-    details["ps_bytes"] = str(bytes_per_ps(placement, master.sizes))
+    details["ps_bytes"] = str(bytes_per_ps(placement, job.sizes))
 
 
 def _remove(master: Master, change: ShapeDiff, details: dict) -> None:
     if not change.remove:
         return
+    job = master.job
     t0 = master.clock.now()
-    leaving = [master.nodes.get(s.name) for s in change.remove]
+    leaving = [job.nodes.get(s.name) for s in change.remove]
     leaving = [n for n in leaving if n is not None and n.alive]
     for node in leaving:
-        node.commands.append({"cmd": "stop"})
+        node.commands.append(Stop())
         node.status = Status.STOPPING
     lifecycle.wait_ended(master)
     for node in leaving:
         if node.role == NodeRole.WORKER:
-            master.manager.release(node.name)
+            job.shards.release(node.name)
     details["remove_s"] = master.clock.now() - t0

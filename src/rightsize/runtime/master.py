@@ -1,20 +1,23 @@
 """The job master: launches nodes, serves them, measures them, and carries out plans.
 
 DLRover's Elastic Trainer (§5.1) runs in the job's master: a Pod Watcher
-(here: the backend's process exits and cgroup readings), a Data Shard Manager
-(:mod:`shards`), and the elasticity and fault-tolerance operations (§5.3, in
-:mod:`elastic`). NEARCHUS's Metric Collector is :meth:`Master.sample`. The
-policy is asked through :mod:`control`; the master decides nothing itself.
+(here: the backend's process exits, cgroup readings and :mod:`liveness`), a
+Data Shard Manager (:mod:`shards`), and the elasticity and fault-tolerance
+operations (§5.3, in :mod:`elastic` and :mod:`lifecycle`). NEARCHUS's Metric
+Collector is :meth:`Master.sample`. The policy is asked through :mod:`control`;
+the master decides nothing itself.
 
-Nodes talk to the master over one ZeroMQ ROUTER socket; every request is
-answered at once, and commands travel in the answers. Everything needed to
-resume — the job, the timeline of shapes, committed checkpoints with their
-shard queues — is in the SQLite state file (:mod:`state`): a master started on
-an unfinished job's state file relaunches the last shape from the latest
-checkpoint and carries on. On every way out (success, error, Ctrl-C) the
-backend stops the nodes and removes their cgroups; if the master itself is
-killed, the nodes die with it (parent-death signal) and the next master
-sweeps the cgroups.
+The master is the mechanism; what changes while the job runs is one typed
+object, :class:`jobstate.JobState` (``master.job``), and its answers to nodes
+come from :class:`rpc.NodeService` over the protocol in :mod:`protocol`.
+Everything needed to resume — the job, the shape it launched with, the
+timeline of shapes, committed checkpoints with their shard queues — is in the
+SQLite state file (:mod:`state`), written before the step it allows to resume:
+a master started on an unfinished job's state file (whatever the moment its
+predecessor died, or after a SIGINT) relaunches the last shape from the latest
+checkpoint and carries on. On every way out the backend stops the nodes and
+removes their cgroups; if the master itself is killed, the nodes die with it
+(parent-death signal) and the next master sweeps the cgroups.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -29,21 +33,35 @@ from typing import Any
 import zmq
 
 from rightsize.core.errors import ResourceError, RightsizeError, SpecError
+from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import JobSpec, ShapeSpec, Strategy
+from rightsize.core.units import format_bytes
 from rightsize.runtime import elastic, lifecycle
 from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources, threads_for
+from rightsize.runtime.capacity import capacity_problem
 from rightsize.runtime.checkpoint import CheckpointDir, check_writable
 from rightsize.runtime.clock import Clock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
-from rightsize.runtime.errors import Interrupted, JobFailed
+from rightsize.runtime.errors import (
+    ExactlyOnceViolated,
+    Interrupted,
+    JobFailed,
+    JobInterrupted,
+    StopRequested,
+)
+from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
+from rightsize.runtime.liveness import MASTER_GAP_S, LivenessRule, credit_gap, silent_nodes
 from rightsize.runtime.metrics import MetricCollector, Reading
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
-from rightsize.runtime.nodes import Nodes, NodeState, Status
+from rightsize.runtime.nodes import NodeState, Status
+from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role
+from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
-from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardManager, ShardPlan, StragglerRule
-from rightsize.runtime.state import StateStore
+from rightsize.runtime.rpc import NodeService
+from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardPlan, StragglerRule
+from rightsize.runtime.state import JobStatus, LaunchRow, StateStore
 from rightsize.runtime.transport import Counters, Server
 from rightsize.scaling.api import (
     Action,
@@ -69,8 +87,19 @@ def job_identity(spec: JobSpec) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def shard_plan(spec: JobSpec, dataset_size: int) -> ShardPlan:
+    shard_size = spec.runtime.shard_size or spec.batch_size * DEFAULT_SHARD_BATCHES
+    epochs = None if spec.steps is not None else (spec.epochs or 1)
+    return ShardPlan(dataset_size, shard_size, spec.batch_size, epochs, spec.steps,
+                     spec.training.seed, spec.training.shuffle)  # fmt: skip
+
+
 class Master:
-    """Runs one job to completion. ``run()`` returns the report (see :mod:`report`)."""
+    """Runs one job to completion. ``run()`` returns the report (see :mod:`report`).
+
+    Args:
+        oversubscribe: run a job larger than this machine (``runtime.oversubscribe`` too).
+    """
 
     def __init__(
         self,
@@ -80,59 +109,86 @@ class Master:
         fresh: bool = False,
         warn: Callable[[str], None] | None = None,
         on_sample: Callable[[dict[str, Any]], None] | None = None,
+        oversubscribe: bool = False,
     ) -> None:
         self.spec, self.policy, self.fresh = spec, policy, fresh
         self.clock = clock or SystemClock()
         self.warn = warn or (lambda message: print(message, file=sys.stderr))
         self.on_sample = on_sample or (lambda _status: None)
-        self.strategy = spec.strategy
+        self.oversubscribe = oversubscribe or spec.runtime.oversubscribe
         self.ckpt = CheckpointDir(spec.checkpoint.dir / spec.name)
-        self.nodes = Nodes()
-        self.dead: list[Exit] = []
-        self.to_recover: set[str] = set()
-        self.restarts: dict[str, int] = {}
-        # leasing: False from the start of a parameter-server restore to its end
-        # (lifecycle.restore_ps); still False after one means it was interrupted
-        self.halt, self.leasing = False, True
-        self.generation, self.version = 0, 0
-        self.placement: dict[str, str] = {}
-        self.speeds: dict[str, float] = {}
-        self.shape = ClusterShape()
-        self.resumed_from: int | None = None
         runtime = spec.runtime
         self.straggler = StragglerRule(runtime.straggler_ratio, runtime.straggler_shard_fraction)
+        self.liveness = LivenessRule(runtime.startup_timeout_s, runtime.liveness_timeout_s)
+        self.workload = build_workload(spec)
+        layout = layout_of(self.workload.make_model(seed=spec.training.seed))
+        self.sizes = layout.sizes
+        self.plan = shard_plan(spec, len(self.workload.dataset))
+        self.machine = machine_resources()
+        self.job = JobState(self.plan, spec.strategy, dict(self.sizes))
+        self.collector = MetricCollector(runtime.ps_bandwidth)
+        self.started_at = self.clock.now()
+        self.resumed_from: int | None = None
+        self.stop_signal: int | None = None  # set by request_stop (a signal handler)
+        self._handling_stop = False
+        self._last_pump = self.clock.now()
+        # opened by run(), closed on every way out of it
+        self.zmq: zmq.Context | None = None
+        self.store: StateStore | None = None
+        self.backend: LocalBackend | None = None
+        self.server: Server | None = None
+        self.service: NodeService | None = None
 
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        self.backend: LocalBackend | None = None
-        self.store: StateStore | None = None
-        self.zmq = zmq.Context()
-        try:
-            job, launch = self._prepare()
-            check_writable(self.spec.checkpoint.dir)
-            self.store = StateStore(self.spec.state_path)
-            self._open(job, launch)
-            controller = Controller(self.spec.name, self.policy, self.spec.budget.resources,
-                                    self.free, self.plan.steps_total, self.machine,
-                                    self.applied_plans(), self.time_s())  # fmt: skip
-            schedule = Schedule(self.clock.now(), self.spec.runtime.metric_interval_s,
-                                self.spec.checkpoint.interval_s)  # fmt: skip
-            loop = ControlLoop(controller, self, self.clock, schedule, self.started_at)
-            self.sample()  # the first reading: rates need two
-            loop.run()
-            while not self._finish():
-                loop.step()  # recovers the node that died and relaunches the stopped ones
-                loop.run()
-            self.store.update_job(status="finished", finished_s=self.time_s())
-            from rightsize.runtime.report import build_report
+        """Train the job to its end (or resume it) and return its report.
 
-            return build_report(self)
+        Raises:
+            SpecError, ResourceError: the job cannot run as written (before anything starts).
+            JobFailed: a node kept failing or never started.
+            JobInterrupted: a signal stopped it (a rerun resumes).
+            ExactlyOnceViolated: training ended but the servers' logs show samples missing
+                or applied twice (the report is attached).
+        """
+        resume, launch = self._prepare()
+        try:
+            self._open()
+            if resume is not None:
+                self._resume(resume)
+            else:
+                self._start(launch)
+            self._train()
+            report = build_report(self)
+            self.store.update_job(status=str(JobStatus.FINISHED), finished_s=self.time_s())
+        except NodeFailedTooOften as exc:
+            self._fail()
+            raise JobFailed(f"{exc}; its log: {self.ckpt.root / 'logs' / exc.node}.log") from None
+        except JobInterrupted:
+            raise
+        except StopRequested:
+            raise self._interrupt() from None
         except RightsizeError:
-            if self.store is not None:
-                self.store.update_job(status="failed")
+            self._fail()
             raise
         finally:
             self._close()
+        problems = violations(report)
+        if problems:
+            raise ExactlyOnceViolated("exactly-once check failed: " + "; ".join(problems), report)
+        return report
+
+    def _train(self) -> None:
+        controller = Controller(self.spec.name, self.policy, self.spec.budget.resources,
+                                self.free, self.plan.steps_total, self.machine,
+                                self.applied_plans(), self.time_s())  # fmt: skip
+        schedule = Schedule(self.clock.now(), self.spec.runtime.metric_interval_s,
+                            self.spec.checkpoint.interval_s)  # fmt: skip
+        loop = ControlLoop(controller, self, self.clock, schedule, self.started_at)
+        self.sample()  # the first reading: rates need two
+        loop.run()
+        while not self._finish():
+            loop.step()  # recovers the node that died and relaunches the stopped ones
+            loop.run()
 
     def _prepare(self) -> tuple[dict[str, Any] | None, Plan | None]:
         """Everything a user's mistake can fail, before anything is written or launched.
@@ -140,65 +196,70 @@ class Master:
         Returns:
             The unfinished job to resume (or None), and the launch plan of a new one.
         """
-        self.workload = build_workload(self.spec)
-        layout = layout_of(self.workload.make_model(seed=self.spec.training.seed))
-        self.sizes, self.sparse = layout.sizes, layout.sparse
-        self.plan = self._shard_plan(len(self.workload.dataset))
-        self.machine = machine_resources()
-        job = self._unfinished_job()
-        if job is not None and job["identity"] != job_identity(self.spec):
+        resume = self._unfinished_job()
+        if resume is not None and resume["identity"] != job_identity(self.spec):
             raise SpecError(
                 f"{self.spec.state_path} holds an unfinished job with other training settings; "
                 "rerun with --fresh to start over, or set runtime.state to another file"
             )
-        return job, (None if job else self._launch_plan())
+        launch = None if resume else self._launch_plan()
+        shape = resume["shape"] if resume else launch.shape
+        problem = None if self.oversubscribe else capacity_problem(
+            shape, self.spec.budget.resources, self.machine)  # fmt: skip
+        if problem:
+            raise ResourceError(problem)
+        check_writable(self.spec.checkpoint.dir)
+        return resume, launch
 
     def _unfinished_job(self) -> dict[str, Any] | None:
+        """The state file's job, if a rerun should resume it (with its current shape)."""
         if self.fresh or not self.spec.state_path.exists():
             return None
         store = StateStore(self.spec.state_path)
         try:
-            job = store.job()
+            job, shape = store.job(), store.current_shape()
         finally:
             store.close()
-        return job if job is not None and job["status"] == "running" else None
+        if job is None or shape is None or not JobStatus(job["status"]).resumable:
+            return None
+        return {**job, "shape": shape}
 
-    def _open(self, job: dict[str, Any] | None, launch: Plan | None) -> None:
+    def _open(self) -> None:
+        self.zmq = zmq.Context()
+        self.store = StateStore(self.spec.state_path)
         self.backend = LocalBackend(self.spec.runtime.isolation, self.ckpt.root / "logs", self.warn)
-        self.collector = MetricCollector(self.spec.runtime.ps_bandwidth)
         self.server = Server(self.zmq, Counters())
-        if job is not None:
-            self._resume(job)
-        else:
-            self._start(launch)
-
-    def _shard_plan(self, dataset_size: int) -> ShardPlan:
-        spec = self.spec
-        shard_size = spec.runtime.shard_size or spec.batch_size * DEFAULT_SHARD_BATCHES
-        epochs = None if spec.steps is not None else (spec.epochs or 1)
-        return ShardPlan(dataset_size, shard_size, spec.batch_size, epochs, spec.steps,
-                         spec.training.seed, spec.training.shuffle)  # fmt: skip
+        spec_json = self.spec.model_dump(mode="json", by_alias=True)
+        self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock)
 
     def _start(self, plan: Plan) -> None:
         self.started_at = self.clock.now()
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
-        self.store.start_job(self.spec.name, spec_json, job_identity(self.spec), self.started_at)
+        row = LaunchRow(plan.shape, str(plan.action), plan.reason, plan.details)
+        seq = self.store.start_job(self.spec.name, spec_json, job_identity(self.spec),
+                                   self.started_at, row)  # fmt: skip
         self.store.update_job(isolation=self.backend.mode)
         self.ckpt.prune(keep=set())
-        self.manager = ShardManager(self.plan)
-        lifecycle.launch_job(self, plan.shape, None, str(plan.action), plan.reason, plan.details)
+        t0 = self.clock.now()
+        note = lifecycle.launch_job(self, plan.shape, None)
+        details = {"nodes": len(plan.shape.nodes)}
+        self.store.set_transition(seq, self.clock.now() - t0, details, plan.reason + note)
 
     def _resume(self, job: dict[str, Any]) -> None:
         self.started_at = job["started_at"]
-        self.generation = job["generation"] + 1
-        self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode)
+        self.job.generation = job["generation"] + 1
+        self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
+                              status=str(JobStatus.RUNNING))  # fmt: skip
         row = self.store.latest_checkpoint()
-        self.version = max(self.store.checkpoint_versions(), default=0)
-        self.manager = ShardManager(self.plan, row.shards if row else None)
+        self.job.version = max(self.store.checkpoint_versions(), default=0)
+        self.job.roll_back(row.shards if row else None)
         self.resumed_from = row.version if row else 0
-        shape = self.store.current_shape()
         where = f"checkpoint v{row.version}" if row else "the start (no checkpoint yet)"
-        lifecycle.launch_job(self, shape, row, "resume", f"master restarted; resuming from {where}")
+        t0 = self.clock.now()
+        note = lifecycle.launch_job(self, job["shape"], row)
+        why = "master restarted" if job["status"] == JobStatus.RUNNING else f"{job['status']} job rerun"
+        lifecycle.record(self, "resume", f"{why}; resuming from {where}{note}", t0,
+                         nodes=len(job["shape"].nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
         """The job file's initial shape, or the policy's launch plan for ``initial_shape: auto``.
@@ -218,7 +279,7 @@ class Master:
                     f"policy {self.policy.name} cannot start the job within budget "
                     f"{self.spec.budget.resources} on this machine ({machine})"
                 )
-        why = rejection(plan.shape, self.spec.budget.resources, self.strategy)
+        why = rejection(plan.shape, self.spec.budget.resources, self.spec.strategy)
         if why:
             raise SpecError(f"initial shape {plan.shape.describe()} cannot run: {why}")
         return plan
@@ -232,30 +293,67 @@ class Master:
             for row in self.store.timeline() if row["applied"] and row["action"] in actions
         ]  # fmt: skip
 
+    def _fail(self) -> None:
+        if self.job.live:
+            self.job.move_to(Phase.FAILED)
+        if self.store is not None:
+            self.store.update_job(status=str(JobStatus.FAILED))
+
     def _close(self) -> None:
         if self.backend is not None:
             self.backend.close()
-        if hasattr(self, "server"):
+        if self.server is not None:
             self.server.close()
-        self.zmq.destroy(linger=0)
+        if self.zmq is not None:
+            self.zmq.destroy(linger=0)
         if self.store is not None:
             self.store.close()
 
+    # -- signals ------------------------------------------------------------------------
+    def request_stop(self, signum: int) -> None:
+        """Ask the job to stop (from a signal handler): it checkpoints, then ``run`` raises
+        :class:`JobInterrupted`. A second request while the first is handled ends at once."""
+        if self.stop_signal is not None:
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+
+    def _interrupt(self) -> JobInterrupted:
+        """Take a checkpoint if the job is training with every server up, stop, and say so."""
+        self._handling_stop = True
+        name = signal.Signals(self.stop_signal).name
+        version = None
+        if self.job.phase == Phase.TRAINING and not self.job.failures:
+            try:
+                version = lifecycle.checkpoint(self)
+            except (Interrupted, JobFailed):
+                version = None
+        saved = f"checkpoint v{version} saved" if version else "no checkpoint could be taken now"
+        row = self.store.latest_checkpoint()
+        resume = f"checkpoint v{row.version}" if row else "the start"
+        reason = f"stopped by {name}; {saved}"
+        self.store.record_shape(self.time_s(), "interrupt", reason, self.job.shape, False)
+        self.job.move_to(Phase.INTERRUPTED)
+        self.store.update_job(status=str(JobStatus.INTERRUPTED))
+        return JobInterrupted(
+            f"interrupted by {name}; {saved}; rerun the same command to resume from {resume}",
+            self.stop_signal,
+        )  # fmt: skip
+
     # -- nodes ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, config: dict[str, Any] | None = None) -> NodeState:
-        """Start ``node``'s process; ``config`` is merged into what it gets on registering."""
-        role = "ps" if node.role == NodeRole.PS else (
-            "worker" if self.strategy == Strategy.PS else "rank")  # fmt: skip
+    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | None = None) -> NodeState:
+        """Start ``node``'s process; ``config`` is what it gets on registering."""
+        role = Role.PS if node.role == NodeRole.PS else (
+            Role.WORKER if self.spec.strategy == Strategy.PS else Role.RANK)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
-                "--name", node.name, "--role", role, "--parent", str(os.getpid())]  # fmt: skip
+                "--name", node.name, "--role", str(role), "--parent", str(os.getpid())]  # fmt: skip
         pid = self.backend.launch(node, argv, {})
-        state = NodeState(node, pid, self.clock.now(), config=dict(config or {}))
-        self.nodes.add(state)
+        state = NodeState(node, pid, self.clock.now(), config=config)
+        self.job.nodes.add(state)
         self.collector.forget(node.name)
         return state
 
     def stop_node(self, name: str) -> None:
-        node = self.nodes.get(name)
+        node = self.job.nodes.get(name)
         if node is not None:
             node.status = Status.STOPPING
         self.backend.stop(name)
@@ -263,26 +361,29 @@ class Master:
             node.status = Status.DEAD
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-        """Serve nodes until ``predicate()``; a node's death interrupts the wait.
+        """Serve nodes until ``predicate()``; a node's death or a stop request interrupts.
 
         Raises:
+            StopRequested: a signal asked the job to stop.
             Interrupted: a node of the shape died meanwhile.
             JobFailed: ``timeout_s`` passed.
         """
         deadline = self.clock.now() + timeout_s
         while not predicate():
-            if self.dead:
+            if self.stop_signal is not None and not self._handling_stop:
+                raise StopRequested(what)
+            if self.job.failures:
                 raise Interrupted(what)
             if self.clock.now() > deadline:
                 raise JobFailed(f"{what} did not happen within {timeout_s:g}s; "
                                 f"node logs are in {self.ckpt.root / 'logs'}")  # fmt: skip
             self.pump(WAIT_POLL_S)
 
-    def free(self, shape: ClusterShape):
+    def free(self, shape: ClusterShape) -> Resources:
         """What this machine has beyond ``shape`` (the local backend's whole "cluster")."""
         total, used = self.machine, shape.total()
-        return type(total)(max(0.0, total.cpu_cores - used.cpu_cores),
-                           max(0, total.memory_bytes - used.memory_bytes))  # fmt: skip
+        return Resources(max(0.0, total.cpu_cores - used.cpu_cores),
+                         max(0, total.memory_bytes - used.memory_bytes))  # fmt: skip
 
     def time_s(self) -> float:
         return self.clock.now() - self.started_at
@@ -291,55 +392,81 @@ class Master:
         return threads_for(node.resources.cpu_cores, len(self.backend.cpus))
 
     # -- the mechanism the control loop drives ------------------------------------------
-    def pump(self, timeout_s: float) -> None:
-        from rightsize.runtime.rpc import handle
+    @property
+    def shape(self) -> ClusterShape:
+        return self.job.shape
 
+    def pump(self, timeout_s: float) -> None:
+        """Answer the nodes' messages for up to ``timeout_s``, then notice exits and silences."""
+        gap = self.clock.now() - self._last_pump
+        if gap > MASTER_GAP_S:  # the master itself was not running: nobody could be heard
+            credit_gap(self.job.nodes.alive(), gap)
         socket = self.server.socket
         if socket.poll(int(max(0.0, timeout_s) * 1000), zmq.POLLIN):
             for _ in range(PUMP_BATCH):
                 if not socket.poll(0, zmq.POLLIN):
                     break
-                identity, header, tensors = self.server.receive()
-                reply, out = handle(self, header, tensors)
-                self.server.reply(identity, {**reply, "rid": header.get("rid")}, out)
+                identity, header, _tensors = self.server.receive()
+                reply, out = self.service.handle(Message.from_header(header))
+                self.server.reply(identity, {**reply.to_header(), "rid": header.get("rid")}, out)
         for exit_ in self.backend.exits():
             self._on_exit(exit_)
+        self._check_liveness()
+        self._last_pump = self.clock.now()
 
     def _on_exit(self, exit_: Exit) -> None:
-        node = self.nodes.get(exit_.name)
+        node = self.job.nodes.get(exit_.name)
         if node is None:
             return
         stopping = node.status == Status.STOPPING
         node.status = Status.DEAD
         if not stopping:  # nobody asked it to end: a failure
-            self.dead.append(exit_)
+            self.job.failures.append(exit_)
+
+    def _check_liveness(self) -> None:
+        steps = [self.job.step_s[n.name] for n in self.job.nodes.running(NodeRole.WORKER)
+                 if n.name in self.job.step_s]  # fmt: skip
+        for node, silent_s in silent_nodes(self.job.nodes.alive(), self.clock.now(),
+                                           self.liveness, steps):  # fmt: skip
+            if node.unresponsive_s is None:
+                node.unresponsive_s = silent_s
+                self.backend.signal(node.name, signal.SIGKILL)  # its exit is a failure
 
     def _finish(self) -> bool:
         """Stop the nodes and take the final checkpoint. False when a node died after the
         loop's last turn or on the way out (a PS killed as training ends loses the updates
         since the last checkpoint): the job then recovers and trains what was lost."""
-        if self.dead:
+        if self.stop_signal is not None:
+            raise StopRequested("the end of training")
+        if self.job.failures:
             return False
         try:
             lifecycle.finish(self)
+        except StopRequested:
+            raise
         except Interrupted:
+            self.job.move_to(Phase.TRAINING)
             return False
         return True
 
     def failures(self) -> list[NodeEvent]:
         events = []
-        for exit_ in self.dead:
+        for exit_ in self.job.failures:
+            node = self.job.nodes.get(exit_.name)
             kind = EventKind.OOM_KILLED if exit_.oom_killed else EventKind.FAILED
-            detail = f"exit code {exit_.returncode}"
+            detail = describe_exit(exit_, node)
             events.append(NodeEvent(self.time_s(), exit_.name, kind, detail))
             self.store.record_event(self.time_s(), exit_.name, str(kind), detail)
-            self.to_recover.add(exit_.name)
-        self.dead.clear()
+            self.job.to_recover.add(exit_.name)
+            self.job.last_exit[exit_.name] = detail
+        self.job.failures.clear()
         return events
 
     def recover(self) -> None:
         try:
             lifecycle.recover(self)
+        except StopRequested:
+            raise
         except Interrupted:
             pass  # another node died meanwhile: the next turn of the loop recovers again
 
@@ -349,19 +476,22 @@ class Master:
     def checkpoint(self) -> None:
         try:
             lifecycle.checkpoint(self)
+        except StopRequested:
+            raise
         except Interrupted:
             pass  # the failure is handled next; the half-written version is never committed
 
     def finished(self) -> bool:
-        return self.manager.finished
+        """Training is over — or a signal asked it to stop (``run`` tells which)."""
+        return self.job.shards.finished or self.stop_signal is not None
 
     def steps_done(self) -> int:
-        return self.manager.batches_done
+        return self.job.shards.batches_done
 
     def sample(self) -> MetricSample | None:
         now, readings = self.time_s(), []
-        for spec in self.shape.nodes:
-            node = self.nodes.get(spec.name)
+        for spec in self.job.shape.nodes:
+            node = self.job.nodes.get(spec.name)
             if node is None or node.status != Status.RUNNING:
                 continue
             try:
@@ -373,7 +503,9 @@ class Master:
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):
-            self.speeds[m.name] = m.steps_per_s
+            self.job.speeds[m.name] = m.steps_per_s
+            if m.steps_per_s > 0:  # an idle or stalled interval says nothing of a step's length
+                self.job.step_s[m.name] = 1.0 / m.steps_per_s
         status = self.status(sample)
         self.store.record_sample(now, status)
         self.on_sample(status)
@@ -383,14 +515,14 @@ class Master:
         """One line of the progress display and one entry of the report's throughput series."""
         return {
             "time_s": round(sample.time_s, 3),
-            "epoch": self.manager.epoch,
-            "steps_done": self.manager.batches_done,
+            "epoch": self.job.shards.epoch,
+            "steps_done": self.job.shards.batches_done,
             "steps_total": self.plan.steps_total,
             "steps_per_s": sample.steps_per_s,
             "samples_per_s": sample.samples_per_s,
             "loss": self.collector.loss,
             "e_job": sample.e_job,
-            "shape": self.shape.describe(),
+            "shape": self.job.shape.describe(),
             "nodes": [
                 {"name": m.name, "role": str(m.role), "cpu_used": m.cpu_used_cores,
                  "cpu_allocated": m.cpu_allocated_cores, "memory_used": m.memory_used_bytes,
@@ -400,13 +532,17 @@ class Master:
             ],
         }  # fmt: skip
 
-    # -- cluster (parameter-server strategy) ---------------------------------------------------
-    def cluster_info(self) -> dict[str, Any]:
-        servers = {ps: self.nodes.get(ps).address for ps in sorted(set(self.placement.values()))}
-        return {"generation": self.generation, "ps": servers, "placement": self.placement}
 
-    def cluster_ready(self) -> bool:
-        if self.strategy != Strategy.PS:
-            return True
-        holders = [self.nodes.get(ps) for ps in set(self.placement.values())]
-        return all(n is not None and n.alive and n.generation == self.generation for n in holders)
+def describe_exit(exit_: Exit, node: NodeState | None) -> str:
+    """How a node ended, in words: OOM-killed at its limit, unresponsive, a signal, a code."""
+    if exit_.oom_killed:
+        limit = node.spec.resources.memory_bytes if node else None
+        return f"OOM-killed at its memory limit of {format_bytes(limit)}" if limit else "OOM-killed"
+    if node is not None and node.unresponsive_s is not None:
+        return f"unresponsive for {node.unresponsive_s:.1f}s (liveness timeout); killed"
+    if exit_.returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-exit_.returncode).name}"
+        except ValueError:
+            return f"killed by signal {-exit_.returncode}"
+    return f"exit code {exit_.returncode}"

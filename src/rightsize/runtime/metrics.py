@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.runtime.protocol import Stats
 from rightsize.scaling.api import MetricSample, NodeMetrics
 
 
@@ -33,9 +34,9 @@ class Reading:
     loss_n: float = 0.0
 
     @classmethod
-    def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: dict) -> Reading:
-        keys = ("bytes_in", "bytes_out", "steps", "samples", "updates", "loss_sum", "loss_n")
-        return cls(time_s, cpu_s, memory_bytes, **{k: float(stats.get(k, 0.0)) for k in keys})
+    def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: Stats) -> Reading:
+        return cls(time_s, cpu_s, memory_bytes, stats.bytes_in, stats.bytes_out, stats.steps,
+                   stats.samples, stats.updates, stats.loss_sum, stats.loss_n)  # fmt: skip
 
 
 def node_metrics(

@@ -17,13 +17,24 @@ import ctypes
 import os
 import signal
 import sys
-from typing import Any
 
 import torch
 import zmq
 
 from rightsize.core.spec import JobSpec
-from rightsize.runtime.transport import Client, Counters, Header
+from rightsize.runtime.protocol import (
+    NO_CLUSTER,
+    Body,
+    Message,
+    NodeConfig,
+    Register,
+    Reply,
+    Role,
+    Sender,
+    Stats,
+    Threads,
+)
+from rightsize.runtime.transport import Client, Counters
 from rightsize.workloads.registry import WorkloadRegistry
 from rightsize.workloads.workload import Workload
 
@@ -38,63 +49,60 @@ class MasterLost(Exception):
 
 
 class NodeContext:
-    """A node's link to the master, and the counters it reports."""
+    """A node's link to the master, and the counters it reports.
 
-    def __init__(self, name: str, role: str, master_address: str) -> None:
+    ``generation`` is the cluster generation the node works in, sent with every
+    message: the role sets it (a server when it serves a generation, a worker when
+    it switches to a cluster, a rank from its group's config); ``None`` until then.
+    """
+
+    def __init__(self, name: str, role: Role, master_address: str) -> None:
         self.name, self.role = name, role
         self.zmq = zmq.Context()
         self.counters = Counters()
         self.master = Client(self.zmq, master_address, self.counters)
         self.steps = self.samples = self.updates = 0
         self.loss_sum, self.loss_n = 0.0, 0
-        self.config: dict[str, Any] = {}
-        self.generation = -1  # the cluster generation this node works in
+        self.config: NodeConfig | None = None
+        self.generation: int | None = NO_CLUSTER
 
-    def stats(self) -> dict[str, float]:
-        return {
-            "bytes_in": self.counters.bytes_in,
-            "bytes_out": self.counters.bytes_out,
-            "steps": self.steps,
-            "samples": self.samples,
-            "updates": self.updates,
-            "loss_sum": self.loss_sum,
-            "loss_n": self.loss_n,
-        }
+    def stats(self) -> Stats:
+        return Stats(self.counters.bytes_in, self.counters.bytes_out, self.steps, self.samples,
+                     self.updates, self.loss_sum, self.loss_n)  # fmt: skip
 
-    def call(self, op: str, **fields: Any) -> Header:
-        """Send ``op`` to the master; apply a ``threads`` command; return the reply
-        (with any tensors it carried under ``"tensors"``).
+    def call(self, body: Body) -> tuple[Reply, list[torch.Tensor]]:
+        """Send ``body`` to the master; apply a ``threads`` command; return the reply and
+        any tensors it carried.
 
         Raises:
             MasterLost: no answer within :data:`MASTER_TIMEOUT_S`.
         """
-        header = {"op": op, "name": self.name, "stats": self.stats(), **fields}
-        header.setdefault("generation", self.generation)
-        header["pid"] = os.getpid()
+        message = Message(Sender(self.name, os.getpid(), self.generation, self.stats()), body)
         try:
-            reply, tensors = self.master.call(header, timeout_s=MASTER_TIMEOUT_S)
+            header, tensors = self.master.call(message.to_header(), timeout_s=MASTER_TIMEOUT_S)
         except TimeoutError as exc:
             raise MasterLost(str(exc)) from None
-        reply["tensors"] = tensors
-        for command in reply.get("commands", []):
-            if command["cmd"] == "threads":
-                set_threads(command["n"])
-        return reply
+        reply = Reply.from_header(header)
+        for command in reply.commands:
+            if isinstance(command, Threads):
+                set_threads(command.n)
+        return reply, tensors
 
-    def register(self, **fields: Any) -> dict[str, Any]:
-        reply = self.call("register", pid=os.getpid(), role=self.role, **fields)
-        self.config = reply["config"]
-        self.generation = self.config["generation"]
-        set_threads(self.config["threads"])
-        return self.config
+    def register(self, address: str | None = None) -> Reply:
+        """Register; the reply carries this node's configuration (and a worker's cluster)."""
+        reply, _ = self.call(Register(self.role, address))
+        if reply.config is None:  # told to stop: the master no longer knows this process
+            raise MasterLost("the master does not know this node")
+        self.config = reply.config
+        set_threads(self.config.threads)
+        return reply
 
     @property
     def spec(self) -> JobSpec:
-        return JobSpec.model_validate(self.config["spec"])
+        return JobSpec.model_validate(self.config.spec)
 
     def workload(self) -> Workload:
-        spec = self.spec
-        return build_workload(spec)
+        return build_workload(self.spec)
 
     def close(self) -> None:
         self.zmq.destroy(linger=0)
@@ -125,12 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rightsize.runtime.node")
     parser.add_argument("--master", required=True, help="the master's address")
     parser.add_argument("--name", required=True)
-    parser.add_argument("--role", required=True, choices=("ps", "worker", "rank"))
+    parser.add_argument("--role", required=True, choices=[str(r) for r in Role])
     parser.add_argument("--parent", type=int, required=True, help="the master's pid")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    ctx = NodeContext(args.name, args.role, args.master)
+    # a terminal's Ctrl-C is the master's to handle (it checkpoints and stops its nodes)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctx = NodeContext(args.name, Role(args.role), args.master)
     try:
         return _run_role(ctx)
     except MasterLost:
@@ -140,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_role(ctx: NodeContext) -> int:
-    if ctx.role == "ps":
+    if ctx.role == Role.PS:
         from rightsize.runtime.ps import run_ps
 
         return run_ps(ctx)
-    if ctx.role == "worker":
+    if ctx.role == Role.WORKER:
         from rightsize.runtime.worker import run_worker
 
         return run_worker(ctx)

@@ -4,6 +4,9 @@ Commands reach a node in the reply to its next message (nodes ask, the master
 answers), so the master never blocks on a node. A command is delivered once;
 acknowledgements of long commands (a checkpoint written, a state loaded) come
 back in later messages and are kept here until an operation looks for them.
+Every message also refreshes when the node was last heard from and when it
+last made progress, which is how a frozen node is told from a slow one
+(:mod:`liveness`).
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from enum import StrEnum
 from typing import Any
 
 from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.runtime.protocol import Ack, AckKind, Command, PSConfig, RankConfig, Stats
 
 
 class Status(StrEnum):
-    """Where a node is in its life. ``launching`` -> ``running`` -> ``stopping`` / ``dead``."""
+    """Where a node is in its life: ``launching`` -> ``running`` -> ``stopping`` -> ``dead``
+    (or straight to ``dead`` when it fails)."""
 
     LAUNCHING = "launching"
     RUNNING = "running"
@@ -26,21 +31,29 @@ class Status(StrEnum):
 
 @dataclass
 class NodeState:
-    """One node as the master tracks it."""
+    """One node as the master tracks it.
+
+    ``generation`` is the cluster generation the node last said it works in: for a
+    parameter server the one it serves, for a worker the one of the cluster it was
+    given (``None`` until it has one), for a rank the group it belongs to.
+    """
 
     spec: NodeSpec
     pid: int
     launched_s: float
+    config: PSConfig | RankConfig | None = None  # sent on registering
     status: Status = Status.LAUNCHING
     address: str | None = None
     registered_s: float | None = None
     first_step_s: float | None = None
+    heard_s: float | None = None  # the last message
+    progress_s: float | None = None  # the last message whose counters had moved on
+    unresponsive_s: float | None = None  # silent this long when the master gave up on it
     paused: bool = False
-    generation: int = -1
-    commands: list[dict[str, Any]] = field(default_factory=list)
-    acks: list[dict[str, Any]] = field(default_factory=list)
-    stats: dict[str, float] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)  # role-specific, sent on registering
+    generation: int | None = None
+    commands: list[Command] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
 
     @property
     def name(self) -> str:
@@ -54,19 +67,28 @@ class NodeState:
     def alive(self) -> bool:
         return self.status in (Status.LAUNCHING, Status.RUNNING)
 
-    def take_commands(self) -> list[dict[str, Any]]:
-        commands, self.commands = self.commands, []
+    def heard(self, now: float, stats: Stats) -> None:
+        """A message arrived; its counters moved on if the node did any work since the last."""
+        moved = (stats.steps, stats.updates) != (self.stats.steps, self.stats.updates)
+        if moved or self.progress_s is None:
+            self.progress_s = now
+        if self.first_step_s is None and stats.steps > 0:
+            self.first_step_s = now
+        self.heard_s, self.stats = now, stats
+
+    def take_commands(self) -> tuple[Command, ...]:
+        commands, self.commands = tuple(self.commands), []
         return commands
 
-    def has_ack(self, cmd: str, **match: Any) -> bool:
-        return any(self._matches(a, cmd, match) for a in self.acks)
+    def has_ack(self, kind: AckKind, **match: Any) -> bool:
+        return any(_matches(a, kind, match) for a in self.acks)
 
-    def pop_acks(self, cmd: str, **match: Any) -> None:
-        self.acks = [a for a in self.acks if not self._matches(a, cmd, match)]
+    def pop_acks(self, kind: AckKind, **match: Any) -> None:
+        self.acks = [a for a in self.acks if not _matches(a, kind, match)]
 
-    @staticmethod
-    def _matches(ack: dict[str, Any], cmd: str, match: dict[str, Any]) -> bool:
-        return ack["cmd"] == cmd and all(ack.get(k) == v for k, v in match.items())
+
+def _matches(ack: Ack, kind: AckKind, match: dict[str, Any]) -> bool:
+    return ack.kind == kind and all(getattr(ack, k) == v for k, v in match.items())
 
 
 class Nodes:
@@ -87,5 +109,6 @@ class Nodes:
     def running(self, role: NodeRole | None = None) -> list[NodeState]:
         return [n for n in self.alive(role) if n.status == Status.RUNNING]
 
-    def remove(self, name: str) -> None:
-        self.by_name.pop(name, None)
+    def is_alive(self, name: str) -> bool:
+        node = self.by_name.get(name)
+        return node is not None and node.alive

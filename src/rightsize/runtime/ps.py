@@ -24,7 +24,6 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +33,19 @@ from rightsize.runtime import checkpoint
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, ParamStore, warm_up
+from rightsize.runtime.protocol import (
+    Ack,
+    AckKind,
+    Checkpoint,
+    Command,
+    Export,
+    Heartbeat,
+    Load,
+    Pull,
+    Push,
+    Stop,
+    data_request,
+)
 from rightsize.runtime.transport import Pacer, Server
 
 #: Seconds between heartbeats to the master (its commands arrive in the replies).
@@ -45,7 +57,7 @@ def optim_settings(ctx: NodeContext) -> OptimSettings:
     return OptimSettings(training.optimizer, training.lr, training.momentum)
 
 
-def fresh_store(ctx: NodeContext, names: list[str]) -> ParamStore:
+def fresh_store(ctx: NodeContext, names: tuple[str, ...]) -> ParamStore:
     """This server's share of a newly initialised model (seeded, so every node agrees).
 
     A server launched to join a repartition holds nothing until it loads.
@@ -58,7 +70,7 @@ def fresh_store(ctx: NodeContext, names: list[str]) -> ParamStore:
     return ParamStore(tensors, layout.sparse, optim_settings(ctx))
 
 
-def load_store(ctx: NodeContext, names: list[str], paths: list[str]) -> ParamStore:
+def load_store(ctx: NodeContext, names: tuple[str, ...], paths: tuple[str, ...]) -> ParamStore:
     """This server's tensors from saved states, or freshly initialised if there are none
     (a restore before the first checkpoint restarts from the seed)."""
     if not paths:
@@ -72,16 +84,16 @@ class ParameterServer:
 
     def __init__(self, ctx: NodeContext, server: Server, pacer: Pacer) -> None:
         self.ctx, self.server, self.pacer = ctx, server, pacer
-        config = ctx.config
-        self.generation = config["generation"]
+        config = ctx.config.ps
         warm_up(optim_settings(ctx))
-        self.store = load_store(ctx, config["names"], config["paths"])
-        self.acks: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.store = load_store(ctx, config.names, config.paths)
+        self.generation = ctx.generation = config.generation  # serving from now on
+        self.acks: queue.SimpleQueue[Ack] = queue.SimpleQueue()
         self.writers: list[threading.Thread] = []
         self.running = True
 
     def run(self) -> int:
-        self.acks.put({"cmd": "ready", "generation": self.generation})
+        self.acks.put(Ack(AckKind.READY, generation=self.generation))
         next_beat = 0.0
         while self.running:
             if self.server.socket.poll(int(HEARTBEAT_S * 1000), zmq.POLLIN):
@@ -96,30 +108,30 @@ class ParameterServer:
     # -- data plane -----------------------------------------------------------------
     def serve_one(self) -> None:
         identity, header, tensors = self.server.receive()
-        if header.get("gen") != self.generation:
+        request = data_request(header)
+        if request.generation != self.generation:
             self.server.reply(identity, {"rid": header["rid"], "stale": True})
             return
-        if header["op"] == "pull":
-            reply, out = self._pull(header, tensors)
+        if isinstance(request, Pull):
+            reply, out = self._pull(request, tensors)
         else:
-            reply, out = self._push(header, tensors)
+            reply, out = self._push(request, tensors)
         reply["rid"] = header["rid"]
         self.pacer.wait(sum(t.numel() * t.element_size() for t in out))
         self.server.reply(identity, reply, out)
 
-    def _pull(self, header: dict, tensors: list[torch.Tensor]):
+    def _pull(self, request: Pull, tensors: list[torch.Tensor]):
         out = [t.clone() for t in self.store.dense_values()]
-        for name, ids in zip(header["tables"], tensors, strict=True):
+        for name, ids in zip(request.tables, tensors, strict=True):
             out.append(self.store.rows(name, ids))
         return {"dense": self.store.dense_names}, out
 
-    def _push(self, header: dict, tensors: list[torch.Tensor]):
+    def _push(self, request: Push, tensors: list[torch.Tensor]):
         it = iter(tensors)
         indices = next(it).numpy().astype(np.int32)
-        dense = {name: next(it) for name in header["dense"]}
-        sparse = {name: (next(it), next(it)) for name in header["tables"]}
-        key = tuple(header["key"])
-        applied = self.store.apply(key, indices, dense, sparse)
+        dense = {name: next(it) for name in request.dense}
+        sparse = {name: (next(it), next(it)) for name in request.tables}
+        applied = self.store.apply(request.key, indices, dense, sparse)
         self.ctx.updates = self.store.updates
         return {"applied": applied}, []
 
@@ -128,30 +140,29 @@ class ParameterServer:
         acks = []
         while not self.acks.empty():
             acks.append(self.acks.get())
-        reply = self.ctx.call("heartbeat", acks=acks, generation=self.generation)
-        for command in reply.get("commands", []):
+        reply, _ = self.ctx.call(Heartbeat(tuple(acks)))
+        for command in reply.commands:
             self.handle(command)
 
-    def handle(self, command: dict[str, Any]) -> None:
-        kind = command["cmd"]
-        if kind == "checkpoint":
-            self._checkpoint(command["version"], Path(command["path"]))
-        elif kind == "export":
-            checkpoint.save_atomic(self.store.state_dict(), Path(command["path"]))
-            self.acks.put({"cmd": "exported", "generation": command["generation"]})
-        elif kind == "load":
-            self.store = load_store(self.ctx, command["names"], command["paths"])
-            self.generation = self.ctx.generation = command["generation"]
-            self.acks.put({"cmd": "loaded", "generation": self.generation})
-        elif kind == "stop":
+    def handle(self, command: Command) -> None:
+        if isinstance(command, Checkpoint):
+            self._checkpoint(command.version, Path(command.path))
+        elif isinstance(command, Export):
+            checkpoint.save_atomic(self.store.state_dict(), Path(command.path))
+            self.acks.put(Ack(AckKind.EXPORTED, generation=command.generation))
+        elif isinstance(command, Load):
+            self.store = load_store(self.ctx, command.names, command.paths)
+            self.generation = self.ctx.generation = command.generation
+            self.acks.put(Ack(AckKind.LOADED, generation=self.generation))
+        elif isinstance(command, Stop):
             self.running = False
 
-    def _checkpoint(self, version: int, path) -> None:
+    def _checkpoint(self, version: int, path: Path) -> None:
         state = self.store.state_dict()  # a copy: training goes on while it is written
 
         def write() -> None:
             checkpoint.save_atomic(state, path)
-            self.acks.put({"cmd": "checkpointed", "version": version})
+            self.acks.put(Ack(AckKind.CHECKPOINTED, version=version))
 
         writer = threading.Thread(target=write, name=f"checkpoint-v{version}", daemon=True)
         writer.start()

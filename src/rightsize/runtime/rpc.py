@@ -1,124 +1,124 @@
-"""The master's answers to its nodes: register, heartbeat, lease, progress, done.
+"""The master's answers to its nodes (register, heartbeat, lease, progress), from the job's state.
 
-Every message carries the sender's name, pid, cluster generation and counters;
-every answer may carry commands. A message from a process the master does not
-know (a predecessor of a relaunched node) is told to stop. Workers are steered
-by state rather than by one-off commands where they can miss nothing: while
-the master halts for a repartition every answer says ``pause``; a paused
-worker is answered ``resume`` once the halt is over; a worker on an old
-generation gets the current cluster (parameter-server addresses and tensor
-placement) with its answer once every server has loaded that generation.
+Every message carries the sender's name, pid, cluster generation and counters
+(:mod:`protocol`); every answer may carry commands. A message from a process
+the master does not know (a predecessor of a relaunched node) is told to stop.
+Workers are steered by state rather than by one-off commands where they can
+miss nothing: while the job is halted for a repartition every answer says
+``pause``; a paused worker is answered ``resume`` once the halt is over; a
+worker whose generation is not the job's — ``None`` included, a worker that has
+no cluster yet — gets the current cluster with its answer as soon as every
+server serves it, and is leased nothing until it works in it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from rightsize.core.shape import NodeRole
+from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
+from rightsize.runtime.clock import Clock
+from rightsize.runtime.jobstate import JobState, Phase
 from rightsize.runtime.nodes import NodeState, Status
-from rightsize.runtime.shards import Task
-
-if TYPE_CHECKING:
-    from rightsize.runtime.master import Master
-
-_STOP = {"commands": [{"cmd": "stop"}]}
-
-
-def handle(master: Master, header: dict[str, Any], tensors: list) -> tuple[dict, list]:
-    """The answer to one message (and the tensors it carries)."""
-    node = master.nodes.get(header.get("name", ""))
-    if node is None or node.status == Status.DEAD or header.get("pid") != node.pid:
-        return dict(_STOP), []
-    node.stats = header.get("stats", node.stats)
-    if node.first_step_s is None and node.stats.get("steps", 0) > 0:
-        node.first_step_s = master.clock.now()
-    op = header["op"]
-    if op == "register":
-        return register(master, node, header), []
-    if op == "heartbeat":
-        return heartbeat(master, node, header), []
-    if op == "lease":
-        return lease(master, node, header)
-    if op in ("progress", "done"):
-        return progress(master, node, header), []
-    raise ValueError(f"unknown message {op!r} from {node.name}")
+from rightsize.runtime.protocol import (
+    STOP_REPLY,
+    Grant,
+    Heartbeat,
+    LeaseRequest,
+    Message,
+    NodeConfig,
+    Pause,
+    Progress,
+    PSConfig,
+    RankConfig,
+    Register,
+    Reply,
+    Resume,
+)
+from rightsize.runtime.shards import StragglerRule
 
 
-def register(master: Master, node: NodeState, header: dict[str, Any]) -> dict[str, Any]:
-    node.status = Status.RUNNING
-    node.registered_s = master.clock.now()
-    node.address = header.get("address")
-    config = {
-        "spec": master.spec.model_dump(mode="json", by_alias=True),
-        "threads": master.threads(node.spec),
-        "generation": master.generation,
-        **node.config,
-    }
-    if node.role == NodeRole.WORKER and master.strategy == Strategy.PS:
-        ready = master.cluster_ready()
-        config["cluster"] = master.cluster_info() if ready else _no_cluster()
-    return {"config": config}
+@dataclass
+class NodeService:
+    """Answers every node of ``job``; the master pumps messages through :meth:`handle`."""
 
+    job: JobState
+    spec_json: dict
+    threads: Callable[[NodeSpec], int]
+    straggler: StragglerRule
+    clock: Clock
 
-def _no_cluster() -> dict[str, Any]:
-    return {"generation": -1, "ps": {}, "placement": {}}
+    def handle(self, message: Message) -> tuple[Reply, list[torch.Tensor]]:
+        """The answer to one message, and the tensors it carries."""
+        sender = message.sender
+        node = self.job.nodes.get(sender.name)
+        if node is None or node.status == Status.DEAD or sender.pid != node.pid:
+            return STOP_REPLY, []
+        node.heard(self.clock.now(), sender.stats)
+        node.generation = sender.generation
+        body = message.body
+        if isinstance(body, Register):
+            return self.register(node, body), []
+        if isinstance(body, Heartbeat):
+            node.acks.extend(body.acks)
+            if node.role == NodeRole.PS:
+                return Reply(node.take_commands()), []
+            return self.worker_reply(node, paused=body.paused), []
+        if isinstance(body, LeaseRequest):
+            return self.lease(node)
+        return self.progress(node, body), []
 
+    def register(self, node: NodeState, body: Register) -> Reply:
+        node.status = Status.RUNNING
+        node.registered_s = self.clock.now()
+        node.address = body.address
+        config = NodeConfig(
+            self.spec_json, self.threads(node.spec),
+            ps=node.config if isinstance(node.config, PSConfig) else None,
+            rank=node.config if isinstance(node.config, RankConfig) else None,
+        )  # fmt: skip
+        cluster = self.job.cluster_view() if node.role == NodeRole.WORKER else None
+        return Reply(node.take_commands(), config=config, cluster=cluster)
 
-def heartbeat(master: Master, node: NodeState, header: dict[str, Any]) -> dict[str, Any]:
-    for ack in header.get("acks", []):
-        if ack["cmd"] in ("ready", "loaded"):
-            node.generation = ack["generation"]
-        node.acks.append(ack)
-    if node.role == NodeRole.PS:
-        return {"commands": node.take_commands()}
-    return worker_reply(master, node, header)
+    def worker_reply(self, node: NodeState, paused: bool = False, **extra) -> Reply:
+        """Commands for a worker, with the pause/resume state and the cluster it should use."""
+        node.paused = paused
+        commands = list(node.take_commands())
+        if self.job.phase == Phase.HALTED:
+            commands.append(Pause())
+        elif node.paused:
+            commands.append(Resume())
+        view = self.job.cluster_view()
+        cluster = view if view is not None and node.generation != view.generation else None
+        return Reply(tuple(commands), cluster=cluster, **extra)
 
+    def lease(self, node: NodeState) -> tuple[Reply, list[torch.Tensor]]:
+        job = self.job
+        in_cluster = node.generation == job.generation and (
+            job.strategy != Strategy.PS or job.cluster_ready()
+        )
+        granted = None
+        if job.leasing and in_cluster:
+            peers = [job.speeds[n.name] for n in job.nodes.running(NodeRole.WORKER)
+                     if n.name in job.speeds]  # fmt: skip
+            fraction = self.straggler.fraction(job.speeds.get(node.name), peers)
+            granted = job.shards.lease(node.name, fraction)
+        if granted is None:
+            return self.worker_reply(node), []
+        task = granted.task
+        indices = torch.from_numpy(job.plan.indices(task.epoch, task.shard))
+        grant = Grant(task, granted.next_batch)
+        return self.worker_reply(node, lease=grant), [indices]
 
-def worker_reply(master: Master, node: NodeState, header: dict[str, Any], **extra) -> dict:
-    """Commands for a worker, with the pause/resume state and the cluster it should use."""
-    node.paused = bool(header.get("paused", False))
-    commands = node.take_commands()
-    if master.halt:
-        commands.append({"cmd": "pause"})
-    elif node.paused:
-        commands.append({"cmd": "resume"})
-    reply = {"commands": commands, **extra}
-    stale = header.get("generation") != master.generation
-    if master.strategy == Strategy.PS and stale and master.cluster_ready():
-        reply["cluster"] = master.cluster_info()
-    return reply
-
-
-def lease(master: Master, node: NodeState, header: dict[str, Any]) -> tuple[dict, list]:
-    can_lease = (
-        master.leasing
-        and not master.halt
-        and header.get("generation") == master.generation
-        and master.cluster_ready()
-    )
-    granted = None
-    if can_lease:
-        peers = [master.speeds[n.name] for n in master.nodes.running(NodeRole.WORKER)
-                 if n.name in master.speeds]  # fmt: skip
-        fraction = master.straggler.fraction(master.speeds.get(node.name), peers)
-        granted = master.manager.lease(node.name, fraction)
-    if granted is None:
-        return worker_reply(master, node, header), []
-    task = granted.task
-    indices = torch.from_numpy(master.plan.indices(task.epoch, task.shard))
-    body = {"lease": {"task": task.to_list(), "next_batch": granted.next_batch}}
-    return worker_reply(master, node, header, **body), [indices]
-
-
-def progress(master: Master, node: NodeState, header: dict[str, Any]) -> dict[str, Any]:
-    ok = False
-    if header.get("generation") == master.generation:
-        task = Task.from_list(header["task"])
-        if header["op"] == "done":
-            ok = master.manager.finish(node.name, task)
-        else:
-            ok = master.manager.progress(node.name, task, int(header["next_batch"]))
-    return worker_reply(master, node, header, ok=ok)
+    def progress(self, node: NodeState, body: Progress) -> Reply:
+        accepted = False
+        if node.generation == self.job.generation:
+            shards = self.job.shards
+            if body.done:
+                accepted = shards.finish(node.name, body.task)
+            else:
+                accepted = shards.progress(node.name, body.task, body.next_batch)
+        return self.worker_reply(node, accepted=accepted)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from rightsize.core.errors import SpecError
 from rightsize.core.shape import ClusterShape
 
 _SCHEMA = """
@@ -43,6 +45,19 @@ CREATE TABLE IF NOT EXISTS samples (
 """
 
 
+class JobStatus(StrEnum):
+    """A job's status in its state file; every one but ``finished`` is resumed by a rerun."""
+
+    RUNNING = "running"  # a master is on it, or was killed while on it
+    INTERRUPTED = "interrupted"  # stopped by SIGINT/SIGTERM after a checkpoint
+    FAILED = "failed"  # a node failed too often, or a node never started
+    FINISHED = "finished"
+
+    @property
+    def resumable(self) -> bool:
+        return self != JobStatus.FINISHED
+
+
 @dataclass(frozen=True)
 class CheckpointRow:
     """A committed checkpoint: its files and the shard queues and placement it goes with."""
@@ -55,16 +70,39 @@ class CheckpointRow:
     steps: int
 
 
+@dataclass(frozen=True)
+class LaunchRow:
+    """The first timeline row of a job: the shape it starts with, and why."""
+
+    shape: ClusterShape
+    action: str
+    reason: str
+    notes: dict | None = None
+
+
 class StateStore:
     """Reads and writes the state file. One instance per master."""
 
     def __init__(self, path: Path) -> None:
+        """Open (or create) the state file.
+
+        Raises:
+            SpecError: the file is not a state file (another program's, or damaged).
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.db = sqlite3.connect(path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+            self.db.execute("SELECT name, spec, identity, status FROM job LIMIT 1").fetchall()
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise SpecError(
+                f"runtime.state: {path} is not a rightsize state file ({exc}); move it away or "
+                "set runtime.state to another file"
+            ) from None
 
     def close(self) -> None:
         self.db.close()
@@ -83,15 +121,30 @@ class StateStore:
         job["spec"] = json.loads(job["spec"])
         return job
 
-    def start_job(self, name: str, spec: dict, identity: str, started_at: float) -> None:
-        """Begin a new job in this file, forgetting any previous one."""
-        with self.db:
+    def start_job(self, name: str, spec: dict, identity: str, started_at: float,
+                  launch: LaunchRow) -> int:  # fmt: skip
+        """Begin a new job in this file, forgetting any previous one, with its launch row.
+
+        The job and the shape it launches with are written in one transaction, before
+        any node starts, so a master killed at any moment after leaves a job its
+        successor can resume. Returns the launch row's ``seq`` (its transition time is
+        filled in once the nodes run: :meth:`set_transition`).
+        """
+        self.db.execute("BEGIN")
+        try:
             for table in ("job", "timeline", "checkpoints", "events", "samples"):
                 self.db.execute(f"DELETE FROM {table}")
             self.db.execute(
-                "INSERT INTO job VALUES (1, ?, ?, ?, 'running', ?, NULL, 1, 0, NULL)",
-                (name, json.dumps(spec), identity, started_at),
+                "INSERT INTO job VALUES (1, ?, ?, ?, ?, ?, NULL, 1, 0, NULL)",
+                (name, json.dumps(spec), identity, str(JobStatus.RUNNING), started_at),
             )
+            seq = self.record_shape(0.0, launch.action, launch.reason, launch.shape,
+                                    notes=launch.notes)  # fmt: skip
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return seq
 
     def update_job(self, **fields: Any) -> None:
         columns = ", ".join(f"{key} = ?" for key in fields)
@@ -108,14 +161,23 @@ class StateStore:
         transition_s: float | None = None,
         details: dict | None = None,
         notes: dict | None = None,
-    ) -> None:
-        """One timeline row; ``details`` are the mechanism's timings, ``notes`` the plan's own."""
-        self.db.execute(
+    ) -> int:
+        """One timeline row; ``details`` are the mechanism's timings, ``notes`` the plan's own.
+        Returns its ``seq``."""
+        cursor = self.db.execute(
             "INSERT INTO timeline (time_s, action, reason, shape, applied, transition_s, details, "
             "notes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (time_s, action, reason, json.dumps(shape.to_dict()), int(applied), transition_s,
              json.dumps(details or {}), json.dumps(notes or {})),
         )  # fmt: skip
+        return cursor.lastrowid
+
+    def set_transition(self, seq: int, transition_s: float, details: dict, reason: str) -> None:
+        """Fill in a row written before its change was carried out."""
+        self.db.execute(
+            "UPDATE timeline SET transition_s = ?, details = ?, reason = ? WHERE seq = ?",
+            (transition_s, json.dumps(details), reason, seq),
+        )
 
     def timeline(self) -> list[dict[str, Any]]:
         rows = self.db.execute(

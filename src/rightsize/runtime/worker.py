@@ -22,14 +22,26 @@ from __future__ import annotations
 
 import time
 from contextlib import suppress
-from typing import Any
 
 import torch
 import zmq
 
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import NodeContext
-from rightsize.runtime.shards import Task
+from rightsize.runtime.protocol import (
+    ClusterView,
+    Grant,
+    Heartbeat,
+    LeaseRequest,
+    Pause,
+    Progress,
+    Pull,
+    Push,
+    Reply,
+    Reset,
+    Resume,
+    Stop,
+)
 from rightsize.runtime.transport import Client
 
 #: Seconds between lease requests while TODO is empty but the epoch is not over.
@@ -40,24 +52,24 @@ HOLD_POLL_S = 0.1
 STALL_CHECK_S = 1.0
 
 
-class Reset(Exception):
+class ResetLease(Exception):
     """The master dropped this worker's lease (or the cluster changed under a request)."""
 
 
-class Stop(Exception):
+class StopWorker(Exception):
     """The master told this worker to end."""
 
 
 class PSCluster:
     """Connections to one generation's parameter servers, and which tensors each holds."""
 
-    def __init__(self, ctx: NodeContext, info: dict[str, Any], sparse: set[str]) -> None:
-        self.generation = info["generation"]
-        self.clients = {ps: Client(ctx.zmq, addr, ctx.counters) for ps, addr in info["ps"].items()}
-        placement = info["placement"]
-        self.dense = {ps: sorted(n for n, p in placement.items() if p == ps and n not in sparse)
+    def __init__(self, ctx: NodeContext, view: ClusterView, sparse: set[str]) -> None:
+        self.generation = view.generation
+        self.clients = {ps: Client(ctx.zmq, addr, ctx.counters) for ps, addr in view.servers.items()}
+        placement = view.placement
+        self.dense = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n not in sparse))
                       for ps in self.clients}  # fmt: skip
-        self.tables = {ps: sorted(n for n, p in placement.items() if p == ps and n in sparse)
+        self.tables = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n in sparse))
                        for ps in self.clients}  # fmt: skip
         self.owner = dict(placement)
         self.poller = zmq.Poller()
@@ -69,8 +81,8 @@ class PSCluster:
     def pull(self, ids: dict[str, torch.Tensor], on_stall) -> tuple[dict, dict]:
         requests = {}
         for ps in self.clients:
-            tables = [t for t in self.tables[ps] if t in ids]
-            requests[ps] = ({"op": "pull", "tables": tables}, [ids[t] for t in tables])
+            tables = tuple(t for t in self.tables[ps] if t in ids)
+            requests[ps] = (Pull(self.generation, tables).to_header(), [ids[t] for t in tables])
         replies = self.exchange(requests, on_stall)
         dense, rows = {}, {}
         for ps, (header, tensors) in replies.items():
@@ -86,15 +98,16 @@ class PSCluster:
             tensors = [indices] + [dense[n] for n in self.dense[ps]]
             for name in self.tables[ps]:
                 tensors += list(sparse[name])
-            header = {"op": "push", "key": list(key), "dense": self.dense[ps]}
-            requests[ps] = ({**header, "tables": self.tables[ps]}, tensors)
+            header = Push(self.generation, key, self.dense[ps], self.tables[ps]).to_header()
+            requests[ps] = (header, tensors)
         self.exchange(requests, on_stall)
 
     def fetch_rows(self, table: str, ids: torch.Tensor, on_stall) -> torch.Tensor:
         ps = self.owner[table]
-        replies = self.exchange({ps: ({"op": "pull", "tables": [table]}, [ids])}, on_stall)
-        header, tensors = replies[ps]
-        return tensors[len(header["dense"])]
+        header = Pull(self.generation, (table,)).to_header()
+        replies = self.exchange({ps: (header, [ids])}, on_stall)
+        reply, tensors = replies[ps]
+        return tensors[len(reply["dense"])]
 
     def exchange(self, requests: dict, on_stall) -> dict:
         """Send every request, wait for every reply; ``on_stall()`` runs while waiting long.
@@ -103,7 +116,7 @@ class PSCluster:
             Reset: a server answered ``stale`` (its generation is not ours).
         """
         for ps, (header, tensors) in requests.items():
-            self.clients[ps].send({**header, "gen": self.generation}, tensors)
+            self.clients[ps].send(header, tensors)
         replies: dict[str, tuple] = {}
         while len(replies) < len(requests):
             events = dict(self.poller.poll(int(STALL_CHECK_S * 1000)))
@@ -115,7 +128,7 @@ class PSCluster:
                 if reply is not None and ps in requests:
                     replies[ps] = reply
         if any(header.get("stale") for header, _ in replies.values()):
-            raise Reset("a parameter server is on another generation")
+            raise ResetLease("a parameter server is on another generation")
         return replies
 
     def close(self) -> None:
@@ -124,62 +137,69 @@ class PSCluster:
 
 
 class Worker:
-    """The loop of one PS-mode worker."""
+    """The loop of one PS-mode worker.
 
-    def __init__(self, ctx: NodeContext) -> None:
+    ``cluster`` is ``None`` until the master sends one (a worker that registers while
+    the servers restore gets none yet): without a cluster the worker asks for no
+    lease, and the master grants none to a worker not in the job's generation.
+    """
+
+    def __init__(self, ctx: NodeContext, cluster: ClusterView | None) -> None:
         self.ctx = ctx
         self.workload = ctx.workload()
         self.model = self.workload.make_model(seed=ctx.spec.training.seed)
         self.layout = layout_of(self.model)
         self.lookups = EmbeddingLookups(self.layout)
-        self.cluster = PSCluster(ctx, ctx.config["cluster"], self.layout.sparse)
+        self.cluster: PSCluster | None = None
         self.paused = False
+        if cluster is not None:
+            self.switch(cluster)
 
     def run(self) -> int:
         try:
             while True:
-                reply = self.ask_for_task()
-                lease = reply.get("lease")
-                if lease is None:
+                reply, tensors = self.ask_for_task()
+                if reply.lease is None:
                     time.sleep(LEASE_WAIT_S)
                     continue
                 try:
-                    self.train(Task.from_list(lease["task"]), lease["next_batch"], reply)
-                except Reset:
+                    self.train(reply.lease, tensors[0])
+                except ResetLease:
                     continue
-        except Stop:
+        except StopWorker:
             return 0
         finally:
-            self.cluster.close()
+            if self.cluster is not None:
+                self.cluster.close()
 
-    def ask_for_task(self) -> dict[str, Any]:
-        """The master's reply to a lease request, its commands obeyed.
+    def ask_for_task(self) -> tuple[Reply, list[torch.Tensor]]:
+        """The master's reply to a lease request (a heartbeat while there is no cluster),
+        its commands obeyed.
 
         Between tasks nothing is in flight, so a ``reset`` (the master rolled its
         parameter servers back to a checkpoint) has nothing to undo here; a task
         leased in the same reply comes from the rolled-back shard queues (the master
         queues resets after rebuilding them), so it is kept.
         """
-        with suppress(Reset):
+        with suppress(ResetLease):
             if self.paused:
                 self.hold()
-        reply = self.ctx.call("lease")
-        with suppress(Reset):
+        body = LeaseRequest() if self.cluster is not None else Heartbeat()
+        reply, tensors = self.ctx.call(body)
+        with suppress(ResetLease):
             self.follow(reply)
-        return reply
+        return reply, tensors
 
     # -- training -----------------------------------------------------------------
-    def train(self, task: Task, start: int, reply: dict) -> None:
-        shard_indices = reply["tensors"][0]
-        batch_size = self.ctx.spec.batch_size
-        for batch in range(start, task.end):
+    def train(self, grant: Grant, shard_indices: torch.Tensor) -> None:
+        task, batch_size = grant.task, self.ctx.spec.batch_size
+        for batch in range(grant.next_batch, task.end):
             indices = shard_indices[batch * batch_size : (batch + 1) * batch_size]
             self.step((task.epoch, task.shard, batch), indices)
-            op = "done" if batch + 1 == task.end else "progress"
-            answer = self.ctx.call(op, task=task.to_list(), next_batch=batch + 1)
+            answer, _ = self.ctx.call(Progress(task, batch + 1))
             self.follow(answer)
-            if not answer.get("ok", False):
-                raise Reset("the master no longer holds this lease for us")
+            if not answer.accepted:
+                raise ResetLease("the master no longer holds this lease for us")
             if self.paused:
                 self.hold()
 
@@ -205,33 +225,33 @@ class Worker:
         self.ctx.loss_n += 1
 
     # -- following the master -----------------------------------------------------------
-    def follow(self, reply: dict[str, Any]) -> bool:
+    def follow(self, reply: Reply) -> bool:
         """Obey the reply's commands in order, after switching to the cluster it names.
 
         Returns:
             True if the cluster changed.
         """
-        cluster = reply.get("cluster")
-        switched = bool(cluster) and cluster["generation"] != self.cluster.generation
+        switched = reply.cluster is not None and (
+            self.cluster is None or reply.cluster.generation != self.cluster.generation
+        )
         if switched:
-            self.switch(cluster)
+            self.switch(reply.cluster)
         reset = False
-        for command in reply.get("commands", []):  # all of them: commands are sent once
-            kind = command["cmd"]
-            if kind == "pause":
+        for command in reply.commands:  # all of them: commands are sent once
+            if isinstance(command, Pause):
                 self.paused = True
-            elif kind == "resume":
+            elif isinstance(command, Resume):
                 self.paused = False
-            elif kind == "reset":
+            elif isinstance(command, Reset):
                 reset = True
-            elif kind == "stop":
-                raise Stop
+            elif isinstance(command, Stop):
+                raise StopWorker
         if reset:
-            raise Reset("reset by the master")
+            raise ResetLease("reset by the master")
         return switched
 
-    def switch(self, info: dict[str, Any]) -> None:
-        old, self.cluster = self.cluster, PSCluster(self.ctx, info, self.layout.sparse)
+    def switch(self, view: ClusterView) -> None:
+        old, self.cluster = self.cluster, PSCluster(self.ctx, view, self.layout.sparse)
         self.ctx.generation = self.cluster.generation
         if old is not None:
             old.close()
@@ -239,17 +259,20 @@ class Worker:
     def hold(self) -> None:
         """Halted at a batch boundary until ``resume`` (or ``reset``/``stop``)."""
         while self.paused:
-            self.follow(self.ctx.call("heartbeat", paused=True))
+            self.follow(self.ctx.call(Heartbeat(paused=True))[0])
             if self.paused:
                 time.sleep(HOLD_POLL_S)
 
     def check_master(self) -> None:
         """Called while a parameter server is slow to answer: a reset, a stop or a new
         cluster ends the wait (the request is retried, or deduplicated, later)."""
-        if self.follow(self.ctx.call("heartbeat", paused=False)):
-            raise Reset("the cluster changed during a request")
+        if self.follow(self.ctx.call(Heartbeat())[0]):
+            raise ResetLease("the cluster changed during a request")
 
 
 def run_worker(ctx: NodeContext) -> int:
-    ctx.register()
-    return Worker(ctx).run()
+    reply = ctx.register()
+    worker = Worker(ctx, reply.cluster)
+    with suppress(ResetLease):  # nothing is leased yet: a reset has nothing to undo
+        worker.follow(reply)
+    return worker.run()
