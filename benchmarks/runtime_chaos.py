@@ -3,7 +3,7 @@
 Each schedule (``rightsize.runtime.chaos.random_schedule(seed)``: 1-3 strikes at a
 worker, a parameter server or the master, half of them within 2 s of the previous
 one, 15% of them a SIGSTOP of 5-40 s) runs ``rightsize run`` on the counting job
-(2 PS + 2 workers, 4,096 samples, checkpoints every 2 s) as a user would, reruns it
+(2 PS + 2 workers, 4,096 samples, 40 epochs, checkpoints every 2 s) as a user would, reruns it
 after a master kill, and is judged by the trained weights: minus each weight is how
 often its sample was applied. The JSON has every schedule with its strikes, exit
 codes, per-tensor counts, the runtime's recovery rows (what it did and how long it
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--schedules", type=int, default=30)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds per schedule")
     parser.add_argument("--source", help="run the jobs with this checkout's src on PYTHONPATH")
     parser.add_argument("--quick", action="store_true", help="2 schedules: checks it works")

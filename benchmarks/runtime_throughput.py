@@ -34,10 +34,10 @@ import torch
 
 from bench_io import write_report
 from rightsize.core.spec import JobSpec
-from rightsize.runtime.master import job_identity
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.paramstore import OptimSettings, make_optimizer
+from rightsize.runtime.startup import job_identity
 from rightsize.scaling.registry import make_policy
 from runtime_common import job_spec, load_note, median_or_none, run_job, steady
 

@@ -3,10 +3,15 @@ leaving nothing behind."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rightsize.cli.main import main
 from rightsize.core.spec import JobSpec, _walk_fields
+from rightsize.runtime.accounting import count_log
+from rightsize.runtime.errors import ExactlyOnceViolated
+from rightsize.runtime.master import Master
+from rightsize.runtime.report import violations
 
 JOB = """
 name: cli
@@ -79,3 +84,39 @@ def test_missing_file_and_bad_flag(tmp_path, capsys):
     assert code == 2 and "cannot read" in err
     code, _, err = run(capsys, write_job(tmp_path, JOB), "--policy", "nearchuss")
     assert code == 2 and "unknown policy" in err
+
+
+def test_a_failed_exactly_once_check_exits_1_naming_epochs_and_samples(tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    # the accounting of a job whose servers applied epoch 0 once and nothing of epoch 1
+    log = [((0, 0, 0), np.arange(0, 40)), ((0, 1, 0), np.arange(40, 64))]
+    tally = count_log(log, 64, expected_epochs=2)
+    assert [e.epoch for e in tally.epochs] == [0, 1]  # the empty epoch has a row
+    assert (tally.epochs[1].applied, tally.epochs[1].missing) == (0, 64)
+    holder = {"exactly_once": False, "problems": [1], **tally.to_dict()}
+    report = {"accounting": {"checked": True, "checkpoint": 3, "complete_epochs": 2,
+                             "holders": {"ps-0/group0": holder}}}
+    problems = violations(report)
+    assert problems == ["ps-0/group0 epoch 1: 64 of 64 samples never applied"]
+
+    def fails(self):
+        raise ExactlyOnceViolated("exactly-once check failed: " + "; ".join(problems), {
+            **report, "job": "cli", "workload": "mlp3", "dataset": "digits", "strategy": "ps",
+            "policy": "static", "isolation": "cgroup-v1", "steps": 2, "samples": 64, "epochs": 1,
+            "wall_time_s": 1.0, "timeline": [], "restarts": {"nodes": {}, "masters": 0}})
+
+    monkeypatch.setattr(Master, "run", fails)
+    code, out, err = run(capsys, write_job(tmp_path, JOB), "--report", tmp_path / "r.json")
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("error: exactly-once check failed: ps-0/group0 epoch 1: 64 of 64")
+    assert "every sample trained exactly once per epoch: NO" in out
+    assert (tmp_path / "r.json").exists()  # the report is kept for the post-mortem
+
+
+def test_a_job_larger_than_this_machine_is_refused_before_it_starts(tmp_path, capsys):
+    text = JOB.replace("cpu: 2, memory: 4Gi", "cpu: 64, memory: 4Gi").replace(
+        "workers: {{count: 1, cpu: 1, memory: 1Gi}}", "workers: {{count: 1, cpu: 16, memory: 1Gi}}")
+    code, _, err = run(capsys, write_job(tmp_path, text))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "node worker-0 asks for 16 CPU but this machine has" in err and "--oversubscribe" in err
+    assert not (tmp_path / "ckpt").exists()  # refused before anything was written

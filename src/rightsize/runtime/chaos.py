@@ -37,6 +37,8 @@ from rightsize.workloads.counter import applied_counts
 
 #: Seconds between looks at the processes while a schedule runs.
 POLL_S = 0.05
+#: How long a strike waits for its target to exist (a node still being launched).
+STRIKE_PATIENCE_S = 5.0
 
 
 class Target(StrEnum):
@@ -170,7 +172,7 @@ class Outcome:
 
 
 # -- the job under test ------------------------------------------------------------------------
-def counter_job(directory: Path, epochs: int = 20, samples: int = 4096, batch_size: int = 32,
+def counter_job(directory: Path, epochs: int = 40, samples: int = 4096, batch_size: int = 32,
                 **runtime: Any) -> tuple[Path, JobSpec]:  # fmt: skip
     """A job file in ``directory`` training the counting workload with 2 PS and 2 workers.
 
@@ -286,9 +288,11 @@ def run_schedule(job: Path, spec: JobSpec, schedule: Schedule, timeout_s: float 
                 continue
             break
         if pending and now >= next_at:
-            strike = pending.pop(0)
-            outcome.landed.append(_strike(run, strike, now - start, thaw))
-            next_at = now + (pending[0].delay_s if pending else 0.0)
+            landed = _strike(run, pending[0], now - start, thaw)
+            if landed.hit or now >= next_at + STRIKE_PATIENCE_S:  # else: not started yet
+                outcome.landed.append(landed)
+                pending.pop(0)
+                next_at = now + (pending[0].delay_s if pending else 0.0)
         if now - start > timeout_s:
             run.kill()
             outcome.wall_s = time.monotonic() - start

@@ -22,8 +22,6 @@ removes their cgroups; if the master itself is killed, the nodes die with it
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import signal
 import sys
@@ -32,15 +30,13 @@ from typing import Any
 
 import zmq
 
-from rightsize.core.errors import ResourceError, RightsizeError, SpecError
+from rightsize.core.errors import RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
-from rightsize.core.spec import JobSpec, ShapeSpec, Strategy
-from rightsize.core.units import format_bytes
+from rightsize.core.spec import JobSpec, Strategy
 from rightsize.runtime import elastic, lifecycle
 from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources, threads_for
-from rightsize.runtime.capacity import capacity_problem
-from rightsize.runtime.checkpoint import CheckpointDir, check_writable
+from rightsize.runtime.checkpoint import CheckpointDir
 from rightsize.runtime.clock import Clock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
 from rightsize.runtime.errors import (
@@ -52,21 +48,27 @@ from rightsize.runtime.errors import (
 )
 from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
 from rightsize.runtime.liveness import MASTER_GAP_S, LivenessRule, credit_gap, silent_nodes
-from rightsize.runtime.metrics import MetricCollector, Reading
+from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
-from rightsize.runtime.nodes import NodeState, Status
+from rightsize.runtime.nodes import NodeState, Status, describe_exit
 from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role
 from rightsize.runtime.report import build_report, violations
-from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
-from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardPlan, StragglerRule
+from rightsize.runtime.shards import StragglerRule
+from rightsize.runtime.startup import (
+    Resume,
+    check_fits,
+    job_identity,
+    launch_plan,
+    shard_plan,
+    unfinished_job,
+)
 from rightsize.runtime.state import JobStatus, LaunchRow, StateStore
 from rightsize.runtime.transport import Counters, Server
 from rightsize.scaling.api import (
     Action,
     EventKind,
-    LaunchRequest,
     MetricSample,
     NodeEvent,
     Plan,
@@ -77,21 +79,6 @@ from rightsize.scaling.api import (
 WAIT_POLL_S = 0.05
 #: Messages handled per pump before timers are checked again.
 PUMP_BATCH = 256
-_SPEC_IDENTITY = ("workload", "options", "dataset", "dataset_size", "batch_size", "epochs",
-                  "steps", "strategy", "training")  # fmt: skip
-
-
-def job_identity(spec: JobSpec) -> str:
-    """A hash of what defines the training (not its resources or policy): a resumed job must match."""
-    data = spec.model_dump(mode="json", by_alias=True, include=set(_SPEC_IDENTITY))
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def shard_plan(spec: JobSpec, dataset_size: int) -> ShardPlan:
-    shard_size = spec.runtime.shard_size or spec.batch_size * DEFAULT_SHARD_BATCHES
-    epochs = None if spec.steps is not None else (spec.epochs or 1)
-    return ShardPlan(dataset_size, shard_size, spec.batch_size, epochs, spec.steps,
-                     spec.training.seed, spec.training.shuffle)  # fmt: skip
 
 
 class Master:
@@ -190,39 +177,17 @@ class Master:
             loop.step()  # recovers the node that died and relaunches the stopped ones
             loop.run()
 
-    def _prepare(self) -> tuple[dict[str, Any] | None, Plan | None]:
+    def _prepare(self) -> tuple[Resume | None, Plan | None]:
         """Everything a user's mistake can fail, before anything is written or launched.
 
         Returns:
             The unfinished job to resume (or None), and the launch plan of a new one.
         """
-        resume = self._unfinished_job()
-        if resume is not None and resume["identity"] != job_identity(self.spec):
-            raise SpecError(
-                f"{self.spec.state_path} holds an unfinished job with other training settings; "
-                "rerun with --fresh to start over, or set runtime.state to another file"
-            )
+        resume = None if self.fresh else unfinished_job(self.spec)
         launch = None if resume else self._launch_plan()
-        shape = resume["shape"] if resume else launch.shape
-        problem = None if self.oversubscribe else capacity_problem(
-            shape, self.spec.budget.resources, self.machine)  # fmt: skip
-        if problem:
-            raise ResourceError(problem)
-        check_writable(self.spec.checkpoint.dir)
+        check_fits(self.spec, resume.shape if resume else launch.shape, self.machine,
+                   self.oversubscribe)  # fmt: skip
         return resume, launch
-
-    def _unfinished_job(self) -> dict[str, Any] | None:
-        """The state file's job, if a rerun should resume it (with its current shape)."""
-        if self.fresh or not self.spec.state_path.exists():
-            return None
-        store = StateStore(self.spec.state_path)
-        try:
-            job, shape = store.job(), store.current_shape()
-        finally:
-            store.close()
-        if job is None or shape is None or not JobStatus(job["status"]).resumable:
-            return None
-        return {**job, "shape": shape}
 
     def _open(self) -> None:
         self.zmq = zmq.Context()
@@ -245,7 +210,8 @@ class Master:
         details = {"nodes": len(plan.shape.nodes)}
         self.store.set_transition(seq, self.clock.now() - t0, details, plan.reason + note)
 
-    def _resume(self, job: dict[str, Any]) -> None:
+    def _resume(self, resume: Resume) -> None:
+        job = resume.job
         self.started_at = job["started_at"]
         self.job.generation = job["generation"] + 1
         self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
@@ -256,33 +222,13 @@ class Master:
         self.resumed_from = row.version if row else 0
         where = f"checkpoint v{row.version}" if row else "the start (no checkpoint yet)"
         t0 = self.clock.now()
-        note = lifecycle.launch_job(self, job["shape"], row)
-        why = "master restarted" if job["status"] == JobStatus.RUNNING else f"{job['status']} job rerun"
+        note = lifecycle.launch_job(self, resume.shape, row)
+        why = "master restarted" if resume.status == JobStatus.RUNNING else f"{resume.status} job rerun"
         lifecycle.record(self, "resume", f"{why}; resuming from {where}{note}", t0,
-                         nodes=len(job["shape"].nodes))  # fmt: skip
+                         nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
-        """The job file's initial shape, or the policy's launch plan for ``initial_shape: auto``.
-
-        No shapes are measured before launch here, so ``prior`` is empty.
-        """
-        if isinstance(self.spec.initial_shape, ShapeSpec):
-            shape = self.spec.initial_shape.to_shape()
-            plan = Plan(shape, Action.LAUNCH, "initial_shape of the job file")
-        else:
-            machine = self.machine
-            request = LaunchRequest(self.spec.name, self.spec.budget.resources, machine, (),
-                                    machine)  # fmt: skip
-            plan = self.policy.launch_plan(request)
-            if plan is None:
-                raise ResourceError(
-                    f"policy {self.policy.name} cannot start the job within budget "
-                    f"{self.spec.budget.resources} on this machine ({machine})"
-                )
-        why = rejection(plan.shape, self.spec.budget.resources, self.spec.strategy)
-        if why:
-            raise SpecError(f"initial shape {plan.shape.describe()} cannot run: {why}")
-        return plan
+        return launch_plan(self.spec, self.policy, self.machine)
 
     def applied_plans(self) -> list[Plan]:
         """The plans the timeline says were applied (launch included), for the policy."""
@@ -489,60 +435,15 @@ class Master:
         return self.job.shards.batches_done
 
     def sample(self) -> MetricSample | None:
-        now, readings = self.time_s(), []
-        for spec in self.job.shape.nodes:
-            node = self.job.nodes.get(spec.name)
-            if node is None or node.status != Status.RUNNING:
-                continue
-            try:
-                cpu_s, memory = self.backend.reading(spec.name)
-            except (OSError, KeyError):  # it just ended; its exit is handled next
-                continue
-            readings.append((spec, Reading.of(now, cpu_s, memory, node.stats)))
-        sample = self.collector.collect(now, readings)
+        now = self.time_s()
+        sample = self.collector.collect(now, read_nodes(self.job, self.backend, now))
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):
             self.job.speeds[m.name] = m.steps_per_s
             if m.steps_per_s > 0:  # an idle or stalled interval says nothing of a step's length
                 self.job.step_s[m.name] = 1.0 / m.steps_per_s
-        status = self.status(sample)
+        status = progress_status(sample, self.job, self.plan.steps_total, self.collector.loss)
         self.store.record_sample(now, status)
         self.on_sample(status)
         return sample
-
-    def status(self, sample: MetricSample) -> dict[str, Any]:
-        """One line of the progress display and one entry of the report's throughput series."""
-        return {
-            "time_s": round(sample.time_s, 3),
-            "epoch": self.job.shards.epoch,
-            "steps_done": self.job.shards.batches_done,
-            "steps_total": self.plan.steps_total,
-            "steps_per_s": sample.steps_per_s,
-            "samples_per_s": sample.samples_per_s,
-            "loss": self.collector.loss,
-            "e_job": sample.e_job,
-            "shape": self.job.shape.describe(),
-            "nodes": [
-                {"name": m.name, "role": str(m.role), "cpu_used": m.cpu_used_cores,
-                 "cpu_allocated": m.cpu_allocated_cores, "memory_used": m.memory_used_bytes,
-                 "memory_allocated": m.memory_allocated_bytes, "net_in": m.net_in_bytes_per_s,
-                 "net_out": m.net_out_bytes_per_s, "steps_per_s": m.steps_per_s}
-                for m in sample.nodes
-            ],
-        }  # fmt: skip
-
-
-def describe_exit(exit_: Exit, node: NodeState | None) -> str:
-    """How a node ended, in words: OOM-killed at its limit, unresponsive, a signal, a code."""
-    if exit_.oom_killed:
-        limit = node.spec.resources.memory_bytes if node else None
-        return f"OOM-killed at its memory limit of {format_bytes(limit)}" if limit else "OOM-killed"
-    if node is not None and node.unresponsive_s is not None:
-        return f"unresponsive for {node.unresponsive_s:.1f}s (liveness timeout); killed"
-    if exit_.returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-exit_.returncode).name}"
-        except ValueError:
-            return f"killed by signal {-exit_.returncode}"
-    return f"exit code {exit_.returncode}"

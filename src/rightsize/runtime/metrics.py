@@ -12,10 +12,16 @@ whose counters went backwards was relaunched in between and is skipped once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.runtime.nodes import Status
 from rightsize.runtime.protocol import Stats
 from rightsize.scaling.api import MetricSample, NodeMetrics
+
+if TYPE_CHECKING:
+    from rightsize.runtime.backends.local import LocalBackend
+    from rightsize.runtime.jobstate import JobState
 
 
 @dataclass(frozen=True)
@@ -101,3 +107,41 @@ class MetricCollector:
 
     def forget(self, name: str) -> None:
         self.last.pop(name, None)
+
+
+def read_nodes(job: JobState, backend: LocalBackend, time_s: float) -> list[tuple[NodeSpec, Reading]]:
+    """A reading of every running node of the job's shape (cgroup counters and its own)."""
+    readings = []
+    for spec in job.shape.nodes:
+        node = job.nodes.get(spec.name)
+        if node is None or node.status != Status.RUNNING:
+            continue
+        try:
+            cpu_s, memory = backend.reading(spec.name)
+        except (OSError, KeyError):  # it just ended; its exit is handled next
+            continue
+        readings.append((spec, Reading.of(time_s, cpu_s, memory, node.stats)))
+    return readings
+
+
+def progress_status(sample: MetricSample, job: JobState, steps_total: int,
+                    loss: float | None) -> dict[str, Any]:  # fmt: skip
+    """One line of the progress display and one entry of the report's throughput series."""
+    return {
+        "time_s": round(sample.time_s, 3),
+        "epoch": job.shards.epoch,
+        "steps_done": job.shards.batches_done,
+        "steps_total": steps_total,
+        "steps_per_s": sample.steps_per_s,
+        "samples_per_s": sample.samples_per_s,
+        "loss": loss,
+        "e_job": sample.e_job,
+        "shape": job.shape.describe(),
+        "nodes": [
+            {"name": m.name, "role": str(m.role), "cpu_used": m.cpu_used_cores,
+             "cpu_allocated": m.cpu_allocated_cores, "memory_used": m.memory_used_bytes,
+             "memory_allocated": m.memory_allocated_bytes, "net_in": m.net_in_bytes_per_s,
+             "net_out": m.net_out_bytes_per_s, "steps_per_s": m.steps_per_s}
+            for m in sample.nodes
+        ],
+    }  # fmt: skip

@@ -4,18 +4,20 @@ Commands reach a node in the reply to its next message (nodes ask, the master
 answers), so the master never blocks on a node. A command is delivered once;
 acknowledgements of long commands (a checkpoint written, a state loaded) come
 back in later messages and are kept here until an operation looks for them.
-Every message also refreshes when the node was last heard from and when it
-last made progress, which is how a frozen node is told from a slow one
-(:mod:`liveness`).
+Every message also refreshes when the node was last heard from, which is how a
+frozen node is told from a slow one (:mod:`liveness`).
 """
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.core.units import format_bytes
+from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.protocol import Ack, AckKind, Command, PSConfig, RankConfig, Stats
 
 
@@ -47,7 +49,6 @@ class NodeState:
     registered_s: float | None = None
     first_step_s: float | None = None
     heard_s: float | None = None  # the last message
-    progress_s: float | None = None  # the last message whose counters had moved on
     unresponsive_s: float | None = None  # silent this long when the master gave up on it
     paused: bool = False
     generation: int | None = None
@@ -68,10 +69,7 @@ class NodeState:
         return self.status in (Status.LAUNCHING, Status.RUNNING)
 
     def heard(self, now: float, stats: Stats) -> None:
-        """A message arrived; its counters moved on if the node did any work since the last."""
-        moved = (stats.steps, stats.updates) != (self.stats.steps, self.stats.updates)
-        if moved or self.progress_s is None:
-            self.progress_s = now
+        """A message arrived, with the node's counters."""
         if self.first_step_s is None and stats.steps > 0:
             self.first_step_s = now
         self.heard_s, self.stats = now, stats
@@ -112,3 +110,18 @@ class Nodes:
     def is_alive(self, name: str) -> bool:
         node = self.by_name.get(name)
         return node is not None and node.alive
+
+
+def describe_exit(exit_: Exit, node: NodeState | None) -> str:
+    """How a node ended, in words: OOM-killed at its limit, unresponsive, a signal, a code."""
+    if exit_.oom_killed:
+        limit = node.spec.resources.memory_bytes if node else None
+        return f"OOM-killed at its memory limit of {format_bytes(limit)}" if limit else "OOM-killed"
+    if node is not None and node.unresponsive_s is not None:
+        return f"unresponsive for {node.unresponsive_s:.1f}s (liveness timeout); killed"
+    if exit_.returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-exit_.returncode).name}"
+        except ValueError:
+            return f"killed by signal {-exit_.returncode}"
+    return f"exit code {exit_.returncode}"

@@ -330,13 +330,19 @@ class Reply:
         return any(isinstance(c, Stop) for c in self.commands)
 
     def to_header(self) -> dict[str, Any]:
-        return {
-            "commands": [command_json(c) for c in self.commands],
-            "config": self.config.to_json() if self.config else None,
-            "cluster": asdict(self.cluster) if self.cluster else None,
-            "lease": [*self.lease.task.to_list(), self.lease.next_batch] if self.lease else None,
-            "accepted": self.accepted,
-        }
+        """Only the fields that are set (a reply goes out for every step of every worker)."""
+        header: dict[str, Any] = {}
+        if self.commands:
+            header["commands"] = [command_json(c) for c in self.commands]
+        if self.config is not None:
+            header["config"] = self.config.to_json()
+        if self.cluster is not None:
+            header["cluster"] = asdict(self.cluster)
+        if self.lease is not None:
+            header["lease"] = [*self.lease.task.to_list(), self.lease.next_batch]
+        if self.accepted is not None:
+            header["accepted"] = self.accepted
+        return header
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> Reply:
