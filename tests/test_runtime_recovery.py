@@ -23,8 +23,10 @@ from rightsize.runtime.protocol import (
     Grant,
     Heartbeat,
     LeaseRequest,
+    Load,
     Message,
     Progress,
+    PSConfig,
     Register,
     Reply,
     Reset,
@@ -193,3 +195,18 @@ def test_a_restore_after_an_abandoned_repartition_places_on_the_shape():
     job = ps_job()
     job.placement = {"w": "ps-9"}  # a server of the plan that never finished
     assert job.place_on(["ps-0"]) == {"w": "ps-0"}
+
+
+def test_a_command_for_a_server_still_starting_waits_for_its_first_heartbeat():
+    # a restore sends Load to every live server; one that has not registered yet must get
+    # it after its configuration, not inside the answer to Register (where it was dropped)
+    job = ps_job(Phase.RESTORING)
+    ps = job.nodes.get("ps-0")
+    ps.status, ps.generation = Status.LAUNCHING, None
+    ps.config = PSConfig(1, ("w",), ())
+    ps.commands.append(Load(2, ("w",), ()))
+    answers = service(job)
+    reply, _ = answers.handle(Message(Sender("ps-0", 100, None), Register(Role.PS, "tcp://x")))
+    assert reply.config.ps == PSConfig(1, ("w",), ()) and not reply.commands
+    reply, _ = answers.handle(Message(Sender("ps-0", 100, 1), Heartbeat()))
+    assert reply.commands == (Load(2, ("w",), ()),)

@@ -81,7 +81,10 @@ class NodeService:
             rank=node.config if isinstance(node.config, RankConfig) else None,
         )  # fmt: skip
         cluster = self.job.cluster_view() if node.role == NodeRole.WORKER else None
-        return Reply(node.take_commands(), config=config, cluster=cluster)
+        # commands wait for the node's next message: a node obeys them once it runs its role
+        # (a restore's Load sent to a server still starting was lost here, and the restore
+        # waited for it until the startup timeout)
+        return Reply(config=config, cluster=cluster)
 
     def worker_reply(self, node: NodeState, paused: bool = False, **extra) -> Reply:
         """Commands for a worker, with the pause/resume state and the cluster it should use."""
