@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rightsize.cli.args import forbid_together, require_together
 from rightsize.cli.output import format_table, print_json
 from rightsize.core.catalog import Catalog, builtin_catalogs, load_catalog, load_catalogs
 
@@ -40,6 +41,8 @@ def register(subparsers) -> None:
 
 
 def _load(args: argparse.Namespace) -> Catalog:
+    forbid_together(args, "file", ["cloud"], "--file lists your own catalog instead")
+    require_together(args, "accelerators_file", "file", "it extends your own catalog")
     if args.file:
         return load_catalog(args.file, accelerators=args.accelerators_file)
     return load_catalogs(args.cloud or ["aws", "gcp", "azure"])

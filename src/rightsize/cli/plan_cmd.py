@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rightsize.cli.args import bounded, ignored_unless
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cli.profiles import add_profile_arguments, resolve_profiles
 from rightsize.core.catalog import load_catalogs
 from rightsize.core.errors import SpecError
-from rightsize.core.files import atomic_write_text
+from rightsize.core.files import atomic_write_text, check_output_path
+from rightsize.core.limits import BATCH, COUNT, INSTANCES, ITERATIONS
 from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money, parse_duration, parse_money
 from rightsize.perf.comm import AnalyticCommModel, CommModel
@@ -22,6 +24,8 @@ from rightsize.planning.planner import build_options, parse_instances, plan
 from rightsize.planning.skypilot import task_yaml
 
 FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
+#: Flags that only --strategy ps reads (FC2's recommenders).
+PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type")
 
 
 def register(subparsers) -> None:
@@ -42,13 +46,15 @@ def register(subparsers) -> None:
         help="search mode (auto: exhaustive up to 4 instance types)",
     )
     parser.add_argument(
-        "--ps-types", default=FC2_PS_TYPES, help="parameter-server candidates for --strategy ps"
+        "--ps-types", help=f"parameter-server candidates for --strategy ps (default {FC2_PS_TYPES})"
     )
     parser.add_argument(
         "--budget-per-hour", help="FC2's indicative hourly budget C for --strategy ps"
     )
     parser.add_argument(
-        "--max-workers", type=int, help="worker limit for --strategy ps (instead of a budget)"
+        "--max-workers",
+        type=bounded(INSTANCES),
+        help="worker limit for --strategy ps (instead of a budget)",
     )
     parser.add_argument(
         "--worker-type", help="Scala-Opt-M's manually chosen worker type (--strategy ps)"
@@ -66,11 +72,13 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     add_profile_arguments(parser)
     parser.add_argument(
         "--global-batch",
-        type=int,
+        type=bounded(BATCH),
         required=True,
         help="samples per step over all VMs (per worker with --strategy ps)",
     )
-    parser.add_argument("--iterations", type=int, required=True, help="training steps N")
+    parser.add_argument(
+        "--iterations", type=bounded(ITERATIONS), required=True, help="training steps N"
+    )
     parser.add_argument("--deadline", help="time limit, e.g. 2h or 1h30m")
     parser.add_argument("--budget", help="money limit for the whole job, e.g. 30 or $30")
     parser.add_argument(
@@ -109,7 +117,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ddp-probe", metavar="FILE", help="DDP probe from rightsize probe --ddp (for ddp-probe)"
     )
-    parser.add_argument("--top", type=int, default=5, help="plans to show (default 5)")
+    parser.add_argument("--top", type=bounded(COUNT), default=5, help="plans to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
@@ -123,8 +131,6 @@ def request_from(args: argparse.Namespace) -> PlanRequest:
         deadline_s=parse_duration(args.deadline, "--deadline") if args.deadline else None,
         budget_usd=parse_money(args.budget, "--budget") if args.budget else None,
     )
-    if args.top < 1:
-        raise SpecError("--top must be at least 1")
     if (args.exchange == DDP_PROBE) != bool(args.ddp_probe):
         raise SpecError(
             "--exchange ddp-probe and --ddp-probe FILE go together "
@@ -137,16 +143,22 @@ def request_from(args: argparse.Namespace) -> PlanRequest:
 
 
 def run(args: argparse.Namespace) -> int:
+    # every input is checked, and every file read, before a profile may be measured
+    ignored_unless(args, PS_ONLY, args.strategy == "ps", "with --strategy ps")
+    if args.skypilot_yaml:
+        check_output_path(args.skypilot_yaml, "--skypilot-yaml")
     progress = progress_printer(args.quiet)
     catalog = load_catalogs(args.cloud or ["aws"])
     caps = parse_instances(args.instances, catalog)
     request = request_from(args)
-    profiles = resolve_profiles(args, progress)
+    comm = comm_model(args.comm_model)
     if args.strategy == "ps":
-        return _run_fc2(args, profiles, catalog, caps, request)
+        fc2 = _fc2_request(args, catalog, caps, request)
+        return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2)
+    profiles = resolve_profiles(args, progress)
     options = build_options(profiles, catalog, caps, args.spot, args.region)
     progress(f"searching {len(options)} instance types")
-    result = plan(options, comm_model(args.comm_model), request, args.mode, args.top)
+    result = plan(options, comm, request, args.mode, args.top)
     if args.skypilot_yaml:
         _write_skypilot(args, result.plans)
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
@@ -186,16 +198,24 @@ def _write_skypilot(args: argparse.Namespace, plans: list[CloudPlan]) -> None:
     print(f"SkyPilot task for {best.config} written to {path}{note}")
 
 
-def _run_fc2(args, profiles, catalog, caps, request: PlanRequest) -> int:
+def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
     budget = (
         parse_money(args.budget_per_hour, "--budget-per-hour") if args.budget_per_hour else None
     )
-    fc2 = Fc2Request(request.global_batch, request.iterations, budget, args.max_workers)
     if not caps:
         raise SpecError("--strategy ps needs the worker candidates in --instances (FC2's list L^w)")
+    if args.worker_type:
+        catalog.get(args.worker_type)
+    parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
+    return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers)
+
+
+def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request) -> int:
+    budget = fc2.budget_per_hour
     workers = build_options(profiles, catalog, caps, args.spot, args.region)
+    ps_types = parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
     ps = choose_ps([catalog.get(name, args.region) if args.region else catalog.get(name)
-                    for name in parse_instances(args.ps_types, catalog)], budget)  # fmt: skip
+                    for name in ps_types], budget)  # fmt: skip
     planner = Fc2Planner(profiles[0], workers, ps, fc2)
     names = ["cost-opt", "time-opt", "scala-opt"] + (["scala-opt-m"] if args.worker_type else [])
     plans = [planner.recommend(name, args.worker_type) for name in names]

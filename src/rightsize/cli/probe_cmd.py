@@ -8,14 +8,23 @@ import json
 import tempfile
 from pathlib import Path
 
-from rightsize.cli.args import parse_count_list
+from rightsize.cli.args import bounded, parse_count_list
 from rightsize.cli.output import format_table, print_json, progress_printer
-from rightsize.core.files import atomic_write_text
+from rightsize.core.files import atomic_write_text, check_output_path
+from rightsize.core.limits import REPEATS, Bound
 from rightsize.core.units import format_bytes, parse_memory
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.profiling.comm_probe import ProbeSettings, probe
 from rightsize.profiling.ddp_probe import DdpProbeSettings, probe_ddp
+
+ROUNDS = Bound(1, 100, integer=True)  # fresh process groups: a handful shows the spread
+#: Seconds timed per point: a minute per point is already hours per grid.
+MIN_SECONDS = Bound(0, 60)
+#: A rated link: at most 10 Tbit/s, beyond any NIC made.
+RATED_GBPS = Bound(0, 10**4)
+#: Concurrent transfers: a DDP step has a few buckets in flight; 64 is far beyond.
+CONCURRENCY = Bound(1, 64, integer=True)
 
 
 def register(subparsers) -> None:
@@ -36,20 +45,24 @@ def register(subparsers) -> None:
         "--concurrency", default="1,2", help="concurrent transfers to probe (default %(default)s)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=5, help="timed repetitions per point (at least)"
-    )
+        "--repeats", type=bounded(REPEATS), default=5,
+        help="timed repetitions per point (at least)",
+    )  # fmt: skip
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=bounded(ROUNDS),
         default=1,
         help="repeat the whole grid in fresh process groups (--ddp: at least 2)",
     )
     parser.add_argument(
-        "--min-seconds", type=float, default=0.2,
+        "--min-seconds", type=bounded(MIN_SECONDS), default=0.2,
         help="repeat a point until this much is timed (default %(default)s)",
     )  # fmt: skip
     parser.add_argument(
-        "--rated-gbps", type=float, default=0.0, help="the link's rated bandwidth, if any"
+        "--rated-gbps",
+        type=bounded(RATED_GBPS),
+        default=0.0,
+        help="the link's rated bandwidth, if any",
     )
     parser.add_argument("--out", default="probes/probes.json", help="where to write the records")
     parser.add_argument(
@@ -71,11 +84,15 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.ddp:
         return _run_ddp(args)
+    for path, flag in ((args.out, "--out"), (args.model_out, "--model-out")):
+        check_output_path(path, flag)  # before probing: the records would be lost
     settings = ProbeSettings(
         world_sizes=tuple(parse_count_list(args.world_sizes, "--world-sizes", "world sizes")),
         min_bytes=parse_memory(args.min_size, "--min-size"),
         max_bytes=parse_memory(args.max_size, "--max-size"),
-        concurrency=tuple(parse_count_list(args.concurrency, "--concurrency", "transfer counts")),
+        concurrency=tuple(
+            parse_count_list(args.concurrency, "--concurrency", "transfer counts", CONCURRENCY)
+        ),  # fmt: skip
         repeats=args.repeats,
         rounds=args.rounds,
         min_seconds_per_point=args.min_seconds,
@@ -109,9 +126,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_ddp(args: argparse.Namespace) -> int:
     worlds = parse_count_list(args.world_sizes, "--world-sizes", "world sizes")
+    check_output_path(args.ddp, "--ddp")
     settings = DdpProbeSettings(
         world_sizes=tuple(sorted({1, *worlds})), rounds=max(args.rounds, 2), host=args.host
     )
+    settings.validate()
     with tempfile.TemporaryDirectory() as scratch:
         records = probe_ddp(settings, Path(scratch), progress_printer(args.quiet))
     model = DdpOverheadModel(records, settings.host_name())

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 
-from rightsize.cli.args import parse_count_list, parse_options
+from rightsize.cli.args import bounded, parse_count_list, parse_options
 from rightsize.cli.output import print_json, progress_printer
 from rightsize.cli.predict_cmd import prediction_report, print_prediction_report
 from rightsize.cli.profiles import default_profile_path
-from rightsize.core.errors import SpecError
+from rightsize.core.files import check_output_path
+from rightsize.core.limits import BATCH, REPEATS, SEED, THREADS, WARMUP
 from rightsize.core.units import format_bytes, format_duration, parse_memory
 from rightsize.profiling.bmax import BmaxSearch
-from rightsize.profiling.device import resolve_device
+from rightsize.profiling.device import check_memory_limit, resolve_device
 from rightsize.profiling.profile import SAMPLINGS, Profile
 from rightsize.profiling.profiler import Profiler, ProfilerSettings
 from rightsize.workloads.registry import WorkloadRegistry
@@ -48,19 +48,19 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--max-batch",
-        type=int,
+        type=bounded(BATCH),
         default=BmaxSearch.max_batch,
         help="largest batch the search tries (default %(default)s)",
     )
     parser.add_argument(
         "--warmup",
-        type=int,
+        type=bounded(WARMUP),
         default=ProfilerSettings.warmup,
         help="untimed steps per batch (default %(default)s)",
     )
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=bounded(REPEATS),
         default=ProfilerSettings.repeats,
         help="timed rounds, each one step of every sampled batch; medians are kept "
         "(default %(default)s)",
@@ -77,11 +77,13 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--threads",
-        type=int,
+        type=bounded(THREADS),
         metavar="N",
         help="torch intra-op threads while profiling (default: torch's, one per core)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    parser.add_argument(
+        "--seed", type=bounded(SEED), default=0, help="model and data seed (default 0)"
+    )
     parser.add_argument(
         "--out",
         metavar="FILE",
@@ -95,12 +97,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    limit = parse_memory(args.memory_limit, "--memory-limit") if args.memory_limit else None
     device = resolve_device(args.device)
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SpecError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    limit = memory_limit(args.memory_limit, device)
     settings = ProfilerSettings(
         warmup=args.warmup,
         repeats=args.repeats,
@@ -111,11 +109,13 @@ def run(args: argparse.Namespace) -> int:
     )
     options = parse_options(args.option)
     workload = WorkloadRegistry().get(args.workload, args.dataset, options, seed=args.seed)
-    out = (
-        Path(args.out)
-        if args.out
-        else default_profile_path(workload.name, workload.dataset.name, device.type, options)
-    )
+    out = check_output_path(
+        args.out
+        or default_profile_path(workload.name, workload.dataset.name, device.type, options),
+        "--out",
+    )  # before measuring: a path that cannot be written would lose the profile
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     progress = progress_printer(args.quiet)
     progress(f"profiling {workload.label} on {device}")
     profile = Profiler(device, settings, progress).run(workload, limit)
@@ -131,6 +131,13 @@ def run(args: argparse.Namespace) -> int:
     print_prediction_report(report)
     print(f"\nprofile written to {out}")
     return 0
+
+
+def memory_limit(text: str | None, device: torch.device) -> int | None:
+    """``--memory-limit`` in bytes (None: the device's), checked against the device."""
+    if text is None:
+        return None
+    return check_memory_limit(parse_memory(text, "--memory-limit"), device, "--memory-limit")
 
 
 def print_summary(profile: Profile) -> None:

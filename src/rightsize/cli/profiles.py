@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from rightsize.cli.args import parse_options
+from rightsize.cli.args import forbid_together, parse_options
 from rightsize.core.errors import SpecError
+from rightsize.core.files import check_output_path
 from rightsize.profiling.bmax import BmaxSearch
 from rightsize.profiling.profile import Profile
 from rightsize.profiling.profiler import Profiler, ProfilerSettings
@@ -53,8 +54,11 @@ def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) 
     """The profiles named, or the workload's saved or freshly measured one.
 
     Raises:
-        SpecError: neither --profile nor --workload given.
+        SpecError: neither --profile nor --workload given, or both (with --dataset or
+            --option, which describe --workload and would be ignored).
     """
+    forbid_together(args, "profile", ["workload", "dataset", "option"],
+                    "a profile names the workload it measured")  # fmt: skip
     if args.profile:
         return [Profile.load(path) for path in args.profile]
     if not args.workload:
@@ -65,6 +69,7 @@ def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) 
     if path.exists():
         progress(f"using the saved profile {path}")
         return [Profile.load(path)]
+    check_output_path(path, "--workload (its profile is saved for next time)")
     progress(
         f"no saved profile at {path}: profiling {workload.label} now (rightsize profile measures more)"
     )

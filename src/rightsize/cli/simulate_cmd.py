@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rightsize.cli.args import parse_options
+from rightsize.cli.args import bounded, parse_options, require_together
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.config import SimConfig
+from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.cluster.links import LINK_SHARING, OBSERVED_LINK
 from rightsize.cluster.models import model_names
 from rightsize.cluster.plots import write_plots
@@ -24,8 +25,18 @@ from rightsize.cluster.report import (
     single_job_rows,
     single_job_table,
 )
-from rightsize.cluster.traces import BUILTIN_TRACES, Trace, load_trace, single_job
+from rightsize.cluster.traces import (
+    BUILTIN_TRACES,
+    EPOCHS,
+    WORK_SCALE,
+    Trace,
+    check_fits,
+    load_trace,
+    single_job,
+)
 from rightsize.core.errors import SpecError
+from rightsize.core.files import check_output_dir
+from rightsize.core.limits import SEED
 from rightsize.core.units import parse_cpu
 from rightsize.scaling.api import Policy
 from rightsize.scaling.registry import make_policy, policy_names
@@ -54,9 +65,9 @@ def register(subparsers) -> None:
     parser.add_argument("--budget", metavar="CPU", help="the single job's budget in vCPU")
     parser.add_argument(
         "--epochs",
-        type=float,
+        type=bounded(EPOCHS),
         default=DEFAULT_EPOCHS,
-        help="the single job's CIFAR-10-sized epochs (default %(default)g)",
+        help=f"the single job's CIFAR-10-sized epochs ({EPOCHS.rule()}; default %(default)g)",
     )
     parser.add_argument(
         "--cluster",
@@ -73,7 +84,9 @@ def register(subparsers) -> None:
         metavar="POLICY:KEY=VALUE",
         help="a policy parameter, e.g. nearchus:r_up=0.3 (repeatable)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="trace and noise seed (default 1)")
+    parser.add_argument(
+        "--seed", type=bounded(SEED), default=1, help="trace and noise seed (default 1)"
+    )
     parser.add_argument("--order", choices=("fcfs", "sjf"), default="fcfs", help="queue order")
     parser.add_argument(
         "--link-sharing",
@@ -91,9 +104,10 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--work-scale",
-        type=float,
+        type=bounded(WORK_SCALE),
         default=1.0,
-        help="Pollux traces: fraction of each application's epochs to run (default 1)",
+        help="Pollux traces: fraction of each application's epochs to run "
+        f"({WORK_SCALE.rule()}; default 1)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--per-job", action="store_true", help="include every job in the JSON")
@@ -132,7 +146,13 @@ def build_policies(text: str, pairs: list[str]) -> list[Policy]:
     return [make_policy(name, **params[name]) for name in names]
 
 
-def _trace(args: argparse.Namespace) -> Trace:
+def _trace(args: argparse.Namespace, cluster: ClusterSpec) -> Trace:
+    trace = _load(args)
+    check_fits(trace, cluster.capacity, cluster.name)
+    return trace
+
+
+def _load(args: argparse.Namespace) -> Trace:
     if args.job:
         if not args.budget:
             raise SpecError("--job needs --budget, e.g. --job resnet50 --budget 100")
@@ -143,9 +163,13 @@ def _trace(args: argparse.Namespace) -> Trace:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_together(args, "plot_job", "plots", "it names the job whose speed is plotted")
+    require_together(args, "per_job", "json", "it adds every job to the JSON")
+    if args.plots:
+        check_output_dir(args.plots, "--plots")
     cluster = parse_cluster(args.cluster)
     policies = build_policies(args.policies, args.param)
-    trace = _trace(args)
+    trace = _trace(args, cluster)
     config = SimConfig(
         seed=args.seed,
         order=args.order,

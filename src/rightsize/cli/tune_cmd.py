@@ -8,10 +8,12 @@ import textwrap
 
 import torch
 
-from rightsize.cli.args import parse_options
+from rightsize.cli.args import bounded, parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
+from rightsize.cli.profile_cmd import memory_limit
 from rightsize.core.errors import SpecError
-from rightsize.core.units import format_bytes, format_duration, parse_memory
+from rightsize.core.limits import COUNT, DATASET_SAMPLES, SEED, THREADS, Bound
+from rightsize.core.units import format_bytes, format_duration
 from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
 from rightsize.packing.executor import STEPS_PER_UNIT
 from rightsize.packing.hyperband import Bracket, hyperband_schedule
@@ -26,7 +28,19 @@ from rightsize.packing.runner import (
     search_report,
 )
 from rightsize.packing.space import load_space
+from rightsize.profiling.device import resolve_device
 from rightsize.workloads.registry import WorkloadRegistry
+
+# Hyperband's own rules (eta > 1, R >= 1) are checked by hyperband_schedule; these add
+# what it does not: finite values, and upper bounds far beyond real use.
+#: Hyperband's R: 10^6 units, beyond any schedule in the papers (R = 81 to a few thousand).
+MAX_RESOURCE = Bound(None, 10**6)
+#: eta keeps 1/eta of the trials per rung: at most 1000 (one rung then).
+ETA = Bound(None, 1000)
+#: Training steps per unit of resource: 10^6 (R units of it make a trial's longest run).
+STEPS_PER_UNIT_BOUND = Bound(1, 10**6, integer=True)
+#: knn's distance threshold; infinity (the default) means no threshold.
+THRESHOLD = Bound(0, None, allow_infinite=True)
 
 
 def register(subparsers) -> None:
@@ -49,13 +63,16 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--max-resource",
-        type=float,
+        type=bounded(MAX_RESOURCE),
         default=81,
         metavar="R",
         help="Hyperband's R, in units of --steps-per-unit steps (default 81)",
     )
     parser.add_argument(
-        "--eta", type=float, default=3, help="Hyperband's eta: keep 1/eta per rung (default 3)"
+        "--eta",
+        type=bounded(ETA),
+        default=3,
+        help="Hyperband's eta: keep 1/eta per rung (default 3)",
     )
     parser.add_argument(
         "--pack",
@@ -64,11 +81,14 @@ def register(subparsers) -> None:
         help="pack_opt strategy (default knn; none = the original Hyperband)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of data order, sampling and packing (default 0)"
+        "--seed",
+        type=bounded(SEED),
+        default=0,
+        help="seed of data order, sampling and packing (default 0)",
     )
     parser.add_argument(
         "--steps-per-unit",
-        type=int,
+        type=bounded(STEPS_PER_UNIT_BOUND),
         default=STEPS_PER_UNIT,
         help="training steps per unit of resource (default %(default)s)",
     )
@@ -84,13 +104,13 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=bounded(THRESHOLD),
         default=math.inf,
         help="knn: largest distance from the centroid to join its pack (default none)",
     )
     parser.add_argument(
         "--max-pack-size",
-        type=int,
+        type=bounded(COUNT),
         help="at most this many trials per pack (default: as many as fit)",
     )
     parser.add_argument(
@@ -123,7 +143,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=bounded(THREADS),
         default=1,
         metavar="N",
         help="train packs side by side in N processes with one torch thread each (default 1; "
@@ -159,7 +179,10 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
-        "--threads", type=int, metavar="N", help="torch intra-op threads (default: torch's)"
+        "--threads",
+        type=bounded(THREADS),
+        metavar="N",
+        help="torch intra-op threads (default: torch's)",
     )
     parser.add_argument(
         "--allocator",
@@ -168,7 +191,10 @@ def register(subparsers) -> None:
         help="retain: keep freed heap memory (fewer page faults, docs/tuning.md); default: glibc's behaviour",
     )
     parser.add_argument(
-        "--dataset-size", type=int, metavar="N", help="nominal size of a synthetic dataset"
+        "--dataset-size",
+        type=bounded(DATASET_SAMPLES),
+        metavar="N",
+        help=f"nominal size of a synthetic dataset ({DATASET_SAMPLES.rule()})",
     )
     parser.add_argument(
         "--schedule-only", action="store_true", help="print Hyperband's brackets without training"
@@ -185,10 +211,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(
             "--space is required (a YAML file of hyper-parameter lists) unless --schedule-only"
         )
-    _apply_process_settings(args)
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
-    search = prepare_search(_settings(args), space, registry, progress_printer(args.quiet))
+    settings = _settings(args)
+    _apply_process_settings(args)
+    search = prepare_search(settings, space, registry, progress_printer(args.quiet))
     report = search_report(search, run_search(search))
     if args.json:
         print_json(report)
@@ -198,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> TuneSettings:
-    limit = parse_memory(args.memory_limit, "--memory-limit") if args.memory_limit else None
+    limit = memory_limit(args.memory_limit, resolve_device(args.device))
     return TuneSettings(
         workload=args.workload, dataset=args.dataset,
         fixed_options=tuple(sorted(parse_options(args.option).items())),
@@ -220,8 +247,6 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
 
 def _apply_process_settings(args: argparse.Namespace) -> None:
     if args.threads is not None:
-        if args.threads < 1:
-            raise SpecError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     if args.allocator == "retain":
         retain_freed_memory()

@@ -16,6 +16,7 @@ import math
 
 from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.limits import Bound
 from rightsize.core.units import parse_cpu, parse_memory
 
 GB = 10**9
@@ -33,6 +34,11 @@ CLUSTERS = {
 }  # fmt: skip
 
 _KEYS = ("cpu", "memory", "net_gbps", "server_cores", "server_memory", "servers")
+#: A custom cluster's vCPUs: a million, far beyond the papers' clusters (NEARCHUS: 300), and
+#: a bound on the simulator's per-core bookkeeping.
+CLUSTER_CPU = Bound(0, 10**6, low_open=True)
+#: A server link: at most 10 Tbit/s, beyond any NIC made.
+NET_GBPS = Bound(0, 10**4, low_open=True)
 
 
 def parse_cluster(text: str) -> ClusterSpec:
@@ -59,12 +65,13 @@ def parse_cluster(text: str) -> ClusterSpec:
 
 
 def _custom(text: str, fields: dict[str, str]) -> ClusterSpec:
-    cpu = parse_cpu(fields["cpu"], "cluster cpu")
+    cpu = CLUSTER_CPU.check(parse_cpu(fields["cpu"], "--cluster cpu"), "--cluster cpu")
     server_cores = int(parse_cpu(fields.get("server_cores", "32"), "cluster server_cores"))
     try:
         gbps = float(fields["net_gbps"])
     except ValueError:
         raise SpecError(f"--cluster net_gbps={fields['net_gbps']!r} must be a number") from None
+    NET_GBPS.check(gbps, "--cluster net_gbps")
     memory = parse_memory(fields.get("memory", f"{int(cpu * 4)}Gi"), "cluster memory")
     server_memory = parse_memory(fields.get("server_memory", f"{server_cores * 4}Gi"))
     if cpu <= 0 or gbps <= 0 or server_cores < 1 or memory <= 0:

@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import csv
+import io
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +30,10 @@ import numpy as np
 
 from rightsize.cluster.models import NEARCHUS_CNNS, sim_model
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.files import read_text
+from rightsize.core.limits import MAX_EPOCHS, POSITIVE, Bound
 from rightsize.core.resources import Resources
-from rightsize.core.units import parse_cpu, parse_duration, parse_memory
+from rightsize.core.units import format_bytes, parse_cpu, parse_duration, parse_memory
 
 CIFAR10_SAMPLES = 50_000
 POOL_EPOCHS = (100, 300)
@@ -38,6 +42,10 @@ ARRIVALS_PER_HOUR = 1.0
 NEARCHUS_ARRIVALS = 40
 MIN_NODES = 3  # one PS and two workers: the smallest shape every policy here starts with
 BUILTIN_TRACES = ("nearchus-40",)
+#: Epochs of a simulated job: NEARCHUS runs 100 to 300.
+EPOCHS = Bound(0, MAX_EPOCHS, low_open=True)
+#: Fraction of each Pollux application's epochs to run (1: all of them).
+WORK_SCALE = Bound(0, 100, low_open=True)
 
 # application -> (simulated stand-in, samples per epoch, Pollux's epochs).
 # Epochs: adaptdl simulator/applications.py (osdi21-artifact). Samples: CIFAR-10 50k,
@@ -67,6 +75,7 @@ class TraceJob:
         samples_total: training samples to process; or ``None`` with ``duration_s``.
         duration_s: run time at the budget as (1 PS, 2 workers), if the trace gives that
             instead of the work; the simulator converts it.
+        origin: where the job was read (``trace t.csv line 3``), for error messages.
     """
 
     name: str
@@ -75,6 +84,7 @@ class TraceJob:
     budget: Resources
     samples_total: float | None = None
     duration_s: float | None = None
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,28 +133,24 @@ def nearchus_trace(seed: int, arrivals: int = NEARCHUS_ARRIVALS) -> Trace:
 def single_job(model: str, budget_cores: float, epochs: float) -> Trace:
     """One job at time 0 (NEARCHUS §V-A's single-job experiment)."""
     sim_model(model)  # raises on an unknown model
-    if budget_cores <= 0 or epochs <= 0:
-        raise SpecError(f"budget ({budget_cores}) and epochs ({epochs}) must be positive")
-    job = TraceJob(model, 0.0, model, budget_of(budget_cores), epochs * CIFAR10_SAMPLES)
+    POSITIVE.check(budget_cores, "--budget")
+    EPOCHS.check(epochs, "--epochs")
+    job = TraceJob(model, 0.0, model, budget_of(budget_cores), epochs * CIFAR10_SAMPLES,
+                   origin="--budget")  # fmt: skip
     return Trace(f"{model}-{budget_cores:g}cpu", (job,), "single job")
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
-    try:
-        handle = path.open(newline="")
-    except OSError as exc:
-        raise SpecError(f"cannot read trace {path}: {exc.strerror}") from None
-    with handle:
-        reader = csv.DictReader(handle)
-        columns = [c.strip() for c in reader.fieldnames or []]
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise SpecError(
-                f"trace {path}: missing column(s) {', '.join(missing)}; "
-                f"it needs {', '.join(required)} (has {', '.join(columns) or 'none'})"
-            )
-        for line, row in enumerate(reader, start=2):
-            yield line, {k.strip(): (v or "").strip() for k, v in row.items() if k}
+    reader = csv.DictReader(io.StringIO(read_text(path, "trace"), newline=""))
+    columns = [c.strip() for c in reader.fieldnames or []]
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise SpecError(
+            f"trace {path}: missing column(s) {', '.join(missing)}; "
+            f"it needs {', '.join(required)} (has {', '.join(columns) or 'none'})"
+        )
+    for line, row in enumerate(reader, start=2):
+        yield line, {k.strip(): (v or "").strip() for k, v in row.items() if k}
 
 
 def _number(path: Path, line: int, column: str, text: str) -> float:
@@ -152,9 +158,31 @@ def _number(path: Path, line: int, column: str, text: str) -> float:
         value = float(text)
     except ValueError:
         raise SpecError(f"trace {path} line {line}: {column} {text!r} is not a number") from None
-    if not value >= 0:
+    if not math.isfinite(value):
+        raise SpecError(f"trace {path} line {line}: {column} {text!r} must be a finite number")
+    if value < 0:
         raise SpecError(f"trace {path} line {line}: {column} {value:g} must not be negative")
     return value
+
+
+def check_fits(trace: Trace, capacity: Resources, cluster: str) -> None:
+    """Refuse a job whose budget exceeds the whole cluster: it could never hold it, and the
+    policies' searches grow with the budget (a row of 1e30 vCPU would never finish).
+
+    Raises:
+        SpecError: naming the job (and its trace line) and the field.
+    """
+    for job in trace.jobs:
+        where = job.origin or f"job {job.name}"
+        for field, asked, held, show in (
+            ("cpu", job.budget.cpu_cores, capacity.cpu_cores, lambda v: f"{v:g} vCPU"),
+            ("memory", job.budget.memory_bytes, capacity.memory_bytes, format_bytes),
+        ):
+            if asked > held:
+                raise SpecError(
+                    f"{where}: {field} {show(asked)} is more than cluster {cluster} holds "
+                    f"({show(held)}); lower it or simulate a larger --cluster"
+                )
 
 
 def load_pollux(path: str | Path, cores_per_replica: float = 5.0, work_scale: float = 1.0) -> Trace:
@@ -165,6 +193,7 @@ def load_pollux(path: str | Path, cores_per_replica: float = 5.0, work_scale: fl
         UnknownNameError: an application without a stand-in model.
     """
     path = Path(path)
+    WORK_SCALE.check(work_scale, "--work-scale")
     jobs = []
     for line, row in _rows(path, POLLUX_COLUMNS):
         app = row["application"]
@@ -175,9 +204,9 @@ def load_pollux(path: str | Path, cores_per_replica: float = 5.0, work_scale: fl
         cores = cores_per_replica * max(replicas, MIN_NODES)
         arrival = _number(path, line, "time", row["time"])
         samples = per_epoch * epochs * work_scale
-        jobs.append(
-            TraceJob(row["name"] or f"job-{line}", arrival, model, budget_of(cores), samples)
-        )
+        jobs.append(TraceJob(row["name"] or f"job-{line}", arrival, model, budget_of(cores),
+                             samples, origin=f"trace {path} line {line} (num_replicas "
+                             f"{row['num_replicas']})"))  # fmt: skip
     return _finish(path, jobs, f"Pollux trace {path.name}")
 
 
@@ -207,7 +236,8 @@ def load_csv(
         if duration <= 0 or cores <= 0:
             raise SpecError(f"{where}: duration and cpu must be positive")
         name = row.get("name") or f"job-{line - 1}"
-        jobs.append(TraceJob(name, arrival, model, budget_of(cores, memory), duration_s=duration))
+        jobs.append(TraceJob(name, arrival, model, budget_of(cores, memory), duration_s=duration,
+                             origin=where))  # fmt: skip
     return _finish(path, jobs, f"CSV trace {path.name}")
 
 
@@ -230,11 +260,7 @@ def _finish(path: Path, jobs: list[TraceJob], source: str) -> Trace:
 
 def is_pollux(path: Path) -> bool:
     """True if the file's header has the Pollux columns."""
-    try:
-        with path.open(newline="") as handle:
-            header = next(csv.reader(handle), [])
-    except OSError:
-        return False
+    header = next(csv.reader(io.StringIO(read_text(path, "trace"), newline="")), [])
     return {"application", "num_replicas"} <= {c.strip() for c in header}
 
 
@@ -250,7 +276,7 @@ def load_trace(spec: str, seed: int = 1, **options: float) -> Trace:
     if spec in BUILTIN_TRACES:
         return nearchus_trace(seed)
     path = Path(spec)
-    if not path.is_file():
+    if path.suffix.lower() != ".csv" and not path.exists():
         raise unknown_name("trace (a built-in name or a CSV file)", spec, BUILTIN_TRACES)
     if is_pollux(path):
         keys = ("cores_per_replica", "work_scale")

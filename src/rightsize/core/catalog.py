@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.files import read_text
 
 INSTANCE_COLUMNS = (
     "InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB",
@@ -120,9 +121,16 @@ class Catalog:
         cloud: str | None = None,
         gpus_only: bool = False,
     ) -> Catalog:
-        """Instances matching every given criterion (``gpu`` is case-insensitive)."""
+        """Instances matching every given criterion (``gpu`` is case-insensitive).
+
+        Raises:
+            UnknownNameError: an accelerator or region the catalog does not have (a typo
+                would otherwise print an empty table).
+        """
         if gpu is not None:
-            self.accelerator(gpu)  # an unknown name is an error, not an empty table
+            self.accelerator(gpu)
+        if region is not None and region not in self.regions():
+            raise unknown_name("region", region, self.regions())
         kept = tuple(
             i
             for i in self.instances
@@ -194,12 +202,7 @@ def _builtin_text(name: str) -> str:
 
 
 def _read_path(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read catalog {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"catalog {path} is not UTF-8 text (is it really a CSV file?)") from None
+    return read_text(path, "catalog")
 
 
 def _rows(text: str, label: str, columns: tuple[str, ...]) -> Iterator[tuple[int, dict]]:

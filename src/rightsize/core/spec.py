@@ -14,15 +14,32 @@ reference that ``rightsize run --help`` prints, so the two cannot drift.
 
 from __future__ import annotations
 
-import difflib
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from rightsize.core.errors import SpecError
+from rightsize.core.files import read_yaml
+from rightsize.core.limits import (
+    MAX_BATCH,
+    MAX_DATASET_SAMPLES,
+    MAX_EPOCHS,
+    MAX_INTERVAL_S,
+    MAX_ITERATIONS,
+    MAX_RESTARTS,
+    MAX_SEED,
+)
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.units import (
@@ -32,11 +49,24 @@ from rightsize.core.units import (
     parse_memory,
     parse_money,
 )
+from rightsize.core.validation import describe_validation_error, is_model
 
 Cpu = Annotated[float, BeforeValidator(parse_cpu)]
 Memory = Annotated[int, BeforeValidator(parse_memory)]
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 Dollars = Annotated[float, BeforeValidator(parse_money)]
+#: A job's name names its files (``NAME.sqlite``, ``NAME-report.json``) inside checkpoint.dir.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _plain_name(name: str) -> str:
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not a plain name: use up to 100 letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (it names the job's files in checkpoint.dir), "
+            "e.g. my-job"
+        )
+    return name
 
 
 class Objective(StrEnum):
@@ -73,7 +103,10 @@ class Isolation(StrEnum):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # no NaN or infinity anywhere: a learning rate of .inf is a typo, not a setting
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class Constraints(_Spec):
@@ -125,7 +158,8 @@ class CheckpointSpec(_Spec):
         default=60.0,
         alias="interval",
         gt=0,
-        description="time between periodic checkpoints of parameters and shard queues",
+        le=MAX_INTERVAL_S,
+        description="time between periodic checkpoints of parameters and shard queues (at most 1d)",
     )
 
 
@@ -133,7 +167,10 @@ class TrainingSpec(_Spec):
     optimizer: Optimizer = Field(default=Optimizer.ADAGRAD, description="sgd, adagrad or adam")
     lr: float = Field(default=0.01, gt=0, description="learning rate")
     momentum: float = Field(default=0.0, ge=0, lt=1, description="momentum (sgd only)")
-    seed: int = Field(default=0, description="seed of the model's initial weights and the shuffle")
+    seed: int = Field(
+        default=0, ge=0, le=MAX_SEED,
+        description="seed of the model's initial weights and the shuffle (0 to 2^32 - 1)",
+    )  # fmt: skip
     shuffle: bool = Field(default=True, description="visit samples in a new order every epoch")
 
 
@@ -149,11 +186,13 @@ class RuntimeSpec(_Spec):
         default=5.0,
         alias="metric_interval",
         gt=0,
-        description="how often per-node metrics are sampled and the policy is asked",
+        le=MAX_INTERVAL_S,
+        description="how often per-node metrics are sampled and the policy is asked (at most 1d)",
     )
     shard_size: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_DATASET_SAMPLES,
         description="samples per data shard (DLRover §5.2: many small ones); none means 8 batches",
     )
     isolation: Isolation = Field(
@@ -161,7 +200,10 @@ class RuntimeSpec(_Spec):
         description="auto (cgroups if permitted, else affinity), cgroup, or affinity",
     )
     max_restarts: int = Field(
-        default=3, ge=0, description="relaunches of one failed node before the job fails"
+        default=3,
+        ge=0,
+        le=MAX_RESTARTS,
+        description=f"relaunches of one failed node before the job fails (at most {MAX_RESTARTS})",
     )
     ps_bandwidth: Memory | None = Field(
         default=None,
@@ -183,12 +225,14 @@ class RuntimeSpec(_Spec):
         default=180.0,
         alias="startup_timeout",
         gt=0,
+        le=MAX_INTERVAL_S,
         description="how long a launched node may take to register",
     )
     liveness_timeout_s: Seconds | None = Field(
         default=None,
         alias="liveness_timeout",
         gt=0,
+        le=MAX_INTERVAL_S,
         description="a running node silent this long is killed and replaced; none means "
         "max(10s, 20 x the slowest worker's step time)",
     )
@@ -205,7 +249,10 @@ class RuntimeSpec(_Spec):
 class JobSpec(_Spec):
     """One training job as the user describes it."""
 
-    name: str = Field(default="job", min_length=1, description="the job's name")
+    name: Annotated[str, AfterValidator(_plain_name)] = Field(
+        default="job",
+        description="the job's name: letters, digits, '.', '_' and '-' (it names its files)",
+    )
     workload: str = Field(
         min_length=1, description="zoo model name (rightsize workloads) or package.module:function"
     )
@@ -216,15 +263,21 @@ class JobSpec(_Spec):
         default=None, description="dataset name; none means the model's own"
     )
     dataset_size: int | None = Field(
-        default=None, ge=1, description="samples in a synthetic dataset; none means its own size"
+        default=None, ge=1, le=MAX_DATASET_SAMPLES,
+        description="samples in a synthetic dataset (at most 10^8: the runtime holds an epoch's "
+        "order in memory); none means its own size",
+    )  # fmt: skip
+    batch_size: int = Field(
+        ge=1, le=MAX_BATCH, description="samples per training step on one worker (at most 2^24)"
     )
-    batch_size: int = Field(ge=1, description="samples per training step on one worker")
     epochs: int | None = Field(
-        default=None, ge=1, description="passes over the dataset; none (and no steps) means 1"
-    )
+        default=None, ge=1, le=MAX_EPOCHS,
+        description="passes over the dataset (at most 10^5); none (and no steps) means 1",
+    )  # fmt: skip
     steps: int | None = Field(
-        default=None, ge=1, description="train this many steps instead of whole epochs"
-    )
+        default=None, ge=1, le=MAX_ITERATIONS,
+        description="train this many steps instead of whole epochs (at most 10^9)",
+    )  # fmt: skip
     strategy: Strategy = Field(
         default=Strategy.PS, description="ps (parameter servers) or allreduce (torch DDP)"
     )
@@ -287,9 +340,7 @@ def load_job_spec(path: str | Path) -> JobSpec:
     Raises:
         SpecError: unreadable file, bad YAML, or a field that fails validation.
     """
-    label = str(path)
-    data = _read_yaml(Path(path))
-    return parse_job_spec(data, label)
+    return parse_job_spec(read_yaml(path, "job file"), str(path))
 
 
 def parse_job_spec(data: Any, label: str = "job") -> JobSpec:
@@ -318,7 +369,7 @@ def _walk_fields(model: type[BaseModel], prefix: str = ""):
         yield path, name, info
         annotation = info.annotation
         for sub in getattr(annotation, "__args__", (annotation,)):
-            if _is_model(sub):
+            if is_model(sub):
                 yield from _walk_fields(sub, path + ".")
 
 
@@ -336,72 +387,3 @@ def _default_text(name: str, info: Any) -> str | None:
     if isinstance(value, float) and name.endswith("_s"):
         return format_duration(value)
     return "none" if value is None else str(value)
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise SpecError(f"{path}{where}: {problem}") from None
-
-
-def describe_validation_error(exc: ValidationError, model: type[BaseModel]) -> str:
-    """Turn pydantic's errors into one line: ``field.path: what is wrong; ...``."""
-    errors = [(".".join(_plain_loc(e)), e) for e in exc.errors()]
-    messages = []
-    for field, error in errors:
-        # a dict given where a union also allows a literal ("auto") fails both
-        # branches; the literal branch's complaint is noise next to the real one
-        if error["type"] == "literal_error" and any(
-            other.startswith(field + ".") for other, _ in errors
-        ):
-            continue
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            loc = field.split(".")
-            message = "unknown field" + _did_you_mean(loc[-1], _field_names(model, loc[:-1]))
-        elif error["type"] == "missing":
-            message = "required field is missing"
-        messages.append(f"{field}: {message}" if field else message)
-    return "; ".join(dict.fromkeys(messages))
-
-
-def _plain_loc(error: dict) -> list[str]:
-    return [str(part) for part in error["loc"] if not _is_union_tag(part)]
-
-
-def _is_union_tag(part: object) -> bool:
-    # pydantic names union branches in locations (e.g. "ShapeSpec", "literal['auto']")
-    return isinstance(part, str) and (part[:1].isupper() or part.startswith("literal["))
-
-
-def _field_names(model: type[BaseModel], path: list[str]) -> list[str]:
-    for part in path:
-        info = model.model_fields.get(part)
-        annotation = getattr(info, "annotation", None)
-        candidates = [a for a in getattr(annotation, "__args__", (annotation,)) if _is_model(a)]
-        if not candidates:
-            return []
-        model = candidates[0]
-    names = []
-    for name, info in model.model_fields.items():
-        names.append(info.alias or name)
-    return names
-
-
-def _is_model(obj: object) -> bool:
-    return isinstance(obj, type) and issubclass(obj, BaseModel)
-
-
-def _did_you_mean(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" (known fields: {', '.join(known)})" if known else ""

@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.files import read_yaml
+from rightsize.core.limits import BATCH
 from rightsize.packing.optimizers import OPTIMIZER_KINDS
 
 #: Hyper-parameters every space must list, in display order.
 REQUIRED: tuple[str, ...] = ("batch_size", "optimizer", "lr")
+#: Values one hyper-parameter may list: 10^4, far more than a search samples (a range of
+#: 10^12 values would be materialised before anything runs).
+MAX_VALUES = 10**4
 
 
 @dataclass(frozen=True)
@@ -107,14 +111,7 @@ def load_space(path: str | Path, model_options: Sequence[str] | None) -> SearchS
         SpecError: unreadable file, unknown or missing hyper-parameter, an empty
             list, a duplicate, or a value of the wrong type.
     """
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read space {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"space {path} is not valid YAML: {exc}") from None
-    return parse_space(data, model_options, f"space {path}")
+    return parse_space(read_yaml(path, "space"), model_options, f"space {path}")
 
 
 def parse_space(
@@ -151,9 +148,17 @@ def _expand(raw: Any, name: str, label: str) -> list[Any]:
         if step <= 0 or stop < start:
             raise SpecError(f"{label}: {name}: a range needs step > 0 and to >= from")
         count = int(math.floor((stop - start) / step + 1e-9)) + 1
+        if count > MAX_VALUES:
+            raise SpecError(
+                f"{label}: {name}: the range from {start:g} to {stop:g} by {step:g} has "
+                f"{count:,} values; a hyper-parameter may list at most {MAX_VALUES:,} "
+                "(raise step)"
+            )
         return [_tidy(start + i * step) for i in range(count)]
     if not isinstance(raw, list):
         raise SpecError(f"{label}: {name}: expected a list of values or {{from, to, step}}")
+    if len(raw) > MAX_VALUES:
+        raise SpecError(f"{label}: {name} lists {len(raw):,} values; at most {MAX_VALUES:,}")
     return list(raw)
 
 
@@ -177,7 +182,7 @@ def _checked_values(name: str, values: list[Any], label: str) -> tuple[Any, ...]
 def _batch(value: Any, label: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecError(f"{label}: batch_size {value!r} must be a whole number >= 1")
-    return value
+    return BATCH.check(value, f"{label}: batch_size")
 
 
 def _learning_rate(value: Any, label: str) -> float:

@@ -25,7 +25,7 @@ import lightgbm as lgb
 import numpy as np
 
 from rightsize.core.errors import SpecError
-from rightsize.core.files import atomic_write_text
+from rightsize.core.files import atomic_write_text, read_json
 from rightsize.perf.comm import AnalyticCommModel, CommModel, Link
 from rightsize.profiling.comm_probe import ProbeRecord
 
@@ -163,19 +163,21 @@ class LearnedCommModel(CommModel):
 
     @classmethod
     def load(cls, path: str | Path) -> LearnedCommModel:
-        """Raises SpecError for an unreadable file or one that is not a comm model."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"cannot read comm model {path}: {exc}") from None
+        """Raises SpecError for an unreadable file or one that is not a whole comm model."""
+        data = read_json(path, "comm model")
         if not isinstance(data, dict) or data.get("schema") != MODEL_SCHEMA:
             raise SpecError(
                 f"{path} is not a rightsize comm model (train one with rightsize probe)"
             )
-        halves = {
-            name: _Half(
-                h["candidate"], h["log_target"], lgb.Booster(model_str=h["booster"]), h["cv_mape"]
-            )
-            for name, h in data["halves"].items()
-        }
-        return cls(halves["small"], halves["large"], data["mtu_bytes"], data["hosts"])
+        try:
+            halves = {
+                name: _Half(h["candidate"], h["log_target"], lgb.Booster(model_str=h["booster"]),
+                            h["cv_mape"])
+                for name, h in data["halves"].items()
+            }  # fmt: skip
+            return cls(halves["small"], halves["large"], data["mtu_bytes"], data["hosts"])
+        except (KeyError, TypeError, AttributeError, lgb.basic.LightGBMError) as exc:
+            raise SpecError(
+                f"comm model {path} is damaged ({type(exc).__name__}: {exc}); "
+                "train it again with rightsize probe"
+            ) from None

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rightsize.core.errors import ResourceError
-from rightsize.core.files import atomic_write_text
+from rightsize.core.files import atomic_write_text, read_json
 from rightsize.profiling.ddp_probe import DdpProbeRecord, records_from_dicts
 
 
@@ -85,16 +85,13 @@ class DdpOverheadModel:
 
     @classmethod
     def load(cls, path: str | Path) -> DdpOverheadModel:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ResourceError(f"cannot read DDP probe file {path}: {exc}") from exc
+        data = read_json(path, "DDP probe file")
         kind = data.get("kind") if isinstance(data, dict) else None
         if kind != cls.kind:
             raise ResourceError(f"{path} is not a DDP probe file (kind {kind!r})")
         try:
             return cls(records_from_dicts(data["records"]), data["host"])
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ResourceError(
                 f"{path} is a damaged DDP probe file ({type(exc).__name__}: {exc}); "
                 "probe again with rightsize probe --ddp FILE"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rightsize.core.catalog import Catalog
 from rightsize.core.errors import ResourceError, SpecError
+from rightsize.core.limits import INSTANCES
 from rightsize.core.units import format_money
 from rightsize.perf.comm import CommModel
 from rightsize.planning.baselines import cap_plan, tap_plan
@@ -33,25 +34,30 @@ class PlanResult:
     mode: str
 
 
-def parse_instances(text: str, catalog: Catalog) -> dict[str, int]:
+def parse_instances(text: str, catalog: Catalog, flag: str = "--instances") -> dict[str, int]:
     """``"g4dn.8xlarge:16,g3.8xlarge"`` -> availability per type (``DEFAULT_CAP`` when omitted).
 
     Raises:
         UnknownNameError: an instance type the catalog does not have.
-        SpecError: a count that is not a positive whole number.
+        SpecError: a count that is not a whole number from 1 to ``MAX_INSTANCES``, or a list
+            of only commas.
     """
     caps: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if text.strip() and not items:
+        raise SpecError(f"{flag} {text!r} names no instance type; e.g. g4dn.8xlarge:4")
+    for item in items:
         name, _, count = item.partition(":")
         catalog.get(name)
         try:
             caps[name] = int(count) if count else DEFAULT_CAP
         except ValueError:
             raise SpecError(
-                f"--instances {item!r}: the count after ':' must be a whole number"
+                f"{flag} {item!r}: the count after ':' must be a whole number"
             ) from None
         if caps[name] < 1:
-            raise SpecError(f"--instances {item!r}: the count must be at least 1")
+            raise SpecError(f"{flag} {item!r}: the count must be at least 1")
+        INSTANCES.check(caps[name], f"{flag} {item!r}: count")
     return caps
 
 

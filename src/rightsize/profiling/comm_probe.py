@@ -26,7 +26,7 @@ import torch.multiprocessing as mp
 from rightsize.core.errors import ResourceError
 from rightsize.core.ports import free_port
 from rightsize.perf.comm import bus_bandwidth_from_time
-from rightsize.profiling.device import cpu_model, meminfo
+from rightsize.profiling.device import check_local_ranks, cpu_model, meminfo
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class ProbeSettings:
             )
         if not self.concurrency or min(self.concurrency) < 1 or self.repeats < 1 or self.rounds < 1:
             raise ResourceError("concurrency, repeats and rounds must be at least 1")
+        for world in self.world_sizes:  # each rank holds a buffer per concurrent transfer
+            check_local_ranks(world, self.max_bytes * max(self.concurrency))
 
     def sizes(self) -> list[int]:
         sizes, size = [], self.min_bytes

@@ -30,7 +30,7 @@ import torch.multiprocessing as mp
 
 from rightsize.core.errors import ResourceError
 from rightsize.core.ports import free_port
-from rightsize.profiling.device import cpu_model
+from rightsize.profiling.device import check_local_ranks, cpu_model
 
 CHAIN_WIDTH = 128  # the compute chain's square matrices
 CHAIN_DEPTH = 8  # products per forward pass (and as many in backward)
@@ -75,6 +75,8 @@ class DdpProbeSettings:
             raise ResourceError("gradient sizes must be >= 4 bytes and rows >= 1")
         if self.steps < 1 or self.rounds < 1 or self.warmup < 0:
             raise ResourceError("steps and rounds must be at least 1, warm-up at least 0")
+        for world in self.world_sizes:  # a rank holds its gradients, and DDP's bucket copies
+            check_local_ranks(world, 2 * max(self.grad_bytes))
 
 
 class _Chain(torch.nn.Module):

@@ -14,10 +14,16 @@ from pathlib import Path
 import torch
 
 from rightsize.core.errors import ResourceError
+from rightsize.core.units import format_bytes
 from rightsize.profiling.peaks import measure_peaks
 from rightsize.profiling.profile import DeviceInfo
 
 CPU_HEADROOM_BYTES = 1 * 2**30  # kept free for Python, torch's libraries and the OS
+#: Memory a local process with torch loaded holds before its own tensors (a probe's rank).
+PROCESS_BYTES = 300 * 2**20
+#: Local ranks per CPU a probe may start: past this it times the scheduler, not the link
+#: (the default probe runs up to 4 ranks on 2 cores).
+RANKS_PER_CPU = 8
 
 
 def resolve_device(name: str) -> torch.device:
@@ -35,6 +41,54 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def device_memory_bytes(device: torch.device) -> int:
+    """Memory the device offers a workload: a GPU's total, or what this process may use."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return cpu_memory_capacity()
+
+
+def check_memory_limit(limit_bytes: int, device: torch.device, flag: str) -> int:
+    """A ``--memory-limit`` must be above zero and within the device's memory: zero would be
+    read as "no limit", and a limit beyond the memory there is lets a search allocate until
+    the machine swaps or the kernel kills it.
+
+    Raises:
+        ResourceError: naming ``flag``, the value and the device's memory.
+    """
+    capacity = device_memory_bytes(device)
+    if not 0 < limit_bytes <= capacity:
+        raise ResourceError(
+            f"{flag} {format_bytes(limit_bytes)}: must be above 0 and at most the "
+            f"{format_bytes(capacity)} {device} has free; omit it to use all of that"
+        )
+    return limit_bytes
+
+
+def check_local_ranks(world: int, buffer_bytes: int) -> None:
+    """Refuse a probe of ``world`` local processes, each holding ``buffer_bytes`` of tensors,
+    that this machine cannot run: it would fork until memory runs out.
+
+    Raises:
+        ResourceError: naming the world size and the limit it broke.
+    """
+    cpus = len(os.sched_getaffinity(0))
+    free = cpu_memory_capacity()
+    per_rank = PROCESS_BYTES + buffer_bytes
+    if world > RANKS_PER_CPU * cpus:
+        raise ResourceError(
+            f"world size {world} (--world-sizes): this machine runs at most "
+            f"{RANKS_PER_CPU * cpus} local ranks ({RANKS_PER_CPU} per CPU on its {cpus} CPUs); "
+            "probe larger worlds on a larger machine"
+        )
+    if world * per_rank > free:
+        raise ResourceError(
+            f"world size {world} (--world-sizes): {world} ranks of {format_bytes(per_rank)} "
+            f"each (a process and its buffers, --max-size) need more than the "
+            f"{format_bytes(free)} this machine has free; lower either"
+        )
+
+
 def describe_device(device: torch.device) -> DeviceInfo:
     """Name, parallelism, memory, and the measured peak rates of ``device``."""
     peaks = measure_peaks(device)
@@ -43,7 +97,7 @@ def describe_device(device: torch.device) -> DeviceInfo:
         props = torch.cuda.get_device_properties(device)
         return DeviceInfo(
             kind="cuda", name=props.name, threads=props.multi_processor_count,
-            memory_bytes=props.total_memory, torch_version=torch.__version__, **rates,
+            memory_bytes=device_memory_bytes(device), torch_version=torch.__version__, **rates,
         )  # fmt: skip
     return DeviceInfo(
         kind="cpu", name=cpu_model(), threads=torch.get_num_threads(),

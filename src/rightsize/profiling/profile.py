@@ -10,16 +10,16 @@ schema version is refused with a message rather than misread.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rightsize.core.errors import SpecError
-from rightsize.core.files import atomic_write_text
-from rightsize.core.spec import describe_validation_error
+from rightsize.core.files import atomic_write_text, read_json
+from rightsize.core.limits import MAX_BATCH
+from rightsize.core.validation import describe_validation_error
 
 PROFILE_SCHEMA = "rightsize.profile"
 PROFILE_VERSION = 1
@@ -53,8 +53,17 @@ def sample_batches(sampling: str, bmax: int, min_batch: int = 1) -> list[int]:
     return sorted(batches)
 
 
+# What a measurement can be. A profile is re-read from a file a user may have edited: a NaN,
+# a negative or a zero time would otherwise plan at 0 s/iter or crash deep in a model.
+Positive = Annotated[float, Field(gt=0)]
+Amount = Annotated[float, Field(ge=0)]
+Bytes = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]
+Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class DeviceInfo(_Frozen):
@@ -62,49 +71,49 @@ class DeviceInfo(_Frozen):
 
     kind: str  # "cpu" or "cuda"
     name: str  # CPU model or GPU name
-    threads: int  # torch intra-op threads (CPU) or SM count (CUDA)
-    memory_bytes: int  # the device's memory capacity as seen by the profiler
+    threads: int = Field(ge=1)  # torch intra-op threads (CPU) or SM count (CUDA)
+    memory_bytes: Bytes  # the device's memory capacity as seen by the profiler
     torch_version: str
-    peak_flops_per_s: float | None = None  # measured fp32 matmul rate (profiling/peaks.py)
-    peak_mem_bytes_per_s: float | None = None  # measured copy bandwidth
+    peak_flops_per_s: Positive | None = None  # measured fp32 matmul rate (profiling/peaks.py)
+    peak_mem_bytes_per_s: Positive | None = None  # measured copy bandwidth
 
 
 class LatencySample(_Frozen):
     """Latency at one batch size: medians over repetitions, their spread, and raw runs."""
 
-    batch: int = Field(ge=1)
-    forward_s: float
-    backward_s: float
-    total_s: float  # forward + backward, per repetition then median
-    optimizer_s: float
-    forward_cv: float
-    backward_cv: float
-    total_cv: float
-    peak_memory_bytes: int
-    grad_ready: tuple[float, ...]  # per layer: gradient-ready time / backward time
-    forward_runs_s: tuple[float, ...]
-    backward_runs_s: tuple[float, ...]
+    batch: Batch
+    forward_s: Positive
+    backward_s: Positive
+    total_s: Positive  # forward + backward, per repetition then median
+    optimizer_s: Amount
+    forward_cv: Amount
+    backward_cv: Amount
+    total_cv: Amount
+    peak_memory_bytes: Bytes
+    grad_ready: tuple[Amount, ...]  # per layer: gradient-ready time / backward time
+    forward_runs_s: tuple[Amount, ...]
+    backward_runs_s: tuple[Amount, ...]
 
 
 class LayerProfile(_Frozen):
     """Static costs of one trainable layer (per sample where it scales with the batch)."""
 
     name: str
-    param_count: int
-    param_bytes: int
-    forward_flops_per_sample: float
-    backward_flops_per_sample: float
-    output_bytes_per_sample: float
+    param_count: Count
+    param_bytes: Bytes
+    forward_flops_per_sample: Amount
+    backward_flops_per_sample: Amount
+    output_bytes_per_sample: Amount
 
 
 class MemoryProfile(_Frozen):
     """Memory facts: the limit searched under, and what a step needs."""
 
-    limit_bytes: int
+    limit_bytes: Bytes
     limit_source: str  # "--memory-limit" or "device"
-    resident_bytes: int  # parameters + optimizer state + framework buffers held between steps
-    activation_bytes_per_sample: float  # tensors saved for backward, per sample
-    probes: tuple[tuple[int, int], ...]  # (batch, measured peak bytes) of the B_max search
+    resident_bytes: Bytes  # parameters + optimizer state + framework buffers held between steps
+    activation_bytes_per_sample: Amount  # tensors saved for backward, per sample
+    probes: tuple[tuple[Count, Bytes], ...]  # (batch, measured peak bytes) of the B_max search
 
 
 class Profile(_Frozen):
@@ -116,19 +125,21 @@ class Profile(_Frozen):
     dataset: str
     options: dict[str, Any] = {}
     device: DeviceInfo
-    bmax: int = Field(ge=1)
-    min_batch: int = Field(default=1, ge=1)  # 2 when BatchNorm cannot train on one sample
+    bmax: Batch
+    min_batch: Batch = 1  # 2 when BatchNorm cannot train on one sample
     bmax_limited_by: str  # "memory" or "cap"
     memory: MemoryProfile
     samples: tuple[LatencySample, ...] = Field(min_length=1)
     layers: tuple[LayerProfile, ...]
-    forward_flops_per_sample: float = 0.0  # whole model, including ops outside parameter layers
-    backward_flops_per_sample: float = 0.0
+    forward_flops_per_sample: Amount = 0.0  # whole model, including ops outside parameter layers
+    backward_flops_per_sample: Amount = 0.0
     settings: dict[str, Any] = {}
     created_at: str
     rightsize_version: str
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False
+    )
 
     @property
     def compute_cv(self) -> float:
@@ -164,23 +175,17 @@ class Profile(_Frozen):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise SpecError(f"{label}: {describe_validation_error(exc, cls)}") from None
+            raise SpecError(
+                f"{label}: {describe_validation_error(exc, cls)} (measure it again with "
+                "rightsize profile)"
+            ) from None
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
         """Read and validate a profile JSON file.
 
         Raises:
-            SpecError: unreadable, not JSON, not a profile, or a newer version.
+            SpecError: unreadable, not JSON, not a profile, a newer version, or a value no
+                measurement can have (a NaN, negative or zero time; a wrong type).
         """
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SpecError(f"cannot read profile {path}: {exc.strerror or exc}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(
-                f"profile {path} is not valid JSON (line {exc.lineno}: {exc.msg})"
-            ) from None
-        return cls.from_dict(data, f"profile {path}")
+        return cls.from_dict(read_json(path, "profile"), f"profile {path}")

@@ -83,6 +83,30 @@ class ProfilerSettings:
         sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
 
 
+#: Copies of every weight a training step holds at least: the weight and its gradient.
+STEP_WEIGHT_COPIES = 2
+
+
+def _check_weights_fit(workload: Workload, limit: int) -> None:
+    """Refuse a model whose weights and gradients alone exceed ``limit``, before allocating
+    them: building it would fail deep in PyTorch (or wake the kernel's OOM killer).
+
+    The model is built on the ``meta`` device, which allocates nothing.
+    """
+    try:
+        with torch.device("meta"):
+            model = workload.build_model()
+    except Exception:  # a user's factory may not build on meta; the B_max search still checks
+        return
+    need = STEP_WEIGHT_COPIES * sum(p.numel() * p.element_size() for p in model.parameters())
+    if need > limit:
+        raise ResourceError(
+            f"memory limit {format_bytes(limit)} is below a training step at batch 1: the "
+            f"weights of {workload.label} and their gradients alone need {format_bytes(need)}; "
+            "use smaller model options or raise the memory limit"
+        )
+
+
 class _Session:
     """One workload's model and optimizer on the device, and the measurements made on them."""
 
@@ -214,6 +238,7 @@ class Profiler:
         settings = self.settings
         device_info = describe_device(self.device)
         limit = memory_limit_bytes if memory_limit_bytes is not None else device_info.memory_bytes
+        _check_weights_fit(workload, limit)
         session = _Session(self, workload)
         self.progress(f"searching B_max under {format_bytes(limit)}")
         with frozen_heap():  # one garbage collection for the whole search, not one per probe

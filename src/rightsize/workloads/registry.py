@@ -4,7 +4,11 @@ A zoo model is paired with a dataset (its default, or one the user names) whose
 shape it adapts to: image models take the channels and classes, text models the
 vocabulary, click models the feature layout. Model options (``activation=tanh``)
 are checked against the builder's signature so a typo is an error, not a
-silently ignored setting.
+silently ignored setting; their values are checked against the kind of the
+builder's default, and the model is built once on PyTorch's ``meta`` device (no
+memory, no time) so that a value the model refuses (an unknown activation, a
+dropout of 5) or a model too large to train fails here, in one line, before
+anything is measured or trained.
 """
 
 from __future__ import annotations
@@ -15,13 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from rightsize.core.errors import SpecError, UnknownNameError, unknown_name
+from rightsize.core.limits import COUNT, NON_NEGATIVE, Bound
 from rightsize.workloads.datasets import DatasetInfo, builtin_datasets, make_dataset
 from rightsize.workloads.workload import Workload, classification_loss, click_loss
 
 _MODELS = "rightsize.workloads.models"
+#: Parameters of one model: 10^10 (40 GB of fp32 weights), far beyond any model one device
+#: trains here; a wider "hidden" is a typo that would otherwise fail allocating memory.
+MAX_MODEL_PARAMETERS = 10**10
 
 
 @dataclass(frozen=True)
@@ -128,31 +137,87 @@ class WorkloadRegistry:
         options = dict(options or {})
         if ":" in name:
             return load_factory(name, options)
+        entry = self._entry(name)
+        data = make_dataset(dataset or entry.default_dataset, dataset_size, seed)
+        build = self._model(entry, data.name, data.info, options)
+        loss = click_loss if data.info.kind == "criteo" else classification_loss
+        return Workload(name, data, build, loss, options)
+
+    def _entry(self, name: str) -> ModelEntry:
         if name not in self._models:
             raise unknown_name("workload", name, self._models)
-        entry = self._models[name]
-        data = make_dataset(dataset or entry.default_dataset, dataset_size, seed)
-        if data.info.kind not in entry.kinds:
+        return self._models[name]
+
+    def _model(
+        self, entry: ModelEntry, dataset: str, info: DatasetInfo, options: dict[str, Any]
+    ) -> Callable[[], nn.Module]:
+        """The model builder for this data and these options, once they are checked."""
+        if info.kind not in entry.kinds:
             fitting = [d for d, e in self._datasets.items() if e.info.kind in entry.kinds]
             raise SpecError(
-                f"workload {name} takes {'/'.join(entry.kinds)} data but dataset {data.name} "
-                f"is {data.info.kind} data; use one of: {', '.join(fitting)}"
+                f"workload {entry.name} takes {'/'.join(entry.kinds)} data but dataset {dataset} "
+                f"is {info.kind} data; use one of: {', '.join(fitting)}"
             )
-        kwargs = {**entry.derive(data.info), **self._checked_options(entry, options)}
+        kwargs = {**entry.derive(info), **self._checked_options(entry, options)}
         builder = entry.builder_fn()
-        loss = click_loss if data.info.kind == "criteo" else classification_loss
-        return Workload(name, data, lambda: builder(**kwargs), loss, options)
+        if options:  # the zoo's defaults are known to build
+            _dry_build(entry.name, options, lambda: builder(**kwargs))
+        return lambda: builder(**kwargs)
 
     @staticmethod
     def _checked_options(entry: ModelEntry, options: dict[str, Any]) -> dict[str, Any]:
         allowed = entry.option_names()
-        for key in options:
+        defaults = inspect.signature(entry.builder_fn()).parameters
+        for key, value in options.items():
             if key not in allowed:
                 known = ", ".join(allowed) or "none"
                 raise SpecError(
                     f"workload {entry.name} has no option {key!r}; its options: {known}"
                 )
+            _check_option(entry.name, key, value, defaults[key].default)
         return options
+
+
+def _check_option(workload: str, key: str, value: Any, default: Any) -> None:
+    """``value`` must be of the default's kind: a flag for a flag, a whole number >= 1 for a
+    size, a finite number >= 0 for a rate, text for a name, a list of sizes for layer widths."""
+    if isinstance(default, bool):
+        ok, rule = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        ok, rule = COUNT.accepts(value), COUNT.rule()
+    elif isinstance(default, float):
+        ok, rule = NON_NEGATIVE.accepts(value), NON_NEGATIVE.rule()
+    elif isinstance(default, str):
+        ok, rule = isinstance(value, str), "text"
+    elif isinstance(default, (tuple, list)):
+        ok = isinstance(value, (tuple, list)) and bool(value) and all(map(COUNT.accepts, value))
+        rule = "a non-empty list of whole numbers >= 1"
+    else:
+        return
+    if not ok:
+        raise SpecError(
+            f"workload {workload} option {key}={value!r}: must be {rule}, like the default "
+            f"{default!r}"
+        )
+
+
+def _dry_build(workload: str, options: dict[str, Any], build: Callable[[], nn.Module]) -> None:
+    """Build the model on the ``meta`` device: what the builder refuses, or a model past
+    :data:`MAX_MODEL_PARAMETERS`, is the user's error, found without allocating anything."""
+    shown = " ".join(f"{k}={v!r}" for k, v in options.items())
+    try:
+        with torch.device("meta"):
+            model = build()
+    except (ValueError, TypeError, RuntimeError, AssertionError, ZeroDivisionError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError(f"workload {workload} cannot be built with {shown}: {message}") from None
+    count = sum(p.numel() for p in model.parameters())
+    limit = Bound(0, MAX_MODEL_PARAMETERS, why="40 GB of fp32 weights")
+    if not limit.accepts(count):
+        raise SpecError(
+            f"workload {workload} with {shown} has {count:.3g} parameters; a model may have "
+            f"at most {MAX_MODEL_PARAMETERS:.0e} ({limit.why}): use smaller options"
+        )
 
 
 def load_factory(path: str, options: dict[str, Any] | None = None) -> Workload:
