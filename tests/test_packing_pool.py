@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from functools import partial
 
 import pytest
@@ -23,6 +26,18 @@ class Doubler:
 
 def make_doubler() -> Doubler:
     return Doubler()
+
+
+class SlowDoubler(Doubler):
+    """A worker busy 50 ms per group: whoever else asks the queue meanwhile gets groups."""
+
+    def train_group(self, members, target):
+        time.sleep(0.05)
+        return super().train_group(members, target)
+
+
+def make_slow_doubler() -> SlowDoubler:
+    return SlowDoubler()
 
 
 def test_outcomes_come_back_in_the_order_of_the_groups():
@@ -91,12 +106,83 @@ def _bits(tensor):
 
 
 def test_the_parent_trains_groups_too():
-    pool = WorkerPool(1, partial(make_doubler))
+    # a forked worker (one torch thread) is ready at once and an instant one could take
+    # every group before the parent asks; a busy one cannot, forked or spawned
+    pool = WorkerPool(1, partial(make_slow_doubler))
     try:
         local = Doubler()
         groups = [[k] for k in range(12)]
         assert pool.run(groups, 1, local=local) == [[2 * k + 1] for k in range(12)]
-        assert local.trained > 0  # at least while the worker was starting
+        assert local.trained > 0
+    finally:
+        pool.close()
+
+
+class PidReporter:
+    """Answers a group with its process's id; a negative member takes a minute, 99 kills it."""
+
+    def train_group(self, members, target):
+        if 99 in members:
+            os._exit(3)
+        if any(m < 0 for m in members):
+            time.sleep(60)
+        return os.getpid()
+
+
+def make_pid_reporter() -> PidReporter:
+    return PidReporter()
+
+
+class Interrupted:
+    """The parent's trainer when Ctrl-C arrives mid-group."""
+
+    def train_group(self, members, target):
+        raise KeyboardInterrupt
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_workers_ignore_ctrl_c_which_is_the_parents_to_handle():
+    # a terminal sends SIGINT to the whole foreground group, workers included
+    pool = WorkerPool(1, partial(make_pid_reporter))
+    try:
+        (worker,) = pool.run([[0]], 0)
+        os.kill(worker, signal.SIGINT)
+        time.sleep(0.2)
+        assert pool.run([[1]], 0) == [worker]  # alive, and still serving
+    finally:
+        pool.close()
+
+
+def test_an_interrupted_run_stops_its_workers_at_once(capfd):
+    pool = WorkerPool(1, partial(make_pid_reporter))
+    try:
+        (worker,) = pool.run([[0]], 0)
+        started = time.monotonic()
+        # the worker is busy for a minute; the groups behind it fill the pipe (~2 MB)
+        busy, *queued = [[-1] + [0] * 100_000] + [[0] * 100_000 for _ in range(10)]
+        with pytest.raises(KeyboardInterrupt):
+            pool.run([busy, *queued], 0, local=Interrupted())
+        assert _gone(worker) and time.monotonic() - started < 10
+        assert "Traceback" not in capfd.readouterr().err  # nor from the queue's feeder thread
+        assert pool.run([[1]], 0) != [worker]  # the next run starts fresh workers
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_dies_stops_the_run_and_the_other_workers():
+    pool = WorkerPool(2, partial(make_pid_reporter))
+    try:
+        workers = set(pool.run([[0], [1]], 0))
+        with pytest.raises(RuntimeError, match=r"a training worker died \(exit codes \[3\]\)"):
+            pool.run([[-1], [99]], 0)  # one worker dies, the other is busy for a minute
+        assert all(_gone(pid) for pid in workers)
     finally:
         pool.close()
 

@@ -9,7 +9,9 @@ are not caught.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from rightsize import __version__
@@ -42,6 +44,15 @@ COMMANDS = (
 USAGE_ERROR = 2
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM as an exception, so that ``finally`` blocks run (a search stops its workers,
+    a job stops its nodes) and the command ends with one line and status 143."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
+
+
 class UsageError(RightsizeError):
     """Bad command-line arguments."""
 
@@ -70,14 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:
         args = parser.parse_args(argv)
         return args.run(args)
     except RightsizeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

@@ -22,18 +22,32 @@ alone. With more threads (or CUDA initialised) the parent's OpenMP or CUDA
 state cannot be forked safely, and workers are spawned. A worker that fails sends its error back,
 and the search stops with it; one that dies is noticed within
 :data:`POLL_S` seconds.
+
+Interrupts belong to the parent. Ctrl-C sends SIGINT to the terminal's whole
+foreground process group; workers ignore it, so only the parent raises
+``KeyboardInterrupt`` (the CLI's one line ``error: interrupted``), and a run
+that ends in any exception terminates its workers at once (SIGTERM, which a
+worker leaves at its default action: it ends without a word) instead of
+letting them finish the groups still queued. A worker also never outlives its
+parent: Linux's parent-death signal kills it if the parent dies without
+stopping it (``kill -TERM`` of the parent alone, say).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import queue
+import signal
 from collections.abc import Callable, Sequence
+from multiprocessing import queues
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+
+from rightsize.core.processes import die_with_parent
 
 #: How often the parent checks that its workers are alive while it waits.
 POLL_S = 1.0
@@ -101,8 +115,9 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
-def _serve(recipe: Callable[[], Any], tasks, results) -> None:
+def _serve(recipe: Callable[[], Any], tasks, results, parent_pid: int) -> None:
     """A worker: build the trainer once, then train groups until told to stop (``None``)."""
+    _leave_signals_to(parent_pid)
     trainer = recipe()
     while (task := tasks.get()) is not None:
         index, payload = task
@@ -111,6 +126,42 @@ def _serve(recipe: Callable[[], Any], tasks, results) -> None:
             results.put((index, dumps(trainer.train_group(members, target)), None))
         except Exception as exc:  # noqa: BLE001 - sent back, raised in the parent
             results.put((index, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _leave_signals_to(parent_pid: int) -> None:
+    """Make this worker ignore Ctrl-C, end quietly on SIGTERM, and die with its parent.
+
+    The worker starts with SIGINT blocked (:meth:`WorkerPool._start`), so a Ctrl-C
+    that arrives while it starts stays pending until it is ignored here, and is
+    then discarded.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    die_with_parent(parent_pid)
+
+
+class _Tasks(queues.Queue):
+    """The groups waiting for a worker, which a stopped pool can abandon quietly.
+
+    A queue's feeder thread writes what ``put`` buffered into a pipe, blocking
+    while the pipe is full (checkpoints are larger than its 64 KiB). Once the
+    workers are killed nobody reads it: :meth:`abandon` closes the parent's read
+    end too, so the pending writes fail with EPIPE at once and the thread ends,
+    without the traceback a queue prints for a failed write and without being
+    cut off at exit, where it would hold one of the queue's locks (a named
+    semaphore) past their clean-up: the resource tracker's "leaked semaphore"
+    warning.
+    """
+
+    def abandon(self) -> None:
+        self._reader.close()
+        self.close()
+        self.join_thread()
+
+    def _on_queue_feeder_error(self, e, obj):
+        if not isinstance(e, BrokenPipeError):  # an abandoned group
+            super()._on_queue_feeder_error(e, obj)
 
 
 class WorkerPool:
@@ -137,6 +188,13 @@ class WorkerPool:
         while the workers do (None: the parent only waits).
         """
         self._start()
+        try:
+            return self._run(groups, target, local)
+        except BaseException:  # KeyboardInterrupt too: queued groups must not keep workers busy
+            self._terminate()
+            raise
+
+    def _run(self, groups: Sequence[Sequence[Any]], target: int, local: Any) -> list[Any]:
         order = sorted(range(len(groups)), key=lambda i: -len(groups[i]))
         for index in order:
             self._tasks.put((index, dumps((list(groups[index]), target))))
@@ -163,7 +221,7 @@ class WorkerPool:
             return None
 
     def close(self) -> None:
-        """Stop the workers (idempotent)."""
+        """Stop the workers once they finish what they hold (idempotent)."""
         for _ in self._processes:
             self._tasks.put(None)
         for process in self._processes:
@@ -172,17 +230,37 @@ class WorkerPool:
                 process.terminate()
         self._processes = []
 
+    def _terminate(self) -> None:
+        """Stop the workers now, abandoning queued groups and their results."""
+        for process in self._processes:
+            process.terminate()
+        for process in self._processes:
+            process.join(STOP_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self._processes = []
+        self._tasks.abandon()
+
     def _start(self) -> None:
         if self._processes:
             return
         context = mp.get_context(start_method())
-        self._tasks, self._results = context.Queue(), context.Queue()
-        for _ in range(self.processes):
-            process = context.Process(
-                target=_serve, args=(self._recipe, self._tasks, self._results), daemon=True
-            )
-            process.start()
-            self._processes.append(process)
+        self._tasks, self._results = _Tasks(ctx=context), context.Queue()
+        # a worker starts with SIGINT blocked (a fork or an exec keeps the mask), so a
+        # Ctrl-C during its start-up waits until the worker ignores it
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for _ in range(self.processes):
+                process = context.Process(
+                    target=_serve,
+                    args=(self._recipe, self._tasks, self._results, os.getpid()),
+                    daemon=True,
+                )
+                process.start()
+                self._processes.append(process)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def _next_result(self):
         while True:
@@ -190,6 +268,5 @@ class WorkerPool:
                 return self._results.get(timeout=POLL_S)
             except queue.Empty:
                 dead = [p.exitcode for p in self._processes if not p.is_alive()]
-                if dead:
-                    self.close()
+                if dead:  # run() stops the others
                     raise RuntimeError(f"a training worker died (exit codes {dead})") from None

@@ -13,7 +13,6 @@ is handled here for all roles.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ import sys
 import torch
 import zmq
 
+from rightsize.core.processes import die_with_parent
 from rightsize.core.spec import JobSpec
 from rightsize.runtime.protocol import (
     NO_CLUSTER,
@@ -41,7 +41,6 @@ from rightsize.workloads.workload import Workload
 #: How long a node waits for the master to answer before it gives up. The
 #: master answers every request at once; only a dead or wedged master is slower.
 MASTER_TIMEOUT_S = 120.0
-_PR_SET_PDEATHSIG = 1
 
 
 class MasterLost(Exception):
@@ -63,12 +62,13 @@ class NodeContext:
         self.master = Client(self.zmq, master_address, self.counters)
         self.steps = self.samples = self.updates = 0
         self.loss_sum, self.loss_n = 0.0, 0
+        self.busy_s = 0.0
         self.config: NodeConfig | None = None
         self.generation: int | None = NO_CLUSTER
 
     def stats(self) -> Stats:
         return Stats(self.counters.bytes_in, self.counters.bytes_out, self.steps, self.samples,
-                     self.updates, self.loss_sum, self.loss_n)  # fmt: skip
+                     self.updates, self.loss_sum, self.loss_n, self.busy_s)  # fmt: skip
 
     def call(self, body: Body) -> tuple[Reply, list[torch.Tensor]]:
         """Send ``body`` to the master; apply a ``threads`` command; return the reply and
@@ -119,14 +119,6 @@ def set_threads(n: int) -> None:
     """Torch intra-op threads, which follow the node's CPU quota."""
     if n >= 1 and torch.get_num_threads() != n:
         torch.set_num_threads(n)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us when the master dies, so no node outlives it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the master died before the prctl took effect
-        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
