@@ -23,19 +23,21 @@ from rightsize.runtime.chaos import (
 )
 
 pytestmark = pytest.mark.integration
-EPOCHS = 20
+EPOCHS = 40  # about 10 s of training here: the strikes below land inside it
 
 NAMED = {
     # a worker, then a server 0.8 s later, while the first recovery runs: 53-100% of the
     # sample-epochs were lost with exit 0 before (a worker registered during the restore
     # trained against no server)
-    "worker-then-ps": (Schedule(-1, (Strike(10.0, Target.WORKER, 0), Strike(0.8, Target.PS, 1))),
+    "worker-then-ps": (Schedule(-1, (Strike(2.0, Target.WORKER, 0), Strike(0.8, Target.PS, 1)),
+                                after_training=True),
                        ["restore_ps", '"worker-0": 1', '"ps-1": 1']),
     # the master during launch, after the job row is written: every rerun crashed before
     "master-in-launch": (Schedule(-2, (Strike(3.0, Target.MASTER),)), ["resume"]),
     # a worker stopped for 30 s: never noticed before (the epoch waited for its lease);
     # now the liveness timeout (10 s here) kills and replaces it
-    "frozen-worker": (Schedule(-3, (Strike(10.0, Target.WORKER, 1, Fault.FREEZE, 30.0),)),
+    "frozen-worker": (Schedule(-3, (Strike(2.0, Target.WORKER, 1, Fault.FREEZE, 30.0),),
+                               after_training=True),
                       ["unresponsive for", "relaunch_worker"]),
 }  # fmt: skip
 
@@ -59,5 +61,5 @@ def test_named_schedule_ends_exactly_once(tmp_path, name):
 
 @pytest.mark.chaos
 def test_seeded_schedule(tmp_path, chaos_seed):
-    job, spec = counter_job(tmp_path)  # 40 epochs, ~25 s of training: strikes land in it
+    job, spec = counter_job(tmp_path, epochs=EPOCHS)
     check(run_schedule(job, spec, random_schedule(chaos_seed), timeout_s=400))

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rightsize.runtime.chaos import counter_job, trained_counts
+from rightsize.runtime.chaos import counter_job, node_processes, steps_done, trained_counts
 from test_runtime_jobs import assert_exactly_once, job_spec
 
 pytestmark = pytest.mark.integration
 TIMEOUT_S = 240
+#: Long enough (60 x 29 steps) that a kill after the first checkpoint lands mid-training.
+EPOCHS = 60
 
 
 def start(job: Path) -> subprocess.Popen:
@@ -59,19 +61,6 @@ def wait_for(predicate, what: str) -> None:
         time.sleep(0.2)
 
 
-def progress(spec) -> tuple[int, int]:
-    """(steps done at the last metric sample, committed checkpoints) from the state file."""
-    if not spec.state_path.exists():
-        return 0, 0
-    try:
-        with sqlite3.connect(spec.state_path, timeout=5) as db:
-            row = db.execute("SELECT data FROM samples ORDER BY seq DESC LIMIT 1").fetchone()
-            versions = db.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
-    except sqlite3.OperationalError:  # not created yet
-        return 0, 0
-    return (json.loads(row[0])["steps_done"] if row else 0), versions
-
-
 def latest_version(spec) -> int:
     """The newest committed checkpoint version in the state file (0 if none yet)."""
     if not spec.state_path.exists():
@@ -83,32 +72,16 @@ def latest_version(spec) -> int:
         return 0
 
 
-def node_pid(master_pid: int, name: str) -> int | None:
-    """The pid of the master's child running node ``name`` (found through /proc)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == master_pid and b"rightsize.runtime.node" in argv and name.encode() in argv:
-            return int(entry.name)
-    return None
-
-
 def kill_node_when_training(proc, spec, name: str, min_steps: int) -> int:
-    wait_for(lambda: progress(spec)[0] >= min_steps and progress(spec)[1] >= 1, "training")
-    pid = node_pid(proc.pid, name)
+    wait_for(lambda: steps_done(spec) >= min_steps and latest_version(spec) >= 1, "training")
+    pid = node_processes(proc.pid).get(name)
     assert pid is not None, f"no process for {name}"
     os.kill(pid, signal.SIGKILL)
     return pid
 
 
 def test_a_worker_killed_mid_epoch_is_replaced(tmp_path):
-    job, spec = write_job(tmp_path, epochs=30, initial_shape={
+    job, spec = write_job(tmp_path, epochs=EPOCHS, initial_shape={
         "ps": {"count": 2, "cpu": 0.5, "memory": "1Gi"},
         "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"}})  # fmt: skip
     proc = start(job)
@@ -117,11 +90,11 @@ def test_a_worker_killed_mid_epoch_is_replaced(tmp_path):
     assert report["restarts"]["nodes"] == {"worker-1": 1}
     assert [e["kind"] for e in report["restarts"]["events"]] == ["failed"]
     assert any(t["action"] == "relaunch_worker" for t in report["timeline"])
-    assert_exactly_once(spec, 1797, 30)
+    assert_exactly_once(spec, 1797, EPOCHS)
 
 
 def test_a_killed_parameter_server_is_restored_from_the_checkpoint(tmp_path):
-    job, spec = write_job(tmp_path, epochs=30, initial_shape={
+    job, spec = write_job(tmp_path, epochs=EPOCHS, initial_shape={
         "ps": {"count": 2, "cpu": 0.5, "memory": "1Gi"},
         "workers": {"count": 2, "cpu": 0.5, "memory": "1Gi"}})  # fmt: skip
     proc = start(job)
@@ -130,14 +103,14 @@ def test_a_killed_parameter_server_is_restored_from_the_checkpoint(tmp_path):
     assert report["restarts"]["nodes"] == {"ps-1": 1}
     restore = [t for t in report["timeline"] if t["action"] == "restore_ps"]
     assert restore and "restored from checkpoint v" in restore[0]["reason"]
-    assert_exactly_once(spec, 1797, 30)
+    assert_exactly_once(spec, 1797, EPOCHS)
 
 
 def test_a_killed_master_is_resumed_by_the_next_run(tmp_path):
-    job, spec = write_job(tmp_path, epochs=30)
+    job, spec = write_job(tmp_path, epochs=EPOCHS)
     proc = start(job)
-    wait_for(lambda: progress(spec)[1] >= 1 and progress(spec)[0] >= 60, "a checkpoint")
-    nodes = [node_pid(proc.pid, n) for n in ("ps-0", "worker-0", "worker-1")]
+    wait_for(lambda: latest_version(spec) >= 1 and steps_done(spec) >= 60, "a checkpoint")
+    nodes = [node_processes(proc.pid).get(n) for n in ("ps-0", "worker-0", "worker-1")]
     os.killpg(proc.pid, signal.SIGKILL)  # the master and nothing else: nodes are in own sessions
     proc.wait()
     wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in nodes if p), "nodes dying")
@@ -145,7 +118,7 @@ def test_a_killed_master_is_resumed_by_the_next_run(tmp_path):
     assert report["restarts"]["masters"] == 1
     assert report["timeline"][-1]["action"] == "resume"
     assert "resuming from checkpoint v" in report["timeline"][-1]["reason"]
-    assert_exactly_once(spec, 1797, 30)
+    assert_exactly_once(spec, 1797, EPOCHS)
 
 
 def test_sigint_and_sigterm_checkpoint_and_the_rerun_resumes(tmp_path):
@@ -154,7 +127,7 @@ def test_sigint_and_sigterm_checkpoint_and_the_rerun_resumes(tmp_path):
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         proc = start(job)
         before = latest_version(spec)
-        wait_for(lambda b=before: latest_version(spec) > b and progress(spec)[0] > 0, "a checkpoint")
+        wait_for(lambda b=before: latest_version(spec) > b and steps_done(spec) > 0, "a checkpoint")
         # SIGINT as a terminal sends it (the whole foreground group); SIGTERM to the master
         os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)
         _, err = proc.communicate(timeout=TIMEOUT_S)

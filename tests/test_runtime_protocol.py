@@ -148,3 +148,15 @@ def test_capacity_names_the_node_and_the_limit(nodes, budget, message):
 
 def test_launches_come_in_waves_sized_by_the_machine():
     assert launch_wave(Resources(2, GI)) == 4 and launch_wave(Resources(0.5, GI)) == 2
+
+
+def test_a_workers_step_length_ignores_its_idle_time():
+    worker = node("worker-0", NodeRole.WORKER, 0.0, False)
+    worker.heard(1.0, Stats(steps=10, busy_s=0.5))  # 10 steps of 50 ms
+    assert worker.step_s == pytest.approx(0.05)
+    worker.heard(30.0, Stats(steps=11, busy_s=0.55))  # one more, after 29 s waiting for a lease
+    assert worker.step_s == pytest.approx(0.05)
+    worker.heard(31.0, Stats(steps=12, busy_s=2.55))  # a 2 s step (a slow server) takes over
+    assert worker.step_s == pytest.approx(2.0)
+    worker.heard(32.0, Stats(steps=13, busy_s=2.6))  # and decays while steps are short again
+    assert worker.step_s == pytest.approx(1.9)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rightsize.cli.output import format_table, print_json
+from rightsize.core.files import atomic_write_text, check_output_path
 from rightsize.core.spec import job_spec_help, load_job_spec
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.scaling.registry import make_policy, policy_names
@@ -58,6 +57,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.report:  # before the job trains: a report that cannot be written would be lost
+        check_output_path(args.report, "--report")
     from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 128 + exc.signum if isinstance(exc, JobInterrupted) else JOB_FAILED
     report["command"] = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
-    write_atomic(report_path, report)
+    atomic_write_text(report_path, json.dumps(report, indent=2, default=str))
     if args.json:
         print_json(report)
     else:
@@ -101,14 +102,6 @@ def stop_signals(master) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def write_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, default=str)
-    os.replace(tmp, path)
 
 
 class ProgressView:

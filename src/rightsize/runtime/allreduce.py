@@ -167,6 +167,7 @@ class Rank:
         return torch.stack(rows)
 
     def train(self, indices: torch.Tensor, weight: float) -> None:
+        started = time.monotonic()
         batch = indices if len(indices) else torch.zeros(1, dtype=torch.long)
         inputs, target = self.workload.batch(batch)
         loss = self.workload.loss_fn(self.ddp(*inputs), target)
@@ -180,6 +181,7 @@ class Rank:
             self.ctx.samples += len(indices)
             self.ctx.loss_sum += float(loss.detach())
             self.ctx.loss_n += 1
+            self.ctx.busy_s += time.monotonic() - started
 
     def record(self, rows: torch.Tensor) -> None:
         for row in rows:

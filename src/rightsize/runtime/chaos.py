@@ -85,11 +85,17 @@ class Strike:
 
 @dataclass(frozen=True)
 class Schedule:
+    """Strikes in order. ``after_training``: the first strike's delay counts from the first
+    applied step the state file records, not from the start (a moment inside training,
+    however long the launch takes on a loaded machine)."""
+
     seed: int
     strikes: tuple[Strike, ...]
+    after_training: bool = False
 
     def describe(self) -> str:
-        return "; ".join(s.describe() for s in self.strikes)
+        start = "training+" if self.after_training else ""
+        return start + "; ".join(s.describe() for s in self.strikes)
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,16 @@ def node_processes(master_pid: int) -> dict[str, int]:
     return found
 
 
+def steps_done(spec: JobSpec) -> int:
+    """Steps the job had done at its last metric sample (0 before the state file has one)."""
+    try:
+        with sqlite3.connect(spec.state_path, timeout=1) as db:
+            row = db.execute("SELECT data FROM samples ORDER BY seq DESC LIMIT 1").fetchone()
+    except sqlite3.Error:  # not created yet, or being created
+        return 0
+    return json.loads(row[0])["steps_done"] if row else 0
+
+
 def _pick(nodes: dict[str, int], strike: Strike) -> tuple[str, int] | None:
     names = sorted(n for n in nodes if n.startswith(f"{strike.target}-"))
     if not names:
@@ -271,7 +287,8 @@ def run_schedule(job: Path, spec: JobSpec, schedule: Schedule, timeout_s: float 
     run = _Run(job, fresh=True, log=log)
     outcome = Outcome(schedule.seed, schedule.describe(), Verdict.HUNG)
     pending = list(schedule.strikes)
-    next_at = start + (pending[0].delay_s if pending else 0.0)
+    first = pending[0].delay_s if pending else 0.0
+    next_at = None if schedule.after_training else start + first
     thaw: list[tuple[float, int]] = []
     reruns = 0
     while True:
@@ -287,7 +304,9 @@ def run_schedule(job: Path, spec: JobSpec, schedule: Schedule, timeout_s: float 
                 run.restart()
                 continue
             break
-        if pending and now >= next_at:
+        if next_at is None and steps_done(spec) > 0:
+            next_at = now + first
+        if pending and next_at is not None and now >= next_at:
             landed = _strike(run, pending[0], now - start, thaw)
             if landed.hit or now >= next_at + STRIKE_PATIENCE_S:  # else: not started yet
                 outcome.landed.append(landed)

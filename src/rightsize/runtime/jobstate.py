@@ -99,7 +99,6 @@ class JobState:
     restarts: dict[str, int] = field(default_factory=dict)
     last_exit: dict[str, str] = field(default_factory=dict)  # node -> how it last failed
     speeds: dict[str, float] = field(default_factory=dict)  # worker -> steps/s, last interval
-    step_s: dict[str, float] = field(default_factory=dict)  # worker -> seconds per step when busy
 
     def __post_init__(self) -> None:
         self.shards = ShardManager(self.plan)

@@ -9,6 +9,8 @@ restored from the latest checkpoint); its event says it was unresponsive.
 
 The timeout follows the job's step time, so a slow model is not mistaken for a
 frozen one: ``max(floor_s, step_multiple × the slowest worker's step time)``,
+a step's time being what the worker itself spent inside it (idle time between
+leases, or waiting at an epoch's end, is not a slow step),
 or the job file's ``runtime.liveness_timeout``. Until a node has shown it works
 (a server serving a generation, a worker's first step), the limit is
 ``runtime.startup_timeout``: loading torch and building a model are silent.

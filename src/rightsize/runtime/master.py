@@ -370,8 +370,7 @@ class Master:
             self.job.failures.append(exit_)
 
     def _check_liveness(self) -> None:
-        steps = [self.job.step_s[n.name] for n in self.job.nodes.running(NodeRole.WORKER)
-                 if n.name in self.job.step_s]  # fmt: skip
+        steps = [n.step_s for n in self.job.nodes.running(NodeRole.WORKER) if n.step_s]
         for node, silent_s in silent_nodes(self.job.nodes.alive(), self.clock.now(),
                                            self.liveness, steps):  # fmt: skip
             if node.unresponsive_s is None:
@@ -441,8 +440,6 @@ class Master:
             return None
         for m in sample.role(NodeRole.WORKER):
             self.job.speeds[m.name] = m.steps_per_s
-            if m.steps_per_s > 0:  # an idle or stalled interval says nothing of a step's length
-                self.job.step_s[m.name] = 1.0 / m.steps_per_s
         status = progress_status(sample, self.job, self.plan.steps_total, self.collector.loss)
         self.store.record_sample(now, status)
         self.on_sample(status)

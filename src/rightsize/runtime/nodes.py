@@ -20,6 +20,9 @@ from rightsize.core.units import format_bytes
 from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.protocol import Ack, AckKind, Command, PSConfig, RankConfig, Stats
 
+#: How fast a node's remembered long step decays, per progress report.
+STEP_DECAY = 0.95
+
 
 class Status(StrEnum):
     """Where a node is in its life: ``launching`` -> ``running`` -> ``stopping`` -> ``dead``
@@ -50,6 +53,7 @@ class NodeState:
     first_step_s: float | None = None
     heard_s: float | None = None  # the last message
     unresponsive_s: float | None = None  # silent this long when the master gave up on it
+    step_s: float | None = None  # a recent long step (see heard)
     paused: bool = False
     generation: int | None = None
     commands: list[Command] = field(default_factory=list)
@@ -69,9 +73,18 @@ class NodeState:
         return self.status in (Status.LAUNCHING, Status.RUNNING)
 
     def heard(self, now: float, stats: Stats) -> None:
-        """A message arrived, with the node's counters."""
+        """A message arrived, with the node's counters.
+
+        ``step_s`` follows the node's own step length (time inside steps over steps, so
+        idle time between leases does not count): a new longer step takes over at once,
+        shorter ones bring it down by :data:`STEP_DECAY` per report.
+        """
         if self.first_step_s is None and stats.steps > 0:
             self.first_step_s = now
+        steps = stats.steps - self.stats.steps
+        if steps > 0:
+            length = max(0.0, stats.busy_s - self.stats.busy_s) / steps
+            self.step_s = length if self.step_s is None else max(length, STEP_DECAY * self.step_s)
         self.heard_s, self.stats = now, stats
 
     def take_commands(self) -> tuple[Command, ...]:

@@ -51,6 +51,7 @@ class Stats:
     updates: int = 0
     loss_sum: float = 0.0
     loss_n: int = 0
+    busy_s: float = 0.0  # seconds spent inside training steps (a step's length, idle time aside)
 
 
 class AckKind(StrEnum):

@@ -204,6 +204,7 @@ class Worker:
                 self.hold()
 
     def step(self, key: tuple[int, int, int], indices: torch.Tensor) -> None:
+        started = time.monotonic()
         inputs, target = self.workload.batch(indices)
         ids = self.lookups.discover(inputs)
         dense, rows = self.cluster.pull(ids, self.check_master)
@@ -223,6 +224,7 @@ class Worker:
         self.ctx.samples += len(indices)
         self.ctx.loss_sum += float(loss.detach())
         self.ctx.loss_n += 1
+        self.ctx.busy_s += time.monotonic() - started
 
     # -- following the master -----------------------------------------------------------
     def follow(self, reply: Reply) -> bool:
