@@ -126,9 +126,14 @@ def _launch_ps_job(master: Master, shape: ClusterShape, row: CheckpointRow | Non
 
 
 def all_registered(master: Master, names: Sequence[str]) -> bool:
-    """Every named node has registered."""
+    """Every named node has registered, and every parameter server among them serves (has
+    loaded its share: a repartition must not halt the workers while a new server is still
+    building its store — DLRover §5.3: "workers do not wait for the creation and
+    initialization of new PS")."""
     return all(
-        (n := master.job.nodes.get(name)) is not None and n.status == Status.RUNNING
+        (n := master.job.nodes.get(name)) is not None
+        and n.status == Status.RUNNING
+        and (n.role != NodeRole.PS or n.generation is not None)
         for name in names
     )
 
