@@ -2,7 +2,7 @@
 
 A scripted policy drives one Wide&Deep job through every operation the runtime
 offers, in a cycle: resize a worker in place (up, then back down), add a worker,
-remove it, add a PS, remove it, replace the PS by a larger one; each cycle
+remove it, add a PS, remove it, replace the PS by a new one; each cycle
 repeated ``--cycles`` times. Then faults (``--faults``, issue 16): SIGKILL a
 worker, SIGKILL a parameter server, and SIGSTOP a worker for 30 s; for each, the
 time from the fault to the runtime noticing it (its event) and to the job running
@@ -93,9 +93,10 @@ def cycle() -> list[tuple[str, Action, Change]]:
         return lambda s: s.with_resources(s.workers[0].name, Resources(cpu, GI))
 
     def replace_ps(s: ClusterShape) -> ClusterShape:
+        # by a server of the same size, so that every cycle's shapes fit a budget of this
+        # machine's 2 CPUs (a larger one each cycle pushed the second cycle over it)
         old = s.ps[0]
-        bigger = Resources(old.resources.cpu_cores + 0.25, old.resources.memory_bytes)
-        return s.with_node_added(NodeRole.PS, bigger).without_node(old.name)
+        return s.with_node_added(NodeRole.PS, old.resources).without_node(old.name)
 
     return [
         ("resize_up", Action.SCALE_UP, resize(1.0)),
@@ -187,8 +188,12 @@ class ElasticBench(Master):
 
 
 def _settled(master) -> bool:
-    """The last change has run for a few seconds (so its effect is in the samples)."""
+    """The last change has run for a few seconds (so its effect is in the samples), and the
+    last fault has had the time to be noticed and recovered from."""
     rows = master.store.timeline()
+    faults = master.policy.faults
+    if faults and master.time_s() - faults[-1][1] < FAULT_SETTLE_S:
+        return False
     return bool(rows) and master.time_s() - rows[-1]["time_s"] > 3
 
 

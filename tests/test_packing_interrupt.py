@@ -61,6 +61,13 @@ def _running_in_group(group: int) -> list[int]:
     return [pid for pid, f in _processes().items() if int(f[2]) == group and f[0] != "Z"]
 
 
+def _default_sigint() -> None:
+    """Ctrl-C's default action, as a terminal's foreground job has it: a test run started in
+    the background by a non-interactive shell ignores SIGINT, and its children inherit that
+    (Python then keeps ignoring it), which would hide what a user gets."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(signum: int, whole_group: bool, threads: int) -> tuple[int, str, list[int]]:
     """Start a search, signal it once a worker runs; its exit status, stderr and survivors."""
     process = subprocess.Popen(
@@ -69,6 +76,7 @@ def interrupt(signum: int, whole_group: bool, threads: int) -> tuple[int, str, l
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, like a shell job
+        preexec_fn=_default_sigint,
     )
     group = process.pid
     try:

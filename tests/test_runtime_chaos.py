@@ -9,6 +9,9 @@ ones run with ``--chaos-schedules N`` (CI runs as many as fit its budget; the ch
 benchmark runs 30+: benchmarks/runtime_chaos.py).
 """
 
+import os
+import signal
+
 import pytest
 
 from rightsize.runtime.chaos import (
@@ -20,7 +23,10 @@ from rightsize.runtime.chaos import (
     counter_job,
     random_schedule,
     run_schedule,
+    trained_counts,
 )
+from rightsize.runtime.master import Master
+from rightsize.scaling.registry import make_policy
 
 pytestmark = pytest.mark.integration
 EPOCHS = 40  # about 10 s of training here: the strikes below land inside it
@@ -63,3 +69,42 @@ def test_named_schedule_ends_exactly_once(tmp_path, name):
 def test_seeded_schedule(tmp_path, chaos_seed):
     job, spec = counter_job(tmp_path, epochs=EPOCHS)
     check(run_schedule(job, spec, random_schedule(chaos_seed), timeout_s=400))
+
+
+class StrikingMaster(Master):
+    """The master, SIGKILLing a node the moment it starts waiting for a named operation
+    (``moments``: the start of the wait's description -> the node to kill), once each."""
+
+    def __init__(self, *args, moments: dict[str, str], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.moments, self.struck = dict(moments), []
+
+    def wait_until(self, predicate, timeout_s, what):
+        for moment, name in list(self.moments.items()):
+            node = self.job.nodes.get(name)
+            if what.startswith(moment) and node is not None and node.alive:
+                os.kill(node.pid, signal.SIGKILL)
+                self.struck.append((what, name))
+                del self.moments[moment]
+        return super().wait_until(predicate, timeout_s, what)
+
+
+@pytest.mark.parametrize(
+    "moments",
+    [
+        {"the workers starting": "ps-0"},  # a server dies during the launch
+        # during a checkpoint (the version is never committed), then during the restore
+        {"checkpoint v": "ps-1", "the parameter servers restoring": "ps-0"},
+        # a worker during a checkpoint, a server while the worker is relaunched: the
+        # worker registers during the restore (issue 16's silent loss, at exact moments)
+        {"checkpoint v": "worker-0", "relaunched workers starting": "ps-1"},
+    ],
+    ids=["ps-in-launch", "ps-in-checkpoint-then-in-restore", "worker-in-checkpoint-then-ps"],
+)
+def test_kills_at_exact_moments_keep_exactly_once(tmp_path, moments):
+    _, spec = counter_job(tmp_path, epochs=EPOCHS)
+    master = StrikingMaster(spec, make_policy("static"), fresh=True, moments=moments)
+    report = master.run()
+    assert len(master.struck) == len(moments), master.struck  # every kill landed
+    assert all(c.min() == c.max() == EPOCHS for c in trained_counts(spec).values())
+    assert report["accounting"]["exactly_once"] and report["epochs"] == EPOCHS
