@@ -37,6 +37,15 @@ def test_piecewise_linear_by_hand():
     assert PiecewiseLinear.through([(4, 2.0), (4, 4.0)])(10) == 3.0  # repeated x averaged, constant
 
 
+def test_a_falling_last_segment_is_not_extended_below_zero():
+    # VGG-19 measured on a loaded machine: 1.532 s at batch 43, 1.448 s at 64; extending
+    # that segment gave a negative step time at batch 1024 (the planner crashed)
+    f = PiecewiseLinear.through([(1, 0.2514), (21, 0.6859), (43, 1.532), (64, 1.4482)])
+    assert f(50) == pytest.approx(1.532 + (1.4482 - 1.532) * 7 / 21)  # inside: the data
+    secant = (1.4482 - 0.2514) / 63
+    assert f(1024) == pytest.approx(1.4482 + secant * 960) and f(1024) > f(64)
+
+
 def test_compute_model_from_a_profile_uses_srift_four_samples_only():
     samples = [sample(1, 0.010, 0.020), sample(50, 0.1, 0.2), sample(100, 0.2, 0.4),
                sample(200, 0.4, 0.8), sample(300, 0.75, 1.5)]  # fmt: skip

@@ -3,7 +3,12 @@
 Srift fits ``t(B) = αB + β`` in pieces: it samples the latency at four batch
 sizes ``1, B_max/3, 2·B_max/3, B_max`` and joins them into a 3-segment linear
 model, because small batches have a different slope from large ones. Between
-samples the model interpolates; outside them it extends the nearest segment.
+samples the model interpolates; outside them it extends the nearest segment —
+except past the largest sample when that segment falls: step time cannot drop
+as the batch grows, so a falling last segment is measurement noise (seen: a
+VGG-19 profile measured 1.53 s at batch 43 and 1.45 s at 64, which extended
+to a negative time at batch 1024 and crashed the planner), and the curve is
+extended with the secant through the first and last samples instead.
 Forward, backward and total (forward + backward measured together) each get
 their own curve.
 
@@ -60,6 +65,9 @@ class PiecewiseLinear:
             return self.ys[0]
         segment = min(max(bisect.bisect_right(self.xs, x) - 1, 0), self.segments - 1)
         alpha, beta = self.slope_intercept(segment)
+        if x > self.xs[-1] and alpha < 0:  # a falling last segment is noise (module doc)
+            secant = (self.ys[-1] - self.ys[0]) / (self.xs[-1] - self.xs[0])
+            return self.ys[-1] + max(secant, 0.0) * (x - self.xs[-1])
         return alpha * x + beta
 
 
