@@ -23,7 +23,7 @@ from rightsize.cluster.simjob import (
     sample_detail,
     sample_template,
 )
-from rightsize.cluster.simulator import Simulator, _Run, observation
+from rightsize.cluster.simulator import Simulator, _Run
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -148,19 +148,6 @@ def test_a_run_is_still_a_pure_function_of_its_inputs():
             for _ in range(2)
         ]
         assert runs[0] == runs[1]
-
-
-def test_fast_observation_equals_the_normally_built_one():
-    fields = {
-        "job": "j", "time_s": 60.0, "shape": SHAPE, "budget": Resources(40), "free": Resources(9),
-        "window": (), "events": (), "history": (), "decisions": 1, "steps_done": 5,
-        "steps_total": 50, "plans": (), "prior": (), "node_limit": Resources(64),
-        "shape_since_s": 30.0,
-    }  # fmt: skip
-    fast, plain = observation(dict(fields)), Observation(**fields)
-    assert fast == plain and repr(fast) == repr(plain)
-    assert set(fields) == {f.name for f in dataclasses.fields(Observation)}  # every field
-    assert fast.headroom == plain.headroom == Resources(9)
 
 
 def test_remembered_shape_moves_give_the_same_object_and_the_plain_value():

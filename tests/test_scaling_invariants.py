@@ -1,6 +1,8 @@
-"""Invariants of every adaptive policy, on random observations (hypothesis): a plan never asks
-for more than the budget, never grows by more than the cluster has free, keeps a PS and a
-worker, and never makes a node larger than the node limit."""
+"""Invariants of every policy in the registry, on random observations (hypothesis): a plan never
+asks for more than the budget, never grows by more than the cluster has free, keeps a PS and a
+worker, never makes a node larger than the node limit — and so is never refused by the plan
+check the runtime and the simulator share. The policies come from the registry, so a policy
+added there is held to these rules without a change here."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -8,10 +10,10 @@ from hypothesis import strategies as st
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import MetricSample, NodeMetrics, Observation
-from rightsize.scaling.registry import make_policy
+from rightsize.scaling.plan_check import plan_problems
+from rightsize.scaling.registry import make_policy, policy_names
 
 SLACK = 0.01  # per-node millicore rounding
-POLICIES = ("nearchus", "nearchus+", "dlrover", "optimus")
 
 
 @st.composite
@@ -48,8 +50,8 @@ def observations(draw):
     )
 
 
-@settings(max_examples=60, deadline=None)
-@given(observations(), st.sampled_from(POLICIES))
+@settings(max_examples=90, deadline=None)  # six policies: about 15 draws each
+@given(observations(), st.sampled_from(policy_names()))
 def test_plans_stay_within_budget_free_and_node_limit(obs, name):
     plan = make_policy(name).decide(obs)
     if plan is None:
@@ -64,3 +66,8 @@ def test_plans_stay_within_budget_free_and_node_limit(obs, name):
         largest
         <= max(obs.node_limit.cpu_cores, *(n.resources.cpu_cores for n in obs.shape.nodes)) + SLACK
     )
+    # (the observations' budgets and node limits hold their current shapes, so the shared
+    # check's stricter rules — no node above the limit, no total above the budget — apply)
+    held = obs.shape.total()
+    assert plan_problems(plan.shape, obs.budget, held=held, free=obs.free,
+                         node_limit=obs.node_limit) == []  # fmt: skip

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import TypeVar
 
 import numpy as np
 
@@ -31,23 +30,13 @@ from rightsize.scaling.api import (
     NodeColumns,
     NodeEvent,
     NodeMetrics,
+    Observation,
     Plan,
     Policy,
-    ShapeRecord,
+    window_speed,
 )
-
-T = TypeVar("T")
-
-
-def filled(cls: type[T], fields: dict) -> T:
-    """An instance of the frozen dataclass ``cls`` whose ``__dict__`` is ``fields`` (every
-    field, plus any remembered ``cached_property`` values), made without ``__init__``: the
-    simulator builds millions of metric objects, and a frozen ``__init__`` spends one
-    ``object.__setattr__`` per field (five times slower). The result equals the normally
-    built object (tested for each class built this way)."""
-    instance = object.__new__(cls)
-    object.__setattr__(instance, "__dict__", fields)
-    return instance
+from rightsize.scaling.book import ObservationBook
+from rightsize.scaling.frozen import filled
 
 
 def node_metrics(base: dict, cpu_used_cores: float, net_bytes_per_s: float) -> NodeMetrics:
@@ -161,15 +150,7 @@ class SimJob:
     started_s: float | None = None  # first launch (absolute time)
     finished_s: float | None = None
     ready_s: float = 0.0  # absolute time the current shape starts training
-    shape_since_s: float = 0.0  # absolute time the current shape was requested
     next_sample_s: float = 0.0
-    # Tuples, replaced rather than mutated: an observation takes them as they are, and a policy
-    # that remembers its verdict on a window (by identity) sees the same one until it changes.
-    window: tuple[MetricSample, ...] = ()
-    events: tuple[NodeEvent, ...] = ()
-    history: tuple[ShapeRecord, ...] = ()
-    plans: tuple[Plan, ...] = ()
-    prior: tuple[ShapeRecord, ...] = ()
     quiet: bool = False
     version: int = 0  # bumps whenever the completion time changes
     epoch: int = 0  # bumps at every (re)start: a decision tick from an older epoch is void
@@ -182,6 +163,18 @@ class SimJob:
     )
     _template_for: Performance | None = field(default=None, repr=False)
     _template_cache: _SampleTemplate | None = field(default=None, repr=False)
+    # What its policy may know (window, events, shape history, plans), kept as the runtime
+    # keeps a real job's, on the job's clock.
+    book: ObservationBook = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        batch = self.model.model.batch_size
+        self.book = ObservationBook(
+            self.spec.name,
+            self.spec.budget,
+            int(self.samples_total / batch),
+            self.model.cluster.node_limit,
+        )
 
     @property
     def name(self) -> str:
@@ -202,7 +195,15 @@ class SimJob:
     @property
     def restarts(self) -> int:
         """Plans applied after launch (every one restarts the job's containers)."""
-        return max(0, len(self.plans) - 1)
+        return self.book.decisions
+
+    @property
+    def window(self) -> tuple[MetricSample, ...]:
+        return self.book.window
+
+    @property
+    def plans(self) -> tuple[Plan, ...]:
+        return self.book.plans
 
     def rel(self, t: float) -> float:
         """Absolute time -> seconds since the job started (the policy's clock)."""
@@ -230,18 +231,13 @@ class SimJob:
     # -- shape changes -----------------------------------------------------------------
     def restart(self, now: float, plan: Plan, restart_s: float) -> None:
         """Stop training, take ``plan``'s shape, and train again after ``restart_s``."""
-        if self.perf is not None and self.state == JobState.RUNNING:
-            self.history += (ShapeRecord(self.shape, self.measured_speed()),)
-        self.plans += (plan,)
+        self.book.applied(plan, self.shape, self.rel(now))
         self.epoch += 1
         self.shape = plan.shape
         self.perf = self.model.evaluate(plan.shape)
         self.observed_link_bytes_per_s = 0.0  # until it trains (``LinkBook.start``)
         self.state = JobState.STARTING
-        self.shape_since_s = now
         self.ready_s = now + restart_s
-        self.window = ()
-        self.events = ()
         self.set_rate(now, 0.0, 0.0)
 
     def ready(self, now: float) -> None:
@@ -249,8 +245,7 @@ class SimJob:
         self.state = JobState.RUNNING
         self.next_sample_s = now
         oom = self.perf.oom_nodes
-        for node in oom:
-            self.events += (NodeEvent(self.rel(now), node, EventKind.OOM_KILLED),)
+        self.book.noticed(NodeEvent(self.rel(now), node, EventKind.OOM_KILLED) for node in oom)
         speed = 0.0 if oom else self.perf.samples_per_s
         self.set_rate(now, speed, 0.0 if oom else self.perf.cpu_used_cores)
 
@@ -264,15 +259,20 @@ class SimJob:
 
     def measured_speed(self) -> float:
         """Mean measured steps/s over the window (the true speed if nothing was measured)."""
-        if self.window:
-            return sum([s.steps_per_s for s in self.window]) / len(self.window)
+        if self.book.window:
+            return window_speed(self.book.window)
         return self.perf.steps_per_s if self.perf else 0.0
+
+    def observe(self, now: float, free: Resources) -> Observation:
+        """The job as its policy sees it at ``now`` (absolute time), with ``free`` to grow into."""
+        steps_done = int(self.samples_done / self.model.model.batch_size)
+        return self.book.observe(self.rel(now), self.shape, free, steps_done)
 
     # -- metrics -----------------------------------------------------------------------
     def release(self) -> None:
         """Let go of what only the job's policy and result read — its window, events, shape
         history and plans — once it is over and its result is taken (see the simulator)."""
-        self.window = self.events = self.history = self.plans = ()
+        self.book.close()
 
     def collect(
         self,
@@ -289,12 +289,7 @@ class SimJob:
             return
         times = [first + interval_s * k for k in range(int((now - first) // interval_s) + 1)]
         self.next_sample_s = times[-1]
-        window = self.window + self._samples(times, noise, detail)
-        cutoff = self.rel(now - max_window_s)
-        if window[0].time_s <= cutoff:  # (usually nothing has left the window)
-            drop = next((i for i, s in enumerate(window) if s.time_s > cutoff), len(window))
-            window = window[drop:]
-        self.window = window
+        self.book.record(self._samples(times, noise, detail), self.rel(now - max_window_s))
 
     def _samples(
         self, times: list[float], noise: Noise, detail: SampleDetail

@@ -40,22 +40,17 @@ from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import JobState, SimJob, filled, sample_detail
+from rightsize.cluster.simjob import JobState, SimJob, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import RightsizeError
-from rightsize.core.resources import CPU_DECIMALS, Resources
+from rightsize.core.resources import Resources
+from rightsize.core.spec import Strategy
 from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.plan_check import MILLICORE, plan_problems
 from rightsize.scaling.shapes import one_ps_two_workers
 
 ARRIVE, READY, TICK, COMPLETE = "arrive", "ready", "tick", "complete"
-MILLICORE = 10**-CPU_DECIMALS  # each node's CPU is rounded to this, so sums may drift by it
 MAX_NODES_SLACK = 100  # launch shapes are small; allow their rounding drift
-
-
-def observation(fields: dict) -> Observation:
-    """An :class:`Observation` with every field given in ``fields``, :func:`~simjob.filled`
-    directly: the simulator builds one or two per tick."""
-    return filled(Observation, fields)
 
 
 class Simulator:
@@ -158,9 +153,9 @@ class _Run:
             return
         self._checked.add(key)
         try:
-            job.prior = self.priors.prior(self.policy, job.model, job.budget)
+            prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
             request = LaunchRequest(
-                job.name, job.budget, job.budget, job.prior, self.cluster.node_limit
+                job.name, job.budget, job.budget, prior, self.cluster.node_limit
             )
             self.policy.launch_plan(request)
         except RightsizeError as exc:
@@ -179,8 +174,8 @@ class _Run:
         self._record_usage()
 
     def _launch(self, job: SimJob, free: Resources) -> Resources | None:
-        job.prior = self.priors.prior(self.policy, job.model, job.budget)
-        request = LaunchRequest(job.name, job.budget, free, job.prior, self.cluster.node_limit)
+        prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
+        request = LaunchRequest(job.name, job.budget, free, prior, self.cluster.node_limit)
         plan = self.policy.launch_plan(request)
         if plan is None:
             return None
@@ -337,42 +332,15 @@ class _Run:
     def _observe(self, job: SimJob, at: float | None = None) -> Observation:
         """The job as its policy sees it now (or at ``at``, for a job with nothing new to see
         before then: see ``_first_tick_s``)."""
-        batch = job.model.model.batch_size
-        return observation(
-            {
-                "job": job.name,
-                "time_s": job.rel(self.now if at is None else at),
-                "shape": job.shape,
-                "budget": job.budget,
-                "free": self.scheduler.free_for_running(),
-                "window": job.window,
-                "events": job.events,
-                "history": job.history,
-                "decisions": job.restarts,
-                "steps_done": int(job.samples_done / batch),
-                "steps_total": int(job.samples_total / batch),
-                "plans": job.plans,
-                "prior": job.prior,
-                "node_limit": self.cluster.node_limit,
-                "shape_since_s": job.rel(job.shape_since_s),
-            }
-        )
+        return job.observe(self.now if at is None else at, self.scheduler.free_for_running())
 
     def _check_plan(self, job: SimJob, plan: Plan, free: Resources) -> None:
-        """A plan outside the budget, the cluster or the node limit is a policy bug: raise."""
-        new = plan.shape.total()
-        old = job.shape.total() if job.state != JobState.WAITING else Resources()
-        limit = self.cluster.node_limit
-        slack = MILLICORE * len(plan.shape.nodes)
-        problems = []
-        if new.cpu_cores > job.budget.cpu_cores + slack:
-            problems.append(f"{new.cpu_cores:g} cpu exceeds the budget {job.budget.cpu_cores:g}")
-        if new.cpu_cores - old.cpu_cores > free.cpu_cores + slack:
-            problems.append(f"grows by more than the {free.cpu_cores:g} free cpu")
-        if any(n.resources.cpu_cores > limit.cpu_cores + MILLICORE for n in plan.shape.nodes):
-            problems.append(f"a node exceeds the {limit.cpu_cores:g}-cpu server")
-        if not plan.shape.ps or not plan.shape.workers:
-            problems.append("it needs at least one PS and one worker")
+        """A plan that breaks the rules every mechanism checks (budget, free capacity, node
+        limit, roles) is a policy bug here: raise."""
+        held = job.shape.total() if job.state != JobState.WAITING else None
+        problems = plan_problems(
+            plan.shape, job.budget, Strategy.PS, held, free, self.cluster.node_limit
+        )
         if problems:
             raise RuntimeError(
                 f"policy {self.policy.name} planned {plan.shape.describe()} for {job.name}: "

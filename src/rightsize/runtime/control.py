@@ -2,8 +2,9 @@
 
 This is the seam between mechanism and policy (DESIGN.md): the
 :class:`Controller` keeps what a policy may know — the window of samples since
-the last applied decision, node events, the shape→speed history — and builds
-the frozen :class:`Observation`; the :class:`ControlLoop` owns time (a clock
+the last applied decision, node events, the shape→speed history — in the
+observation book the simulator keeps too (``scaling/book.py``), and builds the
+frozen :class:`Observation` from it; the :class:`ControlLoop` owns time (a clock
 passed in) and calls a :class:`Mechanism` to do things. Neither decides a
 shape: the policy does. Both are tested with a fake clock, a scripted policy
 and a fake mechanism; the real mechanism is :class:`runtime.master.Master`.
@@ -17,7 +18,6 @@ checkpoint (a parameter server).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -34,6 +34,7 @@ from rightsize.scaling.api import (
     Policy,
     ShapeRecord,
 )
+from rightsize.scaling.book import ObservationBook
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class Mechanism(Protocol):
 
 
 class Controller:
-    """Builds observations for ``policy`` and keeps its memory between decisions."""
+    """Asks ``policy`` about one real job, from the job's :class:`ObservationBook` — the same
+    book the simulator keeps for a simulated job, so a policy decides alike in both."""
 
     def __init__(
         self,
@@ -85,53 +87,34 @@ class Controller:
         node_limit: Resources | None = None,
         plans: list[Plan] | None = None,
         shape_since_s: float = 0.0,
+        prior: tuple[ShapeRecord, ...] = (),
     ) -> None:
-        self.job, self.policy, self.budget = job, policy, budget
-        self.free, self.steps_total, self.node_limit = free, steps_total, node_limit
-        self.window: list[MetricSample] = []
-        self.events: list[NodeEvent] = []
-        self.history: list[ShapeRecord] = []
-        self.plans: list[Plan] = list(plans or [])
-        self.decisions = max(0, len(self.plans) - 1)  # the launch plan is not a decision
-        self.shape_since_s = shape_since_s
+        self.policy, self.free = policy, free
+        self.book = ObservationBook(
+            job, budget, steps_total, node_limit, prior, tuple(plans or ()), shape_since_s
+        )
+
+    @property
+    def budget(self) -> Resources:
+        """The job's budget ``R_max``."""
+        return self.book.budget
+
+    def record(self, sample: MetricSample) -> None:
+        """One metric interval's sample joins the window."""
+        self.book.record((sample,))
+
+    def noticed(self, events: list[NodeEvent]) -> None:
+        self.book.noticed(events)
 
     def observation(self, time_s: float, shape: ClusterShape, steps_done: int) -> Observation:
-        history = list(self.history)
-        if self.window:  # the shape running now, at its speed so far
-            history.append(ShapeRecord(shape, _mean_speed(self.window)))
-        return Observation(
-            job=self.job,
-            time_s=time_s,
-            shape=shape,
-            budget=self.budget,
-            free=self.free(shape),
-            window=tuple(self.window),
-            events=tuple(self.events),
-            history=tuple(history),
-            decisions=self.decisions,
-            steps_done=steps_done,
-            steps_total=self.steps_total,
-            plans=tuple(self.plans),
-            node_limit=self.node_limit,
-            shape_since_s=self.shape_since_s,
-        )
+        return self.book.observe(time_s, shape, self.free(shape), steps_done)
 
     def decide(self, time_s: float, shape: ClusterShape, steps_done: int) -> Plan | None:
         return self.policy.decide(self.observation(time_s, shape, steps_done))
 
     def applied(self, plan: Plan, before: ClusterShape, time_s: float) -> None:
         """``plan`` changed the shape: remember the old shape's speed, start a new window."""
-        if self.window:
-            self.history.append(ShapeRecord(before, _mean_speed(self.window)))
-        self.window.clear()
-        self.events.clear()
-        self.plans.append(plan)
-        self.decisions += 1
-        self.shape_since_s = time_s
-
-
-def _mean_speed(window: list[MetricSample]) -> float:
-    return statistics.fmean(s.steps_per_s for s in window)
+        self.book.applied(plan, before, time_s)
 
 
 class Schedule:
@@ -189,7 +172,7 @@ class ControlLoop:
         """One turn: handle failures, then whatever timers are due."""
         events = self.mechanism.failures()
         if events:
-            self.controller.events.extend(events)
+            self.controller.noticed(events)
             if any(e.kind == EventKind.OOM_KILLED for e in events):
                 self.decide()
             self.mechanism.recover()
@@ -197,7 +180,7 @@ class ControlLoop:
         if self.schedule.metrics_due(now):
             sample = self.mechanism.sample()
             if sample is not None:
-                self.controller.window.append(sample)
+                self.controller.record(sample)
                 self.on_sample(sample)
                 self.decide()
         if self.schedule.checkpoint_due(self.clock.now()):

@@ -4,8 +4,9 @@ Node names are stable (``core.shape``), so two shapes diff by name: a node in
 both with other resources is resized in place, a node only in the target is
 launched, a node only in the current shape is removed. The diff also says
 whether the parameter-server set changes (a repartition, DLRover §5.3). A plan
-is checked before anything is touched: within the budget, at least one worker,
-parameter servers exactly when the strategy has them.
+is checked before anything is touched, by the rules the simulator checks it by too
+(``scaling/plan_check.py``): within the budget, at least one worker, parameter
+servers exactly when the strategy has them, something for every node.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
+from rightsize.scaling.plan_check import plan_problems
 
 
 @dataclass(frozen=True)
@@ -62,15 +64,8 @@ def _shrinks(old: Resources, new: Resources) -> bool:
 
 
 def rejection(target: ClusterShape, budget: Resources, strategy: Strategy) -> str | None:
-    """Why the runtime cannot run ``target``, or None if it can."""
-    if not target.total().fits_within(budget):
-        return f"the shape needs {target.total()} but the budget is {budget}"
-    if target.n_workers < 1:
-        return "a shape needs at least one worker"
-    if strategy == Strategy.PS and target.n_ps < 1:
-        return "strategy ps needs at least one parameter server"
-    if strategy == Strategy.ALLREDUCE and target.n_ps:
-        return "strategy allreduce has no parameter servers"
-    if any(n.resources.cpu_cores <= 0 or n.resources.memory_bytes <= 0 for n in target.nodes):
-        return "every node needs some cpu and memory"
-    return None
+    """Why the runtime cannot run ``target``, or None if it can: the rules every mechanism
+    checks a plan against (:func:`~rightsize.scaling.plan_check.plan_problems`), as one
+    line for the job's timeline."""
+    problems = plan_problems(target, budget, strategy)
+    return "; ".join(problems) if problems else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from rightsize.scaling.api import MetricSample
+from rightsize.scaling.api import MetricSample, window_speed
 
 if TYPE_CHECKING:  # the parameters live with the policy, which imports this module
     from rightsize.scaling.nearchus import NearchusParams
@@ -56,7 +56,7 @@ class StableWindow:
         return cls(
             samples,
             total_used / allocated if allocated else 0.0,
-            sum(s.steps_per_s for s in samples) / count,
+            window_speed(samples),
             {name: value / count for name, value in used.items()},
         )
 
@@ -96,15 +96,6 @@ def _cv(values: list[float]) -> float:
     return math.sqrt(sum([(v - mean) ** 2 for v in values]) / len(values)) / abs(mean)
 
 
-def _mean_speed(point: tuple[MetricSample, ...]) -> float:
-    """A stability point's speed: its samples' mean steps/s. A one-sample point (the usual
-    case) is its sample's speed: the same float, but for a -0.0 that ``sum`` would make 0.0,
-    which :func:`_cv` treats alike (its sum starts from 0)."""
-    if len(point) == 1:
-        return point[0].steps_per_s
-    return sum([s.steps_per_s for s in point]) / len(point)
-
-
 def _mean_cpu_used(point: tuple[MetricSample, ...]) -> float:
     """A stability point's CPU use: one running sum over every node of its samples, over their
     count. A one-sample point (the usual case) is its sample's remembered ``cpu_used_cores``,
@@ -123,7 +114,7 @@ def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> Sta
     used = [_mean_cpu_used(p) for p in points]
     if _cv(used) >= params.cv_max:
         return None
-    speed = [_mean_speed(p) for p in points]
+    speed = [window_speed(p) for p in points]  # each point's mean steps/s
     if _cv(speed) >= params.cv_max:
         return None
     return StableWindow.of(tuple(chain.from_iterable(points)))
