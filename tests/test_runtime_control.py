@@ -127,8 +127,52 @@ def test_an_oom_kill_is_decided_at_once_then_recovered():
     make_loop(policy, mechanism, clock, metric_s=10, checkpoint_s=100).run()
     # 5 s: the OOM kill -> an extra decision right away; 10 s, 20 s: regular ones
     assert [o.time_s for o in policy.seen] == [5, 10, 20]
-    assert policy.seen[0].events == (oom,) and policy.seen[2].events == (oom, crash)
+    assert policy.seen[0].events == (oom,)
+    # the policy kept the shape, so the mechanism relaunched worker-1 with twice its memory
+    # (a plan like any other: a new window, and the policy sees it)
+    assert mechanism.applied == [(5, Action.RELAUNCH_OOM)]
+    assert mechanism.shape.node("worker-1").resources.memory_bytes == 2 * GI
+    assert policy.seen[1].last_plan.action == Action.RELAUNCH_OOM
+    assert policy.seen[1].last_plan.reason.startswith("runtime: worker-1 OOM-killed")
+    assert policy.seen[2].events == (crash,)
     assert mechanism.recovered == 2
+
+
+class GrowingPolicy(ScriptedPolicy):
+    """Gives an OOM-killed node three times its memory itself."""
+
+    def decide(self, observation):
+        self.seen.append(observation)
+        for event in observation.events:
+            node = observation.shape.node(event.node)
+            triple = Resources(node.resources.cpu_cores, 3 * node.resources.memory_bytes)
+            return Plan(observation.shape.with_resources(event.node, triple),
+                        Action.RELAUNCH_OOM, "mine")  # fmt: skip
+        return None
+
+
+def test_a_policy_that_grows_the_killed_node_is_not_second_guessed():
+    clock = FakeClock()
+    oom = NodeEvent(5, "worker-1", EventKind.OOM_KILLED, "exit code -9")
+    mechanism = FakeMechanism(clock, total=10, failures={5: [oom]})
+    make_loop(GrowingPolicy([]), mechanism, clock, checkpoint_s=100).run()
+    assert mechanism.applied == [(5, Action.RELAUNCH_OOM)]
+    assert mechanism.shape.node("worker-1").resources.memory_bytes == 3 * GI
+
+
+def test_doubling_after_an_oom_kill_stops_at_the_budget():
+    clock = FakeClock()
+    oom = NodeEvent(5, "ps-0", EventKind.OOM_KILLED, "exit code -9")
+    mechanism = FakeMechanism(clock, total=30, failures={5: [oom], 15: [oom], 25: [oom]})
+    launch = Plan(SHAPE, Action.LAUNCH, "launch")
+    budget = Resources(8, 4 * GI + GI // 2)  # the shape holds 3 GiB: 1.5 GiB more at most
+    controller = Controller("j", ScriptedPolicy([]), budget, lambda s: Resources(2, GI), 100,
+                            None, [launch])  # fmt: skip
+    ControlLoop(controller, mechanism, clock, Schedule(0.0, 10.0, 100.0), 0.0).run()
+    # 1 GiB -> 2 GiB (doubled), -> 2.5 GiB (what the budget has left), then nothing to add
+    assert mechanism.applied == [(5, Action.RELAUNCH_OOM), (15, Action.RELAUNCH_OOM)]
+    assert mechanism.shape.node("ps-0").resources.memory_bytes == 2 * GI + GI // 2
+    assert mechanism.shape.total().memory_bytes == budget.memory_bytes
 
 
 def test_schedule_by_hand():

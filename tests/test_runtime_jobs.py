@@ -19,6 +19,7 @@ from rightsize.runtime import checkpoint
 from rightsize.runtime.master import Master
 from rightsize.runtime.state import StateStore
 from rightsize.scaling.api import Action, Plan, Policy
+from rightsize.scaling.registry import make_policy
 from rightsize.scaling.shapes import oom_killed_memory_doubled
 
 pytestmark = pytest.mark.integration
@@ -189,9 +190,10 @@ def test_every_elastic_operation_keeps_each_sample_exactly_once(tmp_path):
 
 def test_an_oom_killed_worker_is_relaunched_with_double_memory(tmp_path):
     # 96 MiB cannot hold python and torch: worker-1 is OOM-killed while it starts, and
-    # again until the doubled limit is enough
+    # again until the doubled limit is enough. The static policy never changes a shape:
+    # the runtime doubles the memory itself (DLRover §4.2 as a safety net).
     spec = job_spec(tmp_path, epochs=6)
-    master = Master(spec, Script([]))
+    master = Master(spec, make_policy("static"))
     launch_plan = master._launch_plan
     starved = Resources(0.5, 96 * MI)
 
@@ -205,9 +207,16 @@ def test_an_oom_killed_worker_is_relaunched_with_double_memory(tmp_path):
     assert events and all(e["node"] == "worker-1" and e["kind"] == "oom_killed" for e in events)
     relaunches = [t for t in report["timeline"] if t["action"] == "relaunch_oom" and t["applied"]]
     assert len(relaunches) == len(events)
+    assert all(t["reason"].startswith("runtime: worker-1 OOM-killed") for t in relaunches)
+    assert report["restarts"]["nodes"] == {"worker-1": len(events)}  # counted, not 0
     memory = {n["name"]: n["memory"] for n in report["final_shape"]["nodes"]}
-    assert memory["worker-1"] == 96 * MI * 2 ** len(events)
+    # doubled, and raised to the worker's floor (what it must hold) where that is more
+    assert memory["worker-1"] == max(96 * MI * 2 ** len(events), master.need.worker_bytes())
     assert_exactly_once(spec, 1797, 6)
+    # the node's log says what ended it (the kernel's kill leaves no output of its own)
+    log = (master.ckpt.root / "logs" / "worker-1.log").read_text()
+    assert "[rightsize] worker-1 ended: OOM-killed at its memory limit of 96Mi" in log
+    assert "[rightsize] launching worker-1" in log and "worker-1: worker pid" in log
 
 
 def test_allreduce_changes_world_size_through_a_checkpoint(tmp_path):

@@ -151,6 +151,9 @@ class ClusterShape:
     def n_workers(self) -> int:
         return len(self._by_role[NodeRole.WORKER])
 
+    def has_node(self, name: str) -> bool:
+        return any(node.name == name for node in self.nodes)
+
     def node(self, name: str) -> NodeSpec:
         for node in self.nodes:
             if node.name == name:

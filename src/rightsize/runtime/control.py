@@ -19,7 +19,7 @@ checkpoint (a parameter server).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rightsize.core.resources import Resources
@@ -35,6 +35,7 @@ from rightsize.scaling.api import (
     ShapeRecord,
 )
 from rightsize.scaling.book import ObservationBook
+from rightsize.scaling.shapes import memory_doubled
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,12 @@ class ControlLoop:
         events = self.mechanism.failures()
         if events:
             self.controller.noticed(events)
-            if any(e.kind == EventKind.OOM_KILLED for e in events):
+            shape = self.mechanism.shape
+            killed = {e.node: shape.node(e.node).resources.memory_bytes for e in events
+                      if e.kind == EventKind.OOM_KILLED and shape.has_node(e.node)}  # fmt: skip
+            if killed:
                 self.decide()
+                self.grow_oom_killed(killed)
             self.mechanism.recover()
         now = self.clock.now()
         if self.schedule.metrics_due(now):
@@ -187,8 +192,27 @@ class ControlLoop:
             self.mechanism.checkpoint()
 
     def decide(self) -> None:
-        shape = self.mechanism.shape
         time_s = self.clock.now() - self.started_at
-        plan = self.controller.decide(time_s, shape, self.mechanism.steps_done())
-        if plan is not None and self.mechanism.apply(plan).applied:
-            self.controller.applied(plan, shape, time_s)
+        plan = self.controller.decide(time_s, self.mechanism.shape, self.mechanism.steps_done())
+        if plan is not None:
+            self.apply(plan)
+
+    def apply(self, plan: Plan) -> None:
+        shape = self.mechanism.shape
+        if self.mechanism.apply(plan).applied:
+            self.controller.applied(plan, shape, self.clock.now() - self.started_at)
+
+    def grow_oom_killed(self, killed: dict[str, int]) -> None:
+        """DLRover §4.2's remedy as the mechanism's safety net, under every policy: a node
+        the kernel OOM-killed whose memory the policy did not raise (``killed``: its memory
+        when it died) is relaunched with twice as much, or with what the budget has left.
+        The plan is the mechanism's, recorded like the policy's, so the policy sees it in
+        ``Observation.plans`` and the shape."""
+        for name, had in killed.items():
+            shape = self.mechanism.shape
+            if not shape.has_node(name) or shape.node(name).resources.memory_bytes > had:
+                continue
+            left = self.controller.budget.memory_bytes - shape.total().memory_bytes
+            plan = memory_doubled(shape, name, max(0, left))
+            if plan is not None:
+                self.apply(replace(plan, reason=f"runtime: {plan.reason} (DLRover §4.2)"))

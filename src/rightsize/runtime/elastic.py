@@ -112,7 +112,8 @@ def _resize(master: Master, change: ShapeDiff, details: dict) -> None:
         node = job.nodes.get(new.name)
         t0 = master.clock.now()
         if node is None or not node.alive:
-            job.to_recover.discard(new.name)
+            job.to_recover.discard(new.name)  # recovered here, bigger: still a restart
+            job.restarts[new.name] = job.restarts.get(new.name, 0) + 1
             if new.role == NodeRole.PS:
                 dead_ps[new.name] = new
             else:

@@ -30,10 +30,10 @@ from typing import Any
 
 import zmq
 
-from rightsize.core.errors import RightsizeError
+from rightsize.core.errors import ResourceError, RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
-from rightsize.core.spec import JobSpec, Strategy
+from rightsize.core.spec import JobSpec, ShapeSpec, Strategy
 from rightsize.runtime import elastic, lifecycle
 from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir
@@ -47,6 +47,7 @@ from rightsize.runtime.errors import (
     StopRequested,
 )
 from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
+from rightsize.runtime.memory_need import floored_plan, memory_need, warn_below_floors
 from rightsize.runtime.liveness import MASTER_GAP_S, LivenessRule, credit_gap, silent_nodes
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
@@ -54,6 +55,7 @@ from rightsize.runtime.node import build_workload
 from rightsize.runtime.nodes import NodeState, Status, describe_exit
 from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role
 from rightsize.runtime.report import build_report, violations
+from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
 from rightsize.runtime.shards import StragglerRule
 from rightsize.runtime.startup import (
@@ -110,6 +112,7 @@ class Master:
         self.workload = build_workload(spec)
         layout = layout_of(self.workload.make_model(seed=spec.training.seed))
         self.sizes = layout.sizes
+        self.need = memory_need(spec, self.workload, layout)
         self.plan = shard_plan(spec, len(self.workload.dataset))
         self.machine = machine_resources()
         self.job = JobState(self.plan, spec.strategy, dict(self.sizes))
@@ -228,7 +231,16 @@ class Master:
                          nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
-        return launch_plan(self.spec, self.policy, self.machine)
+        plan = launch_plan(self.spec, self.policy, self.machine)
+        if isinstance(self.spec.initial_shape, ShapeSpec):
+            warn_below_floors(plan.shape, self.need, self.warn)  # the user's own numbers
+            return plan
+        floored = floored_plan(plan, self.need)
+        why = rejection(floored.shape, self.spec.budget.resources, self.spec.strategy)
+        if why:
+            raise ResourceError(f"the launch shape with each node's memory floor "
+                                f"({floored.shape.describe()}) cannot run: {why}")  # fmt: skip
+        return floored
 
     def applied_plans(self) -> list[Plan]:
         """The plans the timeline says were applied (launch included), for the policy."""
@@ -400,6 +412,7 @@ class Master:
             node = self.job.nodes.get(exit_.name)
             kind = EventKind.OOM_KILLED if exit_.oom_killed else EventKind.FAILED
             detail = describe_exit(exit_, node)
+            self.backend.note(exit_.name, f"{exit_.name} ended: {detail}")
             events.append(NodeEvent(self.time_s(), exit_.name, kind, detail))
             self.store.record_event(self.time_s(), exit_.name, str(kind), detail)
             self.job.to_recover.add(exit_.name)
@@ -416,7 +429,7 @@ class Master:
             pass  # another node died meanwhile: the next turn of the loop recovers again
 
     def apply(self, plan: Plan) -> Transition:
-        return elastic.apply_plan(self, plan)
+        return elastic.apply_plan(self, floored_plan(plan, self.need))
 
     def checkpoint(self) -> None:
         try:

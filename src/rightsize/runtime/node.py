@@ -133,12 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     # a terminal's Ctrl-C is the master's to handle (it checkpoints and stops its nodes)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = NodeContext(args.name, Role(args.role), args.master)
+    # a line at each end of the node's life, so its log says how far it got
+    print(f"{args.name}: {args.role} pid {os.getpid()}, {torch.get_num_threads()} torch threads, "
+          f"master {args.master}", flush=True)
     try:
-        return _run_role(ctx)
+        code = _run_role(ctx)
     except MasterLost:
+        print(f"{args.name}: the master stopped answering; exiting", flush=True)
         return 3
     finally:
         ctx.close()
+    print(f"{args.name}: done (exit {code})", flush=True)
+    return code
 
 
 def _run_role(ctx: NodeContext) -> int:

@@ -115,11 +115,21 @@ def oom_killed_memory_doubled(obs: Observation) -> Plan | None:
     benchmarks) run it before their script; DLRover's policy has its own (§4.2 whole)."""
     for event in obs.events:
         if event.kind == EventKind.OOM_KILLED:
-            node = obs.shape.node(event.node)
-            bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes * 2)
-            return Plan(
-                obs.shape.with_resources(node.name, bigger),
-                Action.RELAUNCH_OOM,
-                f"{node.name} OOM-killed: double its memory",
-            )
+            return memory_doubled(obs.shape, event.node)
     return None
+
+
+def memory_doubled(shape: ClusterShape, name: str, memory_left: int | None = None) -> Plan | None:
+    """Node ``name`` of ``shape`` relaunched with twice its memory — at most ``memory_left``
+    more (what a budget still has) — or None if it cannot get more."""
+    node = shape.node(name)
+    extra = node.resources.memory_bytes
+    if memory_left is not None:
+        extra = min(extra, memory_left)
+    if extra <= 0:
+        return None
+    bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes + extra,
+                       node.resources.gpus)  # fmt: skip
+    how = "double its memory" if extra == node.resources.memory_bytes else "all the memory left"
+    return Plan(shape.with_resources(name, bigger), Action.RELAUNCH_OOM,
+                f"{name} OOM-killed: {how}")  # fmt: skip

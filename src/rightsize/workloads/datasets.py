@@ -69,6 +69,17 @@ class Dataset(ABC):
     def __len__(self) -> int:
         return self.num_samples
 
+    def resident_bytes(self) -> int:
+        """Bytes the dataset keeps in memory once used (the runtime's memory floors)."""
+        return self._sample_bytes() * self._resident_rows()
+
+    def _resident_rows(self) -> int:
+        return self.num_samples
+
+    def _sample_bytes(self) -> int:
+        inputs, target = self._gather(torch.zeros(1, dtype=torch.long))
+        return sum(t.element_size() * t.numel() for t in (*inputs, target))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, n={self.num_samples}, seed={self.seed})"
 
@@ -90,6 +101,9 @@ class BankDataset(Dataset):
         self.bank_rows = int(
             max(16, min(BANK_MAX_ROWS, num_samples, BANK_BYTES // max(1, row_bytes)))
         )
+
+    def _resident_rows(self) -> int:
+        return self.bank_rows  # samples repeat the bank's rows
 
     @cached_property
     def _bank(self) -> Batch:

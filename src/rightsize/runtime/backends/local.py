@@ -102,6 +102,7 @@ class LocalBackend:
     def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str]) -> int:
         """Start ``argv`` as ``node`` inside its limits; returns the pid."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.note(node.name, f"launching {node.name}: {node.resources} ({self.mode})")
         log = open(self.log_dir / f"{node.name}.log", "ab")  # noqa: SIM115 (closed on exit)
         threads = threads_for(node.resources.cpu_cores, len(self.cpus))
         env = {**os.environ, **env, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
@@ -116,6 +117,13 @@ class LocalBackend:
             self._next_cpu += math.ceil(node.resources.cpu_cores)
             self._pin(proc)
         return popen.pid
+
+    def note(self, name: str, text: str) -> None:
+        """Append one line of the master's to ``name``'s log (what ended it, say: a process
+        the kernel kills writes nothing of its own)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / f"{name}.log", "a") as log:
+            log.write(f"[rightsize] {text}\n")
 
     def resize(self, name: str, resources: Resources) -> int:
         """Give the running node new limits in place; returns its new thread count.

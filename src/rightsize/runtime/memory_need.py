@@ -1,0 +1,165 @@
+"""What memory a node must hold, from the model — never from its share of the CPU.
+
+A policy sizes CPU; a node's memory limit must cover what the node holds, or the
+kernel kills it (issue 17: NEARCHUS launched at R0 = 15% of the budget for memory as
+well as CPU gave a wide-deep PS 307 Mi, and it was OOM-killed at every first
+checkpoint). Every node process holds the interpreter with torch, the job's dataset
+and a full copy of the model (servers and workers both build it, then a server keeps
+its share). On top of that:
+
+- a **parameter server** holds its tensors' optimizer state (Adagrad's sums, Adam's two
+  moments, SGD's momentum buffer) and, while a checkpoint or an export is written, one
+  more copy of its tensors and state;
+- a **worker** holds the gradients of the dense tensors and its step's peak: the
+  activations saved for backward and the batch, measured once by running the forward
+  pass of one batch (:func:`profiling.memory.saved_activation_bytes`).
+
+The sum, times :data:`HEADROOM`, is the node's floor. The runtime raises any planned
+node below its floor to it (:func:`with_floor`) before launching or resizing it, and the
+floor is in the report; where the floor does not fit the budget, the job is refused
+before anything starts. ``benchmarks/runtime_memory.py`` checks the floors against the
+peaks real runs measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import torch
+
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.core.spec import JobSpec, Optimizer
+from rightsize.core.units import format_bytes
+from rightsize.profiling.memory import saved_activation_bytes, tensor_bytes
+from rightsize.runtime.model_io import ModelLayout
+from rightsize.runtime.partition import bytes_per_ps, partition_by_bytes
+from rightsize.scaling.api import Plan
+from rightsize.workloads.workload import Workload
+
+#: Resident memory of a node process before it builds anything: the interpreter, torch and
+#: rightsize. Measured 231 MiB (VmRSS after the imports, torch 2.13 CPU build); the cgroup
+#: also charges the libraries' file pages the process touches, hence the round-up.
+PROCESS_BYTES = 256 * 2**20
+#: Floors are this much above the estimate: allocator slack and fragmentation (glibc keeps
+#: freed arenas), which the sum of tensor sizes does not show.
+HEADROOM = 1.25
+#: Optimizer state per parameter, in copies of the parameter.
+OPTIMIZER_SLOTS = {Optimizer.SGD: 0, Optimizer.ADAGRAD: 1, Optimizer.ADAM: 2}
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """The bytes a job's nodes must hold, by role.
+
+    Attributes:
+        sizes: bytes of each model tensor, by name (a server's share is a subset).
+        model_bytes: bytes of the whole model (every node builds it).
+        dense_bytes: bytes of the tensors a worker pulls whole and takes gradients of.
+        dataset_bytes: bytes of the dataset a node keeps resident.
+        step_bytes: a worker's step peak beyond its model: saved activations and the batch.
+        optimizer_slots: optimizer state per parameter, in copies of the parameter.
+    """
+
+    sizes: Mapping[str, int]
+    model_bytes: int
+    dense_bytes: int
+    dataset_bytes: int
+    step_bytes: int
+    optimizer_slots: int
+
+    @property
+    def process_bytes(self) -> int:
+        """What any node of this job holds before its role's own share."""
+        return PROCESS_BYTES + self.dataset_bytes + self.model_bytes
+
+    def worker_bytes(self) -> int:
+        return _with_headroom(self.process_bytes + self.dense_bytes + self.step_bytes)
+
+    def ps_bytes(self, held_bytes: int) -> int:
+        """A server holding ``held_bytes`` of tensors: their state, and one copy of both
+        while it writes a checkpoint."""
+        state = held_bytes * (1 + self.optimizer_slots)
+        return _with_headroom(self.process_bytes + 2 * state)  # state_dict() clones it all
+
+    def floors(self, shape: ClusterShape) -> dict[str, int]:
+        """Each node's floor in ``shape``; servers by their share of a byte-balanced
+        placement over the shape's servers (a replacement keeps shares, so this holds)."""
+        held: dict[str, int] = {}
+        if shape.ps:
+            names = [n.name for n in shape.ps]
+            held = bytes_per_ps(partition_by_bytes(self.sizes, names), self.sizes)
+        return {
+            n.name: self.ps_bytes(held.get(n.name, 0)) if n.role == NodeRole.PS
+            else self.worker_bytes()
+            for n in shape.nodes
+        }  # fmt: skip
+
+    def with_floor(self, shape: ClusterShape) -> ClusterShape:
+        """``shape`` with every node's memory raised to at least its floor."""
+        for name, floor in self.floors(shape).items():
+            node = shape.node(name)
+            if node.resources.memory_bytes < floor:
+                grown = Resources(node.resources.cpu_cores, floor, node.resources.gpus)
+                shape = shape.with_resources(name, grown)
+        return shape
+
+
+def floored_plan(plan: Plan, need: MemoryNeed) -> Plan:
+    """``plan`` with its shape raised to the floors (the same plan if nothing was below)."""
+    shape = need.with_floor(plan.shape)
+    if shape == plan.shape:
+        return plan
+    raised = ", ".join(
+        f"{n.name} {format_bytes(plan.shape.node(n.name).resources.memory_bytes)}"
+        f"->{format_bytes(n.resources.memory_bytes)}"
+        for n in shape.nodes
+        if n.resources != plan.shape.node(n.name).resources
+    )
+    return replace(plan, shape=shape, reason=f"{plan.reason}; memory raised to floors: {raised}")
+
+
+def warn_below_floors(shape: ClusterShape, need: MemoryNeed, warn: Callable[[str], None]) -> None:
+    """Say which nodes of a shape the user wrote have less memory than their floor."""
+    for name, floor in need.floors(shape).items():
+        has = shape.node(name).resources.memory_bytes
+        if has < floor:
+            warn(f"warning: {name} has {format_bytes(has)} of memory, below the "
+                 f"{format_bytes(floor)} it is estimated to need; if it is OOM-killed it is "
+                 "relaunched with twice as much")  # fmt: skip
+
+
+def _with_headroom(nbytes: int) -> int:
+    return int(nbytes * HEADROOM)
+
+
+def memory_need(spec: JobSpec, workload: Workload, layout: ModelLayout) -> MemoryNeed:
+    """Measure what ``spec``'s nodes hold: tensor sizes from ``layout`` (the master's model),
+    the step peak by running one batch's forward pass."""
+    model_bytes = sum(layout.sizes.values())
+    dense_bytes = sum(layout.sizes[name] for name in layout.dense)
+    batch = workload.example_batch(spec.batch_size)
+    keep = {p.untyped_storage().data_ptr() for p in layout.params.values()}
+    activations = saved_activation_bytes(lambda: workload.loss(layout.model, batch), keep)
+    layout.model.zero_grad(set_to_none=True)  # the forward pass leaves nothing behind
+    return MemoryNeed(
+        sizes=dict(layout.sizes),
+        model_bytes=model_bytes,
+        dense_bytes=dense_bytes,
+        dataset_bytes=workload.dataset.resident_bytes(),
+        step_bytes=activations + tensor_bytes(_tensors(batch)),
+        optimizer_slots=_slots(spec),
+    )
+
+
+def _slots(spec: JobSpec) -> int:
+    kind = spec.training.optimizer
+    if kind == Optimizer.SGD:
+        return 1 if spec.training.momentum else 0
+    return OPTIMIZER_SLOTS[kind]
+
+
+def _tensors(batch) -> list[torch.Tensor]:
+    inputs, target = batch
+    return [*inputs, target]
