@@ -236,29 +236,21 @@ def test_remembered_regressors_fit_exactly_what_the_plain_matrix_does():
     assert SpeedModel.fit(points[:3], "async") is None  # too few distinct (p, w) points
 
 
-def test_one_sample_per_period_makes_the_same_points_as_grouping():
-    def grouped(window, period_s):  # the plain rule: group by period index, keep consecutive
-        end, groups = window[-1].time_s, {}
-        for s in window:
-            groups.setdefault(int((end - s.time_s) // period_s), []).append(s)
-        count = 0
-        while count in groups:
-            count += 1
-        return [tuple(groups[k]) for k in reversed(range(count))]
-
+def test_stability_points_count_samples_and_tolerate_a_late_one():
     def at(*times):
         return tuple(metric_sample(t, (), 1.0, 1.0) for t in times)
 
-    windows = (
-        at(60.0, 120.0, 180.0),  # one a period: the fast path
-        at(61.3, 121.3, 181.3, 241.3),
-        at(0.1, 60.0, 120.0),  # two in the oldest period
-        at(10.0, 20.0, 80.0),
-        at(0.0, 200.0),  # a gap
-        at(5.0),
-    )
-    for window in windows:
-        assert stability_points(window, 60.0) == grouped(window, 60.0)
+    def sizes(window, period_s):
+        return [len(p) for p in stability_points(window, period_s)]
+
+    assert sizes(at(60.0, 120.0, 180.0), 60.0) == [1, 1, 1]  # one a period: every sample
+    assert sizes(at(61.3, 121.3, 181.3, 241.3), 60.0) == [1, 1, 1, 1]
+    # the runtime's 2 s clock: a sample 0.02 s early, one 1 s late (a checkpoint held the
+    # master): still six consecutive points (cut on the clock, the late one ended the run)
+    assert sizes(at(0.0, 2.0, 3.98, 6.0, 9.0, 10.0), 2.0) == [1] * 6
+    assert sizes(at(0.0, 200.0), 60.0) == [1]  # a period with no sample: not consecutive
+    assert sizes(at(*range(10, 130, 10)), 60.0) == [6, 6]  # six samples make a minute
+    assert sizes(at(5.0), 60.0) == [1]
 
 
 def test_finished_jobs_let_their_metrics_go_but_keep_their_results():

@@ -336,3 +336,33 @@ def test_nearchus_decides_the_same_from_columns_as_from_nodes():
         plan = NearchusPolicy().decide(observe(shape, lean))
         assert plan == NearchusPolicy().decide(observe(shape, window))
         assert plan.action == action
+
+
+# -- the clock (scaling.pace) and small jobs ----------------------------------------------
+def test_policies_count_their_own_durations_in_metric_intervals():
+    assert NearchusPolicy().params.stability_period_s == 60  # the papers' minute
+    assert make_policy("nearchus", 2.0).params.stability_period_s == 2.0
+    assert make_policy("nearchus+", 2.0).params.stability_period_s == 2.0
+    assert make_policy("optimus", 2.0).interval_s == 20.0  # §V's ten intervals
+    assert make_policy("optimus").interval_s == 600.0
+    # a duration the user gives is kept; a policy without durations ignores the clock
+    assert make_policy("nearchus", 2.0, stability_period_s=7).params.stability_period_s == 7
+    assert make_policy("static", 2.0).name == "static"
+
+
+def test_a_job_that_trains_nothing_is_never_stable():
+    shape = shape_of()
+    launching = steady(shape, (0.1, 5, 5), speed=0.0)  # constant: CV 0, but no steps at all
+    assert NearchusPolicy().decide(observe(shape, launching)) is None
+
+
+def test_a_small_budget_moves_less_than_half_a_core():
+    # 0.5 cpu on a 2-cpu budget, the PS saturated, workers half idle: the Resource Optimizer
+    # moves 90% of their idle 0.2 cpu (more than 2.5% of the budget, less than half a core)
+    shape = shape_of(ps=(0.1,), workers=(0.2, 0.2))
+    window = steady(shape, (0.1, 0.1, 0.1))
+    plan = NearchusPolicy().decide(observe(shape, window, budget=2.0, free=2.0))
+    assert plan.action == Action.REBALANCE
+    assert plan.shape.node("ps-0").resources.cpu_cores == pytest.approx(0.28)
+    at_scale = NearchusPolicy().decide(observe(shape, window, budget=100.0))
+    assert at_scale.action == Action.ADD_WORKER  # the same move is too small for half a core

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_job_spec(args.job)
     name = args.policy or spec.policy.name
-    policy = make_policy(name, **(spec.policy.params if name == spec.policy.name else {}))
+    params = spec.policy.params if name == spec.policy.name else {}
+    policy = make_policy(name, spec.runtime.metric_interval_s, **params)
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
     view = ProgressView(quiet=args.quiet)
     master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,

@@ -183,11 +183,14 @@ class PolicySpec(_Spec):
 
 class RuntimeSpec(_Spec):
     metric_interval_s: Seconds = Field(
-        default=5.0,
+        default=2.0,
         alias="metric_interval",
         gt=0,
         le=MAX_INTERVAL_S,
-        description="how often per-node metrics are sampled and the policy is asked (at most 1d)",
+        description=(
+            "how often node metrics are sampled and the policy is asked; policies count "
+            "their own durations in it (at most 1d)"
+        ),
     )
     shard_size: int | None = Field(
         default=None,
@@ -208,6 +211,12 @@ class RuntimeSpec(_Spec):
     ps_bandwidth: Memory | None = Field(
         default=None,
         description="cap each parameter server's sends at this many bytes/s, e.g. 20Mi",
+    )
+    overlap: bool = Field(
+        default=True,
+        description="PS workers pull the next step's parameters before this step's "
+        "gradients are applied (one step stale, overlapped with compute); false: "
+        "every pull sees the worker's own last push",
     )
     straggler_ratio: float = Field(
         default=0.5,

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
@@ -50,6 +50,7 @@ from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import Action, MetricSample, Observation, Plan, Policy
 from rightsize.scaling.nearchus_stability import StableWindow, stable_from_s, stable_window
+from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S, paced
 from rightsize.scaling.params import with_overrides
 from rightsize.scaling.shapes import (
     one_ps_two_workers,
@@ -78,7 +79,9 @@ class NearchusParams:
         n_comp: ``N_comp``, consecutive stable samples needed (5, §IV).
         cv_max: coefficient of variation below which samples are stable (0.05, §IV).
         stability_period_s: seconds of metrics averaged into one stability sample.
-            Ours: 60 s, which makes detection take the paper's "5 to 8 minutes".
+            Ours: none means one metric interval (``scaling.pace``): §IV's samples are the
+            collector's; at the papers' minute per sample detection takes its "5 to 8
+            minutes", at the runtime's 2 s about 10 s.
         n_net: ``N_net``, network samples per PS examined (30, §IV).
         psn_sample_fraction: PSN if more than this fraction of samples ... (0.10, §IV)
         psn_link_utilization: ... are above this fraction of link capacity (0.90, §IV).
@@ -97,7 +100,11 @@ class NearchusParams:
             stop ends the Scaling Engine's search, and the Resource Optimizer is a
             separate, periodic adjustment.
         patience: ours — how many such scale-outs in a row (2).
-        min_step_cores: ours — do not restart a job to move or add less CPU than this.
+        min_step_cores: ours — do not restart a job to move or add less CPU than this
+            (0.5 core) or than ``min_step_fraction`` of its budget, whichever is smaller:
+            at §V's budgets (30-100 vCPU) the half core applies; a job with a 2-CPU budget
+            on one machine moves as little as 0.05 core rather than never moving.
+        min_step_fraction: ours — see ``min_step_cores`` (0.025).
         min_node_cores: ours — the smallest CPU allocation of one node (a 100m quota).
     """
 
@@ -107,7 +114,7 @@ class NearchusParams:
     r_up: float = 0.5
     n_comp: int = 5
     cv_max: float = 0.05
-    stability_period_s: float = 60.0
+    stability_period_s: float | None = None
     n_net: int = 30
     psn_sample_fraction: float = 0.10
     psn_link_utilization: float = 0.90
@@ -116,16 +123,20 @@ class NearchusParams:
     min_gain: float = 0.02
     patience: int = 2
     min_step_cores: float = 0.5
+    min_step_fraction: float = 0.025
     min_node_cores: float = 0.1
 
     def __post_init__(self) -> None:
         fractions = ("r0", "e_thd_job", "cv_max", "psn_sample_fraction", "psn_link_utilization")
-        for name in (*fractions, "e_thd_opt", "reclaim_fraction"):
+        for name in (*fractions, "e_thd_opt", "reclaim_fraction", "min_step_fraction"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise SpecError(f"nearchus parameter {name}={value!r} must be in (0, 1]")
         for name in ("r_up", "stability_period_s", "min_node_cores"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if name == "stability_period_s" and value is None:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise SpecError(f"nearchus parameter {name}={getattr(self, name)!r} must be > 0")
         if self.patience < 1:
             raise SpecError(f"nearchus parameter patience={self.patience!r} must be >= 1")
@@ -173,14 +184,24 @@ def scale_up_factor(obs: Observation, r_up: float) -> float:
     return max(factor, 0.0)
 
 
+P = TypeVar("P", bound=NearchusParams)
+
+
+def on_clock(params: P, metric_interval_s: float) -> P:
+    """``params`` with an unset stability period set to one metric interval."""
+    period = paced(params.stability_period_s, 1, metric_interval_s)
+    return replace(params, stability_period_s=period)
+
+
 class NearchusPolicy(Policy):
     """The faithful NEARCHUS policy (§IV). Parameters: see :class:`NearchusParams`."""
 
     name = "nearchus"
     needs_node_objects = False  # per-node metrics through ``MetricSample.columns`` only
 
-    def __init__(self, params: NearchusParams | None = None, **overrides: Any) -> None:
-        self.params = with_overrides(NearchusParams, params, overrides)
+    def __init__(self, params: NearchusParams | None = None,
+                 metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
+        self.params = on_clock(with_overrides(NearchusParams, params, overrides), metric_interval_s)
         self._last: tuple[tuple[MetricSample, ...], StableWindow | None] | None = None
 
     # -- launch -------------------------------------------------------------------------
@@ -214,7 +235,12 @@ class NearchusPolicy(Policy):
     def waiting_for_room(self, obs: Observation, stable: StableWindow) -> bool:
         """True if the job is efficient enough to grow but may not grow now."""
         room = obs.headroom.cpu_cores
-        return stable.e_job >= self.params.e_thd_job and room < self.params.min_step_cores
+        return stable.e_job >= self.params.e_thd_job and room < self.min_step(obs)
+
+    def min_step(self, obs: Observation) -> float:
+        """The least CPU worth a move: ``min_step_cores``, or less for a small job."""
+        p = self.params
+        return min(p.min_step_cores, p.min_step_fraction * obs.budget.cpu_cores)
 
     def stable(self, observation: Observation) -> StableWindow | None:
         """The Stability Detector's verdict on ``observation.window``, remembered for the
@@ -263,7 +289,7 @@ class NearchusPolicy(Policy):
     def scale_up(self, obs: Observation, stable: StableWindow) -> Plan | None:
         factor = scale_up_factor(obs, self.params.r_up)
         extra_cores = obs.shape.total().cpu_cores * factor
-        if extra_cores <= 0 or extra_cores < self.params.min_step_cores:
+        if extra_cores <= 0 or extra_cores < self.min_step(obs):
             return None
         return Plan(
             scaled_up(obs.shape, factor),
@@ -302,7 +328,7 @@ class NearchusPolicy(Policy):
             obs.shape, used, p.e_thd_opt, p.reclaim_fraction, p.min_node_cores, limit
         )
         moved = 0.0 if shape is None else nearchus_optimizer.cpu_moved(obs.shape, shape)
-        if shape is None or moved < p.min_step_cores:
+        if shape is None or moved < self.min_step(obs):
             return None
         return Plan(
             shape,

@@ -52,8 +52,9 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import Action, MetricSample, Observation, Plan
-from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy
+from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, on_clock
 from rightsize.scaling.nearchus_stability import StableWindow
+from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S
 from rightsize.scaling.params import with_overrides
 from rightsize.scaling.shapes import redistributed, rounding_room, scaled_out
 
@@ -139,9 +140,11 @@ class NearchusPlusPolicy(NearchusPolicy):
 
     name = "nearchus+"
 
-    def __init__(self, params: NearchusPlusParams | None = None, **overrides: Any) -> None:
+    def __init__(self, params: NearchusPlusParams | None = None,
+                 metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
         super().__init__()
-        self.params = with_overrides(NearchusPlusParams, params, overrides)
+        params = with_overrides(NearchusPlusParams, params, overrides)
+        self.params = on_clock(params, metric_interval_s)
 
     def finished(self, observation: Observation) -> bool:
         last = observation.last_plan
@@ -176,7 +179,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         factor = min(p.max_r_up, room.cpu_cores / total.cpu_cores if total.cpu_cores else 0.0)
         if total.memory_bytes:
             factor = min(factor, room.memory_bytes / total.memory_bytes)
-        if total.cpu_cores * factor < max(p.min_step_cores, 1e-3):
+        if total.cpu_cores * factor < max(self.min_step(obs), 1e-3):
             return None
         shape = self.grown(obs, factor)
         return Plan(
@@ -238,7 +241,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         moved = nearchus_optimizer.cpu_moved(obs.shape, shape)
         ps_before = obs.shape.role_total(NodeRole.PS).cpu_cores
         ps_change = abs(shape.role_total(NodeRole.PS).cpu_cores - ps_before)
-        if moved < p.min_step_cores and ps_change < p.ps_slack * ps_before:
+        if moved < self.min_step(obs) and ps_change < p.ps_slack * ps_before:
             return None  # neither many cores nor much of the PS's share
         return Plan(
             shape,

@@ -68,24 +68,47 @@ class StableWindow:
 def stability_points(
     window: Sequence[MetricSample], period_s: float
 ) -> list[tuple[MetricSample, ...]]:
-    """Consecutive groups of ``period_s`` seconds ending at the newest sample, oldest first.
+    """The window's samples in consecutive groups of about ``period_s`` seconds each,
+    ending at the newest sample, oldest first (a leftover of older samples is dropped).
 
-    Group ``k`` holds the samples taken in ``(end - (k+1)·period, end - k·period]``;
-    only groups back to the first empty one count, so the points are consecutive.
+    Groups are counted in samples — ``period_s`` over the window's mean spacing — not cut
+    on the clock: a mechanism samples every interval give or take its timer's jitter, and
+    a sample that comes late (the master was busy with a checkpoint) is still the next
+    sample. Cutting on the clock put two samples in one group and left the next group
+    empty, which ended the run of consecutive points (issue 17: the runtime's 2 s samples
+    seldom made 5 points). With one sample per period (the usual case, and the
+    simulator's) every sample is a point. Points are consecutive: only samples after the
+    last pause of a whole period without one count.
     """
-    if not window:
-        return []
-    end = window[-1].time_s
-    keys = [int((end - sample.time_s) // period_s) for sample in window]
-    if keys == list(range(len(window) - 1, -1, -1)):  # one sample per period: the usual case
+    window = window[_after_last_gap(window, period_s) :]
+    per_point = samples_per_point(window, period_s)
+    if per_point == 1:
         return [(sample,) for sample in window]
-    groups: dict[int, list[MetricSample]] = {}
-    for sample, key in zip(window, keys, strict=True):
-        groups.setdefault(key, []).append(sample)
-    count = 0
-    while count in groups:
-        count += 1
-    return [tuple(groups[k]) for k in reversed(range(count))]
+    count = len(window) // per_point
+    first = len(window) - count * per_point
+    return [tuple(window[first + i * per_point : first + (i + 1) * per_point])
+            for i in range(count)]  # fmt: skip
+
+
+#: A pause between two samples longer than this many periods (a period with no sample at
+#: all; a sample merely late comes 1.5 periods after the one before) breaks the points' run.
+MAX_GAP_PERIODS = 1.75
+
+
+def _after_last_gap(window: Sequence[MetricSample], period_s: float) -> int:
+    """Index of the first sample after the window's last gap of :data:`MAX_GAP_PERIODS`."""
+    for i in range(len(window) - 1, 0, -1):
+        if window[i].time_s - window[i - 1].time_s > MAX_GAP_PERIODS * period_s:
+            return i
+    return 0
+
+
+def samples_per_point(window: Sequence[MetricSample], period_s: float) -> int:
+    """How many of the window's samples make one period (at least 1)."""
+    if len(window) < 2:
+        return 1
+    spacing = (window[-1].time_s - window[0].time_s) / (len(window) - 1)
+    return max(1, round(period_s / spacing)) if spacing > 0 else 1
 
 
 def _cv(values: list[float]) -> float:
@@ -107,7 +130,10 @@ def _mean_cpu_used(point: tuple[MetricSample, ...]) -> float:
 
 def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> StableWindow | None:
     """NEARCHUS's Stability Detector: the last ``N_comp`` points if CPU use and speed each
-    have a CV below ``cv_max``, else ``None``."""
+    have a CV below ``cv_max``, else ``None``. A point without training steps is never
+    stable: a job that trains nothing is starting or stalled, and its constant zero speed
+    has no variation to measure (issue 17: a job still launching was "stable" and its
+    loading PS was stripped of CPU)."""
     points = stability_points(window, params.stability_period_s)[-params.n_comp :]
     if len(points) < params.n_comp:
         return None
@@ -115,7 +141,7 @@ def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> Sta
     if _cv(used) >= params.cv_max:
         return None
     speed = [window_speed(p) for p in points]  # each point's mean steps/s
-    if _cv(speed) >= params.cv_max:
+    if min(speed) <= 0 or _cv(speed) >= params.cv_max:
         return None
     return StableWindow.of(tuple(chain.from_iterable(points)))
 

@@ -15,7 +15,7 @@ speed model, one node added per interval by greatest marginal gain.
   ``w/f = θ·[1, w/p, w, p]``; synchronous training:
   ``f(p, w) = 1 / (θ0·M/w + θ1 + θ2·w/p + θ3·w + θ4·p)``, fitted as
   ``1/f = θ·[M/w, 1, w/p, w, p]`` with ``M`` the global batch.
-- Every ``interval_s`` (10 minutes, "adds one parameter server node or
+- Every ``interval_s`` (10 minutes — ten metric intervals, ``scaling.pace`` — "adds one parameter server node or
   worker node with 5 vCPUs every 10 minutes", NEARCHUS §III-A) it adds the
   node — one PS or one worker — whose predicted speed gain is greater, while
   the gain is positive and the budget and the cluster have room for it.
@@ -37,9 +37,11 @@ from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import Action, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S, paced
 from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget, with_node
 
 MODES = ("async", "sync")
+INTERVALS_PER_STEP = 10  # metric intervals between added nodes (§V: 10 minutes at 1/minute)
 PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
 FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
 DESIGNS = 1024  # remembered regressor matrices (a cache bound)
@@ -188,12 +190,15 @@ class OptimusPolicy(Policy):
     def __init__(
         self,
         cores_per_node: float = 5.0,
-        interval_s: float = 600.0,
+        interval_s: float | None = None,
         profile_configs: int = 20,
         mode: str = "async",
         global_batch: float = 1024.0,
         seed: int = 0,
+        metric_interval_s: float = PAPER_METRIC_INTERVAL_S,
     ) -> None:
+        # §V's "every 10 minutes" at the papers' minute per sample: ten metric intervals
+        interval_s = paced(interval_s, INTERVALS_PER_STEP, metric_interval_s)
         if cores_per_node <= 0 or interval_s <= 0 or global_batch <= 0:
             raise SpecError(
                 "optimus: cores_per_node, interval_s and global_batch must be > 0, got "

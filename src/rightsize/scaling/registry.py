@@ -26,13 +26,18 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "optimus": OptimusPolicy,
 }
 
+#: Policies with durations of their own, counted in metric intervals (scaling.pace).
+PACED = frozenset({"nearchus", "nearchus+", "optimus"})
+
 
 def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def make_policy(name: str, **params: Any) -> Policy:
-    """A new policy ``name`` built with ``params``.
+def make_policy(name: str, metric_interval_s: float | None = None, **params: Any) -> Policy:
+    """A new policy ``name`` built with ``params``, counting its own durations in
+    ``metric_interval_s`` (the mechanism's clock, see :mod:`scaling.pace`; default: the
+    papers' minute).
 
     Raises:
         UnknownNameError: no such policy (with a close match).
@@ -40,6 +45,8 @@ def make_policy(name: str, **params: Any) -> Policy:
     """
     if name not in POLICIES:
         raise unknown_name("policy", name, POLICIES)
+    if metric_interval_s is not None and name in PACED:
+        params = {**params, "metric_interval_s": metric_interval_s}
     try:
         return POLICIES[name](**params)
     except TypeError as exc:  # an unexpected keyword for this policy
