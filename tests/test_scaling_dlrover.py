@@ -19,6 +19,7 @@ from rightsize.scaling.api import (
 from rightsize.scaling.dlrover import DLRoverPolicy
 
 GI = 2**30
+SHAPE_2CPU = ClusterShape.from_counts(1, 1, Resources(1, GI), Resources(1, GI))
 
 
 @pytest.mark.parametrize(
@@ -174,3 +175,15 @@ def test_idle_ps_cpu_adds_workers_up_to_what_the_ps_can_serve():
     plan = DLRoverPolicy().decide(obs)
     assert plan.action == Action.ADD_WORKER
     assert plan.shape.n_workers == 8 and plan.shape.total().cpu_cores == 40
+
+
+def test_a_small_budget_rounds_worker_cpu_to_tenths_not_whole_cores():
+    # issue 17's wide-deep on a 2-cpu budget: one worker used 0.576 cores and the PS 0.177.
+    # Whole cores (eq. 6) fit one worker and leave the PS half idle; tenths fit two.
+    assert dm.optimize(2, 0.576, 0.177, 16) == dm.OptimizedPlan(1, 1, 1, 1)
+    plan = dm.optimize(2, 0.576, 0.177, 16, core_step=0.1)
+    assert (plan.n_workers, plan.worker_cores, plan.n_ps) == (2, 0.6, 1)
+    assert plan.ps_total_cores == pytest.approx(0.8)
+    policy = DLRoverPolicy()
+    assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(2), Resources(2))) == 0.1
+    assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(30), Resources(30))) == 1

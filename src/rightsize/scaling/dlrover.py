@@ -66,6 +66,11 @@ class DLRoverParams:
         ps_cpu_growth: ours — factor by which saturated PS CPU grows.
         memory_margin: ours — new workers get the observed worker memory times this.
         max_workers: the paper's undefined ``√K`` cap on workers (none).
+        core_step: the unit worker CPU is rounded up to (eq. 6's ``⌈ŵ⌉``: 1 core) ...
+        core_step_fraction: ours — ... or this fraction of the budget where that is
+            smaller (0.05). At the paper's and the simulator's budgets (30+ cores) it is
+            the whole core; on a 2-CPU budget whole cores leave room for one worker and
+            an idle PS (issue 17: 51% of the CPU idle to the end), so 0.1 core.
     """
 
     c_max_cores: float = 32.0
@@ -80,9 +85,12 @@ class DLRoverParams:
     ps_cpu_growth: float = 2.0
     memory_margin: float = 1.2
     max_workers: int | None = None
+    core_step: float = 1.0
+    core_step_fraction: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("c_max_cores", "ps_cores", "default_memory_bytes", "min_observe_s"):
+        for name in ("c_max_cores", "ps_cores", "default_memory_bytes", "min_observe_s",
+                     "core_step", "core_step_fraction"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise SpecError(f"dlrover parameter {name}={getattr(self, name)!r} must be > 0")
         for name in ("ps_cpu_threshold", "ps_idle_utilization"):
@@ -109,6 +117,11 @@ class DLRoverPolicy(Policy):
         """``C_max``, lowered to the largest node the mechanism can place."""
         limit = node_limit.cpu_cores if node_limit is not None else math.inf
         return min(self.params.c_max_cores, limit)
+
+    def core_step(self, obs: Observation) -> float:
+        """The unit of worker CPU for this job (see ``DLRoverParams.core_step``)."""
+        p = self.params
+        return min(p.core_step, p.core_step_fraction * obs.budget.cpu_cores)
 
     # -- launch -------------------------------------------------------------------------
     def sample_shape(self, budget: Resources, node_limit: Resources | None = None) -> ClusterShape:
@@ -208,14 +221,14 @@ class DLRoverPolicy(Policy):
             return self.more_ps_cpu(obs, SAMPLE, usage.ps_utilization())
         w_hat, s_hat = usage.worker_used(), usage.role_used(NodeRole.PS)
         c_total = min(obs.budget.cpu_cores, obs.shape.total().cpu_cores + obs.free.cpu_cores)
-        plan = dm.optimize(c_total, w_hat, s_hat, p.ps_cores)
+        plan = dm.optimize(c_total, w_hat, s_hat, p.ps_cores, self.core_step(obs))
         if plan is None:
             return None
         return Plan(
             self.optimized_shape(obs, usage, plan),
             Action.RESHAPE,
             f"sampled w_hat {w_hat:.3g}, s_hat {s_hat:.3g} cpu: {plan.n_workers} workers x "
-            f"{plan.worker_cores} cpu, {plan.n_ps} PS sharing {plan.ps_total_cores:.3g} cpu "
+            f"{plan.worker_cores:g} cpu, {plan.n_ps} PS sharing {plan.ps_total_cores:.3g} cpu "
             "(eq. 10-11)",
             self.notes(obs, OPTIMIZE, w_hat=w_hat, s_hat=s_hat),
         )
@@ -282,7 +295,8 @@ class DLRoverPolicy(Policy):
             target = min(target, self.params.max_workers)
         if target <= obs.shape.n_workers:
             return None  # the PS serve no more workers than the job has
-        cores = min(max(1, math.ceil(usage.worker_used() - 1e-9)), self.c_max(obs.node_limit))
+        cores = min(dm.rounded_up(usage.worker_used(), self.core_step(obs)),
+                    self.c_max(obs.node_limit))  # fmt: skip
         room = growth_room(obs)
         fits = int(room.cpu_cores // Resources(cores).cpu_cores)
         if fits < 1:

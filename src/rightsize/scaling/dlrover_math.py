@@ -24,22 +24,23 @@ class OptimizedPlan:
     """The result of DLRover's eq. 10-11."""
 
     n_workers: int
-    worker_cores: int
+    worker_cores: float
     n_ps: int
     ps_total_cores: float
 
 
-def optimize(c_total: float, w_hat: float, s_hat: float, ps_cores: float) -> OptimizedPlan | None:
+def optimize(c_total: float, w_hat: float, s_hat: float, ps_cores: float,
+             core_step: float = 1.0) -> OptimizedPlan | None:  # fmt: skip
     """DLRover eq. 10-11 for ``C_total`` cores; ``None`` if not even one worker fits.
 
-    Workers get whole cores (eq. 6). Rounding ``ŵ`` up can leave no CPU for the
-    PS; then ``N_w`` shrinks until some is left. (The paper's own Table 2 keeps
-    24 W&D workers although ``24·ŝ`` exceeds its ``s_total``, so eq. 4 is not
-    enforced beyond that.)
+    Workers get whole cores (eq. 6) — whole ``core_step`` s, which is 1 core in the
+    paper. Rounding ``ŵ`` up can leave no CPU for the PS; then ``N_w`` shrinks until
+    some is left. (The paper's own Table 2 keeps 24 W&D workers although ``24·ŝ``
+    exceeds its ``s_total``, so eq. 4 is not enforced beyond that.)
     """
     if w_hat + s_hat <= 0:
         return None
-    worker_cores = max(1, math.ceil(w_hat - 1e-9))
+    worker_cores = rounded_up(w_hat, core_step)
     n_workers = int(c_total // (w_hat + s_hat))
     while n_workers > 0 and c_total - n_workers * worker_cores <= 0:
         n_workers -= 1
@@ -47,6 +48,13 @@ def optimize(c_total: float, w_hat: float, s_hat: float, ps_cores: float) -> Opt
         return None
     s_total = c_total - n_workers * worker_cores
     return OptimizedPlan(n_workers, worker_cores, max(1, int(s_total // ps_cores)), s_total)
+
+
+def rounded_up(cores: float, step: float) -> float:
+    """``cores`` rounded up to whole ``step`` s (at least one step): eq. 6's ``⌈ŵ⌉``."""
+    steps = max(1, math.ceil(cores / step - 1e-9))
+    value = round(steps * step, 6)
+    return int(value) if value.is_integer() else value  # whole cores stay whole numbers
 
 
 def hot_ps_cores(s_hot: float, s_used: float, s_hat: float, n_workers: int, c_max: float) -> float:
