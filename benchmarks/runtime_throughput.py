@@ -52,13 +52,14 @@ CASES = {
 WINDOW_STEPS = 20
 
 
-def case_spec(directory: Path, case: str, steps: int, ps_cpu: float) -> JobSpec:
+def case_spec(directory: Path, case: str, steps: int, ps_cpu: float,
+              overlap: bool = True) -> JobSpec:  # fmt: skip
     workload, dataset, options, batch, optimizer, _ = CASES[case]
     cpus = os.cpu_count() or 1
     return job_spec(
         directory, name=f"bench-{case}", workload=workload, dataset=dataset, options=options,
         dataset_size=20_000, batch_size=batch, steps=steps,
-        training={"optimizer": optimizer, "lr": 0.05},
+        training={"optimizer": optimizer, "lr": 0.05}, runtime={"overlap": overlap},
         initial_shape={"ps": {"count": 1, "cpu": ps_cpu, "memory": "2Gi"},
                        "workers": {"count": 1, "cpu": cpus - ps_cpu, "memory": "2Gi"}},
     )  # fmt: skip
@@ -135,15 +136,21 @@ def model_bytes(spec: JobSpec) -> dict:
 
 
 def measure_case(case: str, scale: float, repeats: int, ps_cpu: float, threads: list[int],
-                 root: Path) -> dict:  # fmt: skip
+                 root: Path, with_sync: bool) -> dict:  # fmt: skip
     steps = max(2 * WINDOW_STEPS, int(CASES[case][-1] * scale))
     spec = case_spec(root / case, case, steps, ps_cpu)
+    sync = case_spec(root / case, case, steps, ps_cpu, overlap=False)
     runs = []
     for _ in range(repeats):
         plains = {n: plain(spec, steps, n) for n in threads}
         best = max(plains.values(), key=lambda r: r["median_samples_per_s"])
-        runs.append({"plain": best, "plain_by_threads": plains, "ps": ps_run(spec)})
+        run = {"plain": best, "plain_by_threads": plains, "ps": ps_run(spec)}
+        if with_sync:
+            run["ps_sync"] = ps_run(sync)
+        runs.append(run)
     ratios = [r["ps"]["median_samples_per_s"] / r["plain"]["median_samples_per_s"] for r in runs]
+    sync_ratios = [r["ps_sync"]["median_samples_per_s"] / r["plain"]["median_samples_per_s"]
+                   for r in runs if "ps_sync" in r]  # fmt: skip
     by_threads = {n: statistics.median(r["plain_by_threads"][n]["median_samples_per_s"]
                                        for r in runs) for n in threads}  # fmt: skip
     sizes = model_bytes(spec)
@@ -154,11 +161,13 @@ def measure_case(case: str, scale: float, repeats: int, ps_cpu: float, threads: 
         "batch_size": spec.batch_size, "steps": steps, "ps_cpu": ps_cpu,
         "worker_cpu": spec.initial_shape.workers.cpu, "runs": runs,
         "ps_over_plain": statistics.median(ratios), "ps_over_plain_each": ratios,
+        "ps_sync_over_plain": median_or_none(sync_ratios), "ps_sync_over_plain_each": sync_ratios,
         "plain_median_samples_per_s_by_threads": by_threads,
         "worker_bytes_per_step": per_step, **sizes,
         "bytes_per_step_over_dense_bytes": per_step / sizes["dense_bytes"] if per_step else None,
     }  # fmt: skip
-    print(f"{case:>10}: ps/plain {result['ps_over_plain']:.2f}  bytes/step "
+    sync_note = f" (sync {result['ps_sync_over_plain']:.2f})" if sync_ratios else ""
+    print(f"{case:>10}: ps/plain {result['ps_over_plain']:.2f}{sync_note}  bytes/step "
           f"{per_step or 0:,.0f} (dense model {sizes['dense_bytes']:,} B)", file=sys.stderr)  # fmt: skip
     return result
 
@@ -179,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ps-cpu", type=float, default=0.5,
                         help="the PS's CPU; the worker gets the rest of the cores")  # fmt: skip
+    parser.add_argument("--no-sync", action="store_true",
+                        help="skip the runs with runtime.overlap off")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="one short repeat: checks it works")
     parser.add_argument("--out", default="benchmarks/results/runtime_throughput.json")
     args = parser.parse_args(argv)
@@ -186,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     before = load_note()
     with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
         threads = sorted({int(n) for n in args.plain_threads.split(",")})
-        cases = [measure_case(c, scale, repeats, args.ps_cpu, threads, Path(tmp))
+        cases = [measure_case(c, scale, repeats, args.ps_cpu, threads, Path(tmp), not args.no_sync)
                  for c in args.cases.split(",")]  # fmt: skip
     report = {
         "benchmark": "runtime_throughput",

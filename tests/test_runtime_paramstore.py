@@ -143,3 +143,21 @@ def test_a_lookup_outside_the_pulled_rows_is_fetched_on_the_spot():
     layout.model(torch.tensor([[1, 0], [6, 3]]))
     lookups.release()
     assert fetched == [("a.weight", [6])] and layout.model.a.weight[6].tolist() == [9.0, 9.0]
+
+
+def test_gradients_summed_from_the_discovery_pass_equal_the_coalesced_ones():
+    ids = torch.tensor([[1, 4], [1, 2], [7, 2], [1, 4]])
+    expected = {}
+    for lookups_used in (False, True):
+        torch.manual_seed(0)
+        layout = layout_of(TwoTables())
+        lookups = EmbeddingLookups(layout)
+        lookups.discover((ids,))
+        layout.model(ids).pow(2).sum().backward()
+        _, sparse = gradients(layout, lookups if lookups_used else None)
+        for name, (rows, values) in sparse.items():
+            if lookups_used:
+                want_rows, want_values = expected[name]
+                assert torch.equal(rows, want_rows) and torch.allclose(values, want_values)
+            expected[name] = (rows, values)
+    assert expected["a.weight"][0].tolist() == [1, 7]

@@ -22,6 +22,8 @@ from torch import nn
 
 #: Called with (table name, missing ids) when a lookup needs rows not pulled; returns the rows.
 FetchRows = Callable[[str, torch.Tensor], torch.Tensor]
+#: A table's gradient as (unique sorted row ids [n], summed rows [n, dim]).
+SparseRows = tuple[torch.Tensor, torch.Tensor]
 
 
 class _Discovered(Exception):
@@ -61,6 +63,7 @@ class EmbeddingLookups:
         self._call = 0
         self._pulled: dict[str, torch.Tensor] = {}
         self._fetch: FetchRows | None = None
+        self._once: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._mode = "off"
         self.misses = 0
         for name, module in layout.tables.items():
@@ -82,11 +85,30 @@ class EmbeddingLookups:
             self._mode = "off"
         if self._calls is None:
             self._calls = sum(len(v) for v in self._seen.values())
-        return {
-            name: torch.unique(torch.cat([t.flatten() for t in found]))
-            for name, found in self._seen.items()
-            if found
-        }
+        unique, self._once = {}, {}
+        for name, found in self._seen.items():
+            if not found:
+                continue
+            flat = torch.cat([t.flatten() for t in found]) if len(found) > 1 else found[0].flatten()
+            unique[name], inverse = torch.unique(flat, return_inverse=True)
+            if len(found) == 1:  # its gradient's rows will be these ids in this order
+                self._once[name] = (flat, unique[name], inverse)
+        return unique
+
+    def sum_rows(self, name: str, grad: torch.Tensor) -> SparseRows | None:
+        """``grad`` (an uncoalesced sparse gradient of table ``name``) as (unique ids, summed
+        rows), from the discovery pass's unique ids and inverse: a sum into place instead
+        of a sort per table (coalescing 52 tables took 1.3 ms of a 7.7 ms wide-deep step).
+        None if the table was not looked up once with the discovered ids."""
+        once = self._once.get(name)
+        if once is None:
+            return None
+        flat, unique, inverse = once
+        rows, values = grad._indices()[0], grad._values()
+        if rows.shape != flat.shape or not torch.equal(rows, flat):
+            return None
+        summed = values.new_zeros(len(unique), values.shape[1]).index_add_(0, inverse, values)
+        return unique, summed
 
     def guard(self, pulled: dict[str, torch.Tensor], fetch: FetchRows) -> None:
         """From now on, a lookup of rows outside ``pulled`` fetches them with ``fetch``."""
@@ -139,13 +161,19 @@ def write_pulled(layout: ModelLayout, dense: dict[str, torch.Tensor], rows: dict
             layout.params[name].index_copy_(0, ids, values)
 
 
-def gradients(layout: ModelLayout) -> tuple[dict[str, torch.Tensor], dict]:
-    """This step's gradients: dense tensors, and (ids, rows) of each table (coalesced)."""
+def gradients(
+    layout: ModelLayout, lookups: EmbeddingLookups | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, SparseRows]]:
+    """This step's gradients: dense tensors, and (ids, rows) of each table (coalesced:
+    unique sorted ids), summed by ``lookups`` where the discovery pass allows it."""
     dense, sparse = {}, {}
     for name, param in layout.params.items():
         grad = param.grad
         if name in layout.sparse:
-            if grad is None:
+            summed = lookups.sum_rows(name, grad) if lookups and grad is not None else None
+            if summed is not None:
+                sparse[name] = summed
+            elif grad is None:
                 sparse[name] = (
                     torch.zeros(0, dtype=torch.long),
                     param.new_zeros(0, param.shape[1]),

@@ -29,7 +29,7 @@ from torch import nn
 from rightsize.core.spec import Optimizer
 from rightsize.runtime.shards import Key
 
-SparseGrad = tuple[torch.Tensor, torch.Tensor]  # (row ids [n], values [n, dim])
+SparseGrad = tuple[torch.Tensor, torch.Tensor]  # (unique sorted row ids [n], values [n, dim])
 
 
 @dataclass(frozen=True)
@@ -187,8 +187,11 @@ class ParamStore:
         param = self.params[name]
         if name in self.sparse:
             ids, values = sparse[name]
+            # a worker's ids are coalesced (model_io.gradients): marking them so keeps
+            # the optimizer from sorting and summing them again (0.5 of 2.5 ms per
+            # wide-deep step, 52 tables)
             param.grad = torch.sparse_coo_tensor(
-                ids.unsqueeze(0), values, param.shape, check_invariants=False
+                ids.unsqueeze(0), values, param.shape, check_invariants=False, is_coalesced=True
             )
         else:
             param.grad = dense[name].view_as(param).to(param.dtype)

@@ -69,7 +69,7 @@ class NodeService:
             return self.worker_reply(node, paused=body.paused), []
         if isinstance(body, LeaseRequest):
             return self.lease(node)
-        return self.progress(node, body), []
+        return self.progress(node, body)
 
     def register(self, node: NodeState, body: Register) -> Reply:
         node.status = Status.RUNNING
@@ -99,29 +99,37 @@ class NodeService:
         return Reply(tuple(commands), cluster=cluster, **extra)
 
     def lease(self, node: NodeState) -> tuple[Reply, list[torch.Tensor]]:
+        grant, tensors = self.grant(node)
+        return self.worker_reply(node, lease=grant), tensors
+
+    def grant(self, node: NodeState) -> tuple[Grant | None, list[torch.Tensor]]:
+        """A task for ``node`` if leasing is open and it works in the job's cluster, with
+        its shard's sample indices."""
         job = self.job
         in_cluster = node.generation == job.generation and (
             job.strategy != Strategy.PS or job.cluster_ready()
         )
-        granted = None
-        if job.leasing and in_cluster:
-            peers = [job.speeds[n.name] for n in job.nodes.running(NodeRole.WORKER)
-                     if n.name in job.speeds]  # fmt: skip
-            fraction = self.straggler.fraction(job.speeds.get(node.name), peers)
-            granted = job.shards.lease(node.name, fraction)
+        if not (job.leasing and in_cluster):
+            return None, []
+        peers = [job.speeds[n.name] for n in job.nodes.running(NodeRole.WORKER)
+                 if n.name in job.speeds]  # fmt: skip
+        fraction = self.straggler.fraction(job.speeds.get(node.name), peers)
+        granted = job.shards.lease(node.name, fraction)
         if granted is None:
-            return self.worker_reply(node), []
+            return None, []
         task = granted.task
         indices = torch.from_numpy(job.plan.indices(task.epoch, task.shard))
-        grant = Grant(task, granted.next_batch)
-        return self.worker_reply(node, lease=grant), [indices]
+        return Grant(task, granted.next_batch), [indices]
 
-    def progress(self, node: NodeState, body: Progress) -> Reply:
-        accepted = False
+    def progress(self, node: NodeState, body: Progress) -> tuple[Reply, list[torch.Tensor]]:
+        accepted, grant, tensors = False, None, []
         if node.generation == self.job.generation:
             shards = self.job.shards
             if body.done:
                 accepted = shards.finish(node.name, body.task)
+                if accepted and self.job.strategy == Strategy.PS:
+                    # a PS worker's next task rides on this answer: one round trip, not two
+                    grant, tensors = self.grant(node)
             else:
                 accepted = shards.progress(node.name, body.task, body.next_batch)
-        return self.worker_reply(node, accepted=accepted)
+        return self.worker_reply(node, accepted=accepted, lease=grant), tensors

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 
 import torch
-import zmq
 
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import NodeContext
@@ -35,105 +35,22 @@ from rightsize.runtime.protocol import (
     LeaseRequest,
     Pause,
     Progress,
-    Pull,
-    Push,
     Reply,
     Reset,
     Resume,
     Stop,
 )
-from rightsize.runtime.transport import Client
+from rightsize.runtime.psclient import InFlight, PSCluster, ResetLease
+from rightsize.runtime.shards import Task
 
 #: Seconds between lease requests while TODO is empty but the epoch is not over.
 LEASE_WAIT_S = 0.05
 #: Seconds between heartbeats while halted by ``pause``.
 HOLD_POLL_S = 0.1
-#: Seconds a worker waits on parameter servers before asking the master what is going on.
-STALL_CHECK_S = 1.0
-
-
-class ResetLease(Exception):
-    """The master dropped this worker's lease (or the cluster changed under a request)."""
 
 
 class StopWorker(Exception):
     """The master told this worker to end."""
-
-
-class PSCluster:
-    """Connections to one generation's parameter servers, and which tensors each holds."""
-
-    def __init__(self, ctx: NodeContext, view: ClusterView, sparse: set[str]) -> None:
-        self.generation = view.generation
-        self.clients = {ps: Client(ctx.zmq, addr, ctx.counters) for ps, addr in view.servers.items()}
-        placement = view.placement
-        self.dense = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n not in sparse))
-                      for ps in self.clients}  # fmt: skip
-        self.tables = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n in sparse))
-                       for ps in self.clients}  # fmt: skip
-        self.owner = dict(placement)
-        self.poller = zmq.Poller()
-        self.by_socket = {}
-        for ps, client in self.clients.items():
-            self.poller.register(client.socket, zmq.POLLIN)
-            self.by_socket[client.socket] = ps
-
-    def pull(self, ids: dict[str, torch.Tensor], on_stall) -> tuple[dict, dict]:
-        requests = {}
-        for ps in self.clients:
-            tables = tuple(t for t in self.tables[ps] if t in ids)
-            requests[ps] = (Pull(self.generation, tables).to_header(), [ids[t] for t in tables])
-        replies = self.exchange(requests, on_stall)
-        dense, rows = {}, {}
-        for ps, (header, tensors) in replies.items():
-            count = len(header["dense"])
-            dense.update(zip(header["dense"], tensors[:count], strict=True))
-            tables = requests[ps][0]["tables"]
-            rows.update((t, (ids[t], v)) for t, v in zip(tables, tensors[count:], strict=True))
-        return dense, rows
-
-    def push(self, key, indices: torch.Tensor, dense: dict, sparse: dict, on_stall) -> None:
-        requests = {}
-        for ps in self.clients:
-            tensors = [indices] + [dense[n] for n in self.dense[ps]]
-            for name in self.tables[ps]:
-                tensors += list(sparse[name])
-            header = Push(self.generation, key, self.dense[ps], self.tables[ps]).to_header()
-            requests[ps] = (header, tensors)
-        self.exchange(requests, on_stall)
-
-    def fetch_rows(self, table: str, ids: torch.Tensor, on_stall) -> torch.Tensor:
-        ps = self.owner[table]
-        header = Pull(self.generation, (table,)).to_header()
-        replies = self.exchange({ps: (header, [ids])}, on_stall)
-        reply, tensors = replies[ps]
-        return tensors[len(reply["dense"])]
-
-    def exchange(self, requests: dict, on_stall) -> dict:
-        """Send every request, wait for every reply; ``on_stall()`` runs while waiting long.
-
-        Raises:
-            Reset: a server answered ``stale`` (its generation is not ours).
-        """
-        for ps, (header, tensors) in requests.items():
-            self.clients[ps].send(header, tensors)
-        replies: dict[str, tuple] = {}
-        while len(replies) < len(requests):
-            events = dict(self.poller.poll(int(STALL_CHECK_S * 1000)))
-            if not events:
-                on_stall()
-            for socket in events:
-                ps = self.by_socket[socket]
-                reply = self.clients[ps].receive()
-                if reply is not None and ps in requests:
-                    replies[ps] = reply
-        if any(header.get("stale") for header, _ in replies.values()):
-            raise ResetLease("a parameter server is on another generation")
-        return replies
-
-    def close(self) -> None:
-        for client in self.clients.values():
-            client.close()
 
 
 class Worker:
@@ -151,21 +68,26 @@ class Worker:
         self.layout = layout_of(self.model)
         self.lookups = EmbeddingLookups(self.layout)
         self.cluster: PSCluster | None = None
+        self.overlap = ctx.spec.runtime.overlap
         self.paused = False
         if cluster is not None:
             self.switch(cluster)
 
     def run(self) -> int:
+        leased: _Leased | None = None
         try:
             while True:
-                reply, tensors = self.ask_for_task()
-                if reply.lease is None:
-                    time.sleep(LEASE_WAIT_S)
-                    continue
+                if leased is None:
+                    reply, tensors = self.ask_for_task()
+                    if reply.lease is None:
+                        time.sleep(LEASE_WAIT_S)
+                        continue
+                    leased = _Leased(reply.lease, tensors[0])
                 try:
-                    self.train(reply.lease, tensors[0])
-                except ResetLease:
-                    continue
+                    leased = self.train(leased.grant, leased.shard_indices)
+                except ResetLease:  # whatever is in flight is given up (and deduplicated if
+                    self.cluster.abandon()  # it is applied: the batch is trained again)
+                    leased = None
         except StopWorker:
             return 0
         finally:
@@ -191,40 +113,106 @@ class Worker:
         return reply, tensors
 
     # -- training -----------------------------------------------------------------
-    def train(self, grant: Grant, shard_indices: torch.Tensor) -> None:
-        task, batch_size = grant.task, self.ctx.spec.batch_size
-        for batch in range(grant.next_batch, task.end):
-            indices = shard_indices[batch * batch_size : (batch + 1) * batch_size]
-            self.step((task.epoch, task.shard, batch), indices)
-            answer, _ = self.ctx.call(Progress(task, batch + 1))
-            self.follow(answer)
-            if not answer.accepted:
-                raise ResetLease("the master no longer holds this lease for us")
-            if self.paused:
-                self.hold()
+    def train(self, grant: Grant, shard_indices: torch.Tensor) -> _Leased | None:
+        """Train the task's batches from ``grant.next_batch``; returns the next task if the
+        master leased one with its answer to the last batch.
 
-    def step(self, key: tuple[int, int, int], indices: torch.Tensor) -> None:
-        started = time.monotonic()
+        Each batch's pull goes out before it is computed, with the previous batch's push.
+        With ``runtime.overlap`` the pull of batch b+1 goes before the push of b, so each
+        server answers it at once and applies b while this worker computes b+1 (b+1 sees
+        every push before b: one step stale); b is reported done once its push is
+        answered, while the servers serve b+1's pull. Without it the push goes first and
+        the pull sees it applied, as in a step-by-step loop. Either way progress is
+        reported only for pushes every server has answered.
+        """
+        task = grant.task
+        batches = _Batches(shard_indices, self.ctx.spec.batch_size)
+        ready = self.prepare(task, grant.next_batch, batches)
+        unreported: list[_Pushed] = []
+        leased = None
+        while ready is not None:
+            started = time.monotonic()
+            loss, grads = self.compute(ready)
+            after = ready.batch + 1
+            if self.overlap:
+                following = self.prepare(task, after, batches)
+                unreported.append(self.push(ready, grads, loss))
+            else:
+                unreported.append(self.push(ready, grads, loss))
+                following = self.prepare(task, after, batches)
+            keep = 1 if self.overlap else 0  # overlap: b's push stays out while b+1 computes
+            while len(unreported) > keep or (unreported and self.paused):
+                leased = self.confirm(unreported.pop(0), pushes_out=len(unreported))
+            if self.paused:  # halted at a batch boundary: every push answered and reported
+                self.forget(following)
+                self.hold()
+                following = self.prepare(task, after, batches)
+            ready = following
+            self.ctx.busy_s += time.monotonic() - started
+        while unreported:
+            leased = self.confirm(unreported.pop(0), pushes_out=len(unreported))
+        if self.paused:
+            self.hold()
+        return leased
+
+    def prepare(self, task: Task, batch: int, batches: _Batches) -> _Ready | None:
+        """Batch ``batch`` of ``task`` read, its embedding ids found, its pull sent
+        (None past the task's end)."""
+        if batch >= task.end:
+            return None
+        indices = batches.indices(batch)
         inputs, target = self.workload.batch(indices)
         ids = self.lookups.discover(inputs)
-        dense, rows = self.cluster.pull(ids, self.check_master)
+        pull = self.cluster.send_pull(ids)
+        return _Ready(task, batch, indices, inputs, target, self.cluster, pull)
+
+    def compute(self, ready: _Ready) -> tuple[torch.Tensor, tuple[dict, dict]]:
+        """Forward and backward on the pulled values: the loss and the gradients."""
+        if ready.cluster is not self.cluster:  # switched since the pull went out
+            ready.pull = self.cluster.send_pull(ready.pull.ids)
+            ready.cluster = self.cluster
+        dense, rows = self.cluster.pulled(ready.pull, self.check_master)
         write_pulled(self.layout, dense, rows)
         self.lookups.guard(
             {name: value[0] for name, value in rows.items()},
             lambda table, missing: self.cluster.fetch_rows(table, missing, self.check_master),
         )
         try:
-            loss = self.workload.loss_fn(self.model(*inputs), target)
+            loss = self.workload.loss_fn(self.model(*ready.inputs), ready.target)
             loss.backward()
         finally:
             self.lookups.release()
-        dense_grads, sparse_grads = gradients(self.layout)
-        self.cluster.push(key, indices, dense_grads, sparse_grads, self.check_master)
+        return loss.detach(), gradients(self.layout, self.lookups)
+
+    def push(self, ready: _Ready, grads: tuple[dict, dict], loss: torch.Tensor) -> _Pushed:
+        key = (ready.task.epoch, ready.task.shard, ready.batch)
+        request = self.cluster.send_push(key, ready.indices, *grads)
+        return _Pushed(ready.task, ready.batch, len(ready.indices), loss, request)
+
+    def confirm(self, pushed: _Pushed, pushes_out: int) -> _Leased | None:
+        """Wait until every server has answered the push, then report the batch done;
+        returns the next task if the master leased one with its answer (to a finish).
+
+        Raises:
+            ResetLease: the master no longer holds this lease for us (or reset it), or it
+                moved us to another cluster while ``pushes_out`` later pushes were in flight
+                (their fate is unknown: the lease is trained again from what was reported).
+        """
+        self.cluster.wait(pushed.request, self.check_master)
         self.ctx.steps += 1
-        self.ctx.samples += len(indices)
-        self.ctx.loss_sum += float(loss.detach())
+        self.ctx.samples += pushed.samples
+        self.ctx.loss_sum += float(pushed.loss)
         self.ctx.loss_n += 1
-        self.ctx.busy_s += time.monotonic() - started
+        answer, tensors = self.ctx.call(Progress(pushed.task, pushed.batch + 1))
+        if self.follow(answer) and pushes_out:
+            raise ResetLease("the cluster changed with a push in flight")
+        if not answer.accepted:
+            raise ResetLease("the master no longer holds this lease for us")
+        return _Leased(answer.lease, tensors[0]) if answer.lease is not None else None
+
+    def forget(self, ready: _Ready | None) -> None:
+        if ready is not None:
+            ready.cluster.forget(ready.pull)
 
     # -- following the master -----------------------------------------------------------
     def follow(self, reply: Reply) -> bool:
@@ -253,7 +241,8 @@ class Worker:
         return switched
 
     def switch(self, view: ClusterView) -> None:
-        old, self.cluster = self.cluster, PSCluster(self.ctx, view, self.layout.sparse)
+        new = PSCluster(self.ctx.zmq, self.ctx.counters, view, self.layout.sparse)
+        old, self.cluster = self.cluster, new
         self.ctx.generation = self.cluster.generation
         if old is not None:
             old.close()
@@ -270,6 +259,49 @@ class Worker:
         cluster ends the wait (the request is retried, or deduplicated, later)."""
         if self.follow(self.ctx.call(Heartbeat())[0]):
             raise ResetLease("the cluster changed during a request")
+
+
+class _Batches:
+    """A leased shard's sample indices, cut into batches."""
+
+    def __init__(self, shard_indices: torch.Tensor, batch_size: int) -> None:
+        self.shard_indices, self.batch_size = shard_indices, batch_size
+
+    def indices(self, batch: int) -> torch.Tensor:
+        size = self.batch_size
+        return self.shard_indices[batch * size : (batch + 1) * size]
+
+
+@dataclass
+class _Ready:
+    """A batch whose inputs are read and whose pull is in flight to ``cluster``."""
+
+    task: Task
+    batch: int
+    indices: torch.Tensor
+    inputs: tuple
+    target: torch.Tensor
+    cluster: PSCluster
+    pull: InFlight
+
+
+@dataclass(frozen=True)
+class _Leased:
+    """A task the master leased, with its shard's sample indices."""
+
+    grant: Grant
+    shard_indices: torch.Tensor
+
+
+@dataclass(frozen=True)
+class _Pushed:
+    """A batch whose gradients are on their way to every server, not yet reported."""
+
+    task: Task
+    batch: int
+    samples: int
+    loss: torch.Tensor
+    request: InFlight
 
 
 def run_worker(ctx: NodeContext) -> int:

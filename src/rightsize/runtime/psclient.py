@@ -1,0 +1,134 @@
+"""A worker's connections to one generation's parameter servers: pulls and pushes in flight.
+
+Every request goes to every server at once and is awaited later, so a worker can
+have the next step's pull and this step's push out together (:mod:`worker`
+decides their order, and with it what a pull sees). Each server serves its
+socket's requests in the order they were sent; replies are matched to requests
+by number, and a reply to a request given up (a reset, a new cluster) is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import zmq
+
+from rightsize.runtime.protocol import ClusterView, Pull, Push
+from rightsize.runtime.shards import Key
+from rightsize.runtime.transport import Client, Counters, Header
+
+#: Seconds a worker waits on parameter servers before asking the master what is going on.
+STALL_CHECK_S = 1.0
+
+Replies = dict[str, tuple[Header, list[torch.Tensor]]]
+
+
+class ResetLease(Exception):
+    """The master dropped this worker's lease (or the cluster changed under a request)."""
+
+
+@dataclass
+class InFlight:
+    """One request sent to several servers: its number at each, and what a pull asked for."""
+
+    rids: dict[str, int]
+    tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ids: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class PSCluster:
+    """Connections to one generation's parameter servers, and which tensors each holds."""
+
+    def __init__(self, context: zmq.Context, counters: Counters, view: ClusterView,
+                 sparse: set[str]) -> None:  # fmt: skip
+        self.generation = view.generation
+        self.clients = {ps: Client(context, addr, counters) for ps, addr in view.servers.items()}
+        placement = view.placement
+        self.dense = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n not in sparse))
+                      for ps in self.clients}  # fmt: skip
+        self.tables = {ps: tuple(sorted(n for n, p in placement.items() if p == ps and n in sparse))
+                       for ps in self.clients}  # fmt: skip
+        self.owner = dict(placement)
+        self.poller = zmq.Poller()
+        self.by_socket = {}
+        for ps, client in self.clients.items():
+            self.poller.register(client.socket, zmq.POLLIN)
+            self.by_socket[client.socket] = ps
+        self.arrived: dict[int, tuple[Header, list[torch.Tensor]]] = {}
+
+    # -- requests ---------------------------------------------------------------------
+    def send_pull(self, ids: dict[str, torch.Tensor]) -> InFlight:
+        """Ask every server for its dense tensors and the rows ``ids`` names of its tables."""
+        request = InFlight({}, ids=ids)
+        for ps, client in self.clients.items():
+            tables = tuple(t for t in self.tables[ps] if t in ids)
+            request.tables[ps] = tables
+            header = Pull(self.generation, tables).to_header()
+            request.rids[ps] = client.send(header, [ids[t] for t in tables])
+        return request
+
+    def send_push(self, key: Key, indices: torch.Tensor, dense: dict, sparse: dict) -> InFlight:
+        """Send one batch's gradients, keyed ``key``, to every server."""
+        rids = {}
+        for ps, client in self.clients.items():
+            tensors = [indices] + [dense[n] for n in self.dense[ps]]
+            for name in self.tables[ps]:
+                tensors += list(sparse[name])
+            header = Push(self.generation, key, self.dense[ps], self.tables[ps]).to_header()
+            rids[ps] = client.send(header, tensors)
+        return InFlight(rids)
+
+    def pulled(self, request: InFlight, on_stall: Callable[[], None]) -> tuple[dict, dict]:
+        """The values a pull brought: dense tensors by name, and (ids, rows) per table."""
+        dense, rows = {}, {}
+        for ps, (header, tensors) in self.wait(request, on_stall).items():
+            count = len(header["dense"])
+            dense.update(zip(header["dense"], tensors[:count], strict=True))
+            rows.update((t, (request.ids[t], v))
+                        for t, v in zip(request.tables[ps], tensors[count:], strict=True))  # fmt: skip
+        return dense, rows
+
+    def fetch_rows(self, table: str, ids: torch.Tensor, on_stall) -> torch.Tensor:
+        ps = self.owner[table]
+        rid = self.clients[ps].send(Pull(self.generation, (table,)).to_header(), [ids])
+        reply, tensors = self.wait(InFlight({ps: rid}), on_stall)[ps]
+        return tensors[len(reply["dense"])]
+
+    def wait(self, request: InFlight, on_stall: Callable[[], None]) -> Replies:
+        """Every server's reply to ``request``; ``on_stall()`` runs while waiting long.
+
+        Raises:
+            ResetLease: a server answered ``stale`` (its generation is not ours).
+        """
+        while not all(rid in self.arrived for rid in request.rids.values()):
+            events = dict(self.poller.poll(int(STALL_CHECK_S * 1000)))
+            if not events:
+                on_stall()
+            for socket in events:
+                reply = self.clients[self.by_socket[socket]].receive()
+                if reply is not None:
+                    self.arrived[reply[0]["rid"]] = reply
+        replies = {ps: self.arrived.pop(rid) for ps, rid in request.rids.items()}
+        if any(header.get("stale") for header, _ in replies.values()):
+            raise ResetLease("a parameter server is on another generation")
+        return replies
+
+    def forget(self, request: InFlight | None) -> None:
+        """Give up on ``request``: its replies are dropped whenever they come."""
+        if request is None:
+            return
+        for ps, rid in request.rids.items():
+            self.clients[ps].forget(rid)
+            self.arrived.pop(rid, None)
+
+    def abandon(self) -> None:
+        """Give up on every request in flight."""
+        for client in self.clients.values():
+            client.pending.clear()
+        self.arrived.clear()
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
