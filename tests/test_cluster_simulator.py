@@ -1,6 +1,7 @@
 """The discrete-event simulator on tiny traces whose completion times are computed by hand."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -112,12 +113,24 @@ def test_user_errors_name_the_job():
         simulate([bad], StaticPolicy(SMALL))
 
 
-def test_an_oom_job_its_policy_cannot_fix_fails_and_frees_its_cpu():
+def test_an_oom_job_nobody_can_fix_fails_and_frees_its_cpu():
+    # the budget's memory is all in the shape: the mechanism cannot double the workers' 10 B
     starved = ClusterShape.from_counts(1, 2, Resources(2, 10**9), Resources(9, 10))
-    result = simulate([job("a", 0), job("b", 10)], StaticPolicy(starved), oom_patience_s=600)
+    full = Resources(40, starved.total().memory_bytes)
+    trace = [replace(job(n, t), budget=full) for n, t in (("a", 0), ("b", 10))]
+    result = simulate(trace, StaticPolicy(starved), oom_patience_s=600)
     a, b = result.jobs
     assert a.failed and b.failed
     assert a.finish_s == pytest.approx(120 + 600, abs=60)
+
+
+def test_an_oom_kill_the_policy_leaves_alone_is_doubled_by_the_mechanism():
+    # as the runtime does (scaling.oom): the static policy never changes a shape, the
+    # simulator doubles the workers' memory until they hold what they need, and the job ends
+    starved = ClusterShape.from_counts(1, 2, Resources(2, 10**9), Resources(9, 10))
+    result = simulate([job("a", 0)], StaticPolicy(starved))
+    (a,) = result.jobs
+    assert not a.failed and a.restarts >= 1
 
 
 def test_durations_in_a_trace_become_work_at_the_budget_as_one_ps_two_workers():

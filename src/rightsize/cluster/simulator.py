@@ -46,6 +46,7 @@ from rightsize.core.errors import RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.spec import Strategy
 from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.oom import memory_doubled_after_oom
 from rightsize.scaling.plan_check import MILLICORE, plan_problems
 from rightsize.scaling.shapes import one_ps_two_workers
 
@@ -232,6 +233,8 @@ class _Run:
             )  # fmt: skip
         observation = self._observe(job)
         plan = self.policy.decide(observation)
+        if plan is None and job.rate <= 0:
+            plan = self._oom_safety_net(job)
         if plan is not None:
             self._check_plan(job, plan, self.scheduler.free_for_running())
             self.scheduler.allocate(job, plan.shape.total(), MILLICORE * len(plan.shape.nodes))
@@ -242,6 +245,16 @@ class _Run:
             self._fail(job)
             return
         self._next_tick(job, self.policy.decision_due_s(observation))
+
+    def _oom_safety_net(self, job: SimJob) -> Plan | None:
+        """The runtime's answer to OOM kills the policy left alone (:mod:`scaling.oom`): the
+        killed nodes relaunched with twice their memory, within the budget and what the
+        cluster has free."""
+        killed = {name: job.shape.node(name).resources.memory_bytes for name in job.perf.oom_nodes}
+        left = self.scheduler.free_for_running().memory_bytes
+        if job.budget.memory_bytes:
+            left = min(left, job.budget.memory_bytes - job.shape.total().memory_bytes)
+        return memory_doubled_after_oom(job.shape, killed, max(0, left))
 
     def _next_tick(self, job: SimJob, due_s: float) -> None:
         """Ask again at the next interval, or when the policy says it could decide; a job

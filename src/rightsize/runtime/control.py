@@ -19,7 +19,7 @@ checkpoint (a parameter server).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rightsize.core.resources import Resources
@@ -35,7 +35,7 @@ from rightsize.scaling.api import (
     ShapeRecord,
 )
 from rightsize.scaling.book import ObservationBook
-from rightsize.scaling.shapes import memory_doubled
+from rightsize.scaling.oom import memory_doubled_after_oom
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,7 @@ class ControlLoop:
             shape = self.mechanism.shape
             killed = {e.node: shape.node(e.node).resources.memory_bytes for e in events
                       if e.kind == EventKind.OOM_KILLED and shape.has_node(e.node)}  # fmt: skip
-            if killed:
-                self.decide()
+            if killed and not self.decide():  # the policy left the kills alone
                 self.grow_oom_killed(killed)
             self.mechanism.recover()
         now = self.clock.now()
@@ -191,28 +190,26 @@ class ControlLoop:
         if self.schedule.checkpoint_due(self.clock.now()):
             self.mechanism.checkpoint()
 
-    def decide(self) -> None:
+    def decide(self) -> bool:
+        """Ask the policy; True if it planned a change that was applied."""
         time_s = self.clock.now() - self.started_at
         plan = self.controller.decide(time_s, self.mechanism.shape, self.mechanism.steps_done())
-        if plan is not None:
-            self.apply(plan)
+        return plan is not None and self.apply(plan)
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: Plan) -> bool:
         shape = self.mechanism.shape
-        if self.mechanism.apply(plan).applied:
-            self.controller.applied(plan, shape, self.clock.now() - self.started_at)
+        if not self.mechanism.apply(plan).applied:
+            return False
+        self.controller.applied(plan, shape, self.clock.now() - self.started_at)
+        return True
 
     def grow_oom_killed(self, killed: dict[str, int]) -> None:
-        """DLRover §4.2's remedy as the mechanism's safety net, under every policy: a node
-        the kernel OOM-killed whose memory the policy did not raise (``killed``: its memory
-        when it died) is relaunched with twice as much, or with what the budget has left.
-        The plan is the mechanism's, recorded like the policy's, so the policy sees it in
-        ``Observation.plans`` and the shape."""
-        for name, had in killed.items():
-            shape = self.mechanism.shape
-            if not shape.has_node(name) or shape.node(name).resources.memory_bytes > had:
-                continue
-            left = self.controller.budget.memory_bytes - shape.total().memory_bytes
-            plan = memory_doubled(shape, name, max(0, left))
-            if plan is not None:
-                self.apply(replace(plan, reason=f"runtime: {plan.reason} (DLRover §4.2)"))
+        """Nodes the kernel OOM-killed (``killed``: their memory when they died) that the
+        policy left alone are relaunched with twice their memory (:mod:`scaling.oom`; the
+        simulator does the same). A policy that changes the shape in another way is
+        asked again if the node is killed again."""
+        shape = self.mechanism.shape
+        left = self.controller.budget.memory_bytes - shape.total().memory_bytes
+        plan = memory_doubled_after_oom(shape, killed, max(0, left))
+        if plan is not None:
+            self.apply(plan)

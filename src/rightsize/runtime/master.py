@@ -47,8 +47,8 @@ from rightsize.runtime.errors import (
     StopRequested,
 )
 from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
-from rightsize.runtime.memory_need import floored_plan, memory_need, warn_below_floors
 from rightsize.runtime.liveness import MASTER_GAP_S, LivenessRule, credit_gap, silent_nodes
+from rightsize.runtime.memory_need import floored_plan, memory_need, warn_below_floors
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload

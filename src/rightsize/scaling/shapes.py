@@ -13,7 +13,8 @@ from functools import lru_cache
 from rightsize.core.errors import ResourceError
 from rightsize.core.resources import CPU_DECIMALS, Resources
 from rightsize.core.shape import ClusterShape, DTConfig, NodeRole
-from rightsize.scaling.api import Action, EventKind, Observation, Plan
+from rightsize.scaling.api import EventKind, Observation, Plan
+from rightsize.scaling.oom import memory_doubled_after_oom
 
 MILLICORE = 10**-CPU_DECIMALS
 LAUNCH_SHAPES = 256  # remembered launch shapes (a cache bound, not a model parameter)
@@ -115,21 +116,7 @@ def oom_killed_memory_doubled(obs: Observation) -> Plan | None:
     benchmarks) run it before their script; DLRover's policy has its own (§4.2 whole)."""
     for event in obs.events:
         if event.kind == EventKind.OOM_KILLED:
-            return memory_doubled(obs.shape, event.node)
+            node = obs.shape.node(event.node)
+            return memory_doubled_after_oom(obs.shape, {node.name: node.resources.memory_bytes},
+                                            None, by="script")  # fmt: skip
     return None
-
-
-def memory_doubled(shape: ClusterShape, name: str, memory_left: int | None = None) -> Plan | None:
-    """Node ``name`` of ``shape`` relaunched with twice its memory — at most ``memory_left``
-    more (what a budget still has) — or None if it cannot get more."""
-    node = shape.node(name)
-    extra = node.resources.memory_bytes
-    if memory_left is not None:
-        extra = min(extra, memory_left)
-    if extra <= 0:
-        return None
-    bigger = Resources(node.resources.cpu_cores, node.resources.memory_bytes + extra,
-                       node.resources.gpus)  # fmt: skip
-    how = "double its memory" if extra == node.resources.memory_bytes else "all the memory left"
-    return Plan(shape.with_resources(name, bigger), Action.RELAUNCH_OOM,
-                f"{name} OOM-killed: {how}")  # fmt: skip
