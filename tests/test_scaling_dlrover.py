@@ -164,7 +164,11 @@ def test_hot_ps_is_replaced_with_the_formulas_cores():
     obs = observe(shape, window_of(shape, used), {"stage": "adjust", "s_hat": 1.0}, budget=300)
     plan = DLRoverPolicy().decide(obs)
     assert plan.action == Action.REPLACE_PS
-    assert plan.shape.node("ps-0").resources.cpu_cores == pytest.approx(19.077, abs=1e-3)
+    # a new PS replaces the hot one (§4.2); the others stay as they were
+    assert [n.name for n in plan.shape.ps] == ["ps-1", "ps-2", "ps-3"]
+    assert plan.shape.node("ps-3").resources.cpu_cores == pytest.approx(19.077, abs=1e-3)
+    in_place = DLRoverPolicy(replace_hot_ps=False).decide(obs)
+    assert in_place.shape.node("ps-0").resources.cpu_cores == pytest.approx(19.077, abs=1e-3)
 
 
 def test_idle_ps_cpu_adds_workers_up_to_what_the_ps_can_serve():

@@ -66,6 +66,10 @@ class DLRoverParams:
         ps_cpu_growth: ours — factor by which saturated PS CPU grows.
         memory_margin: ours — new workers get the observed worker memory times this.
         max_workers: the paper's undefined ``√K`` cap on workers (none).
+        replace_hot_ps: §4.2 — a hot PS is *replaced* by a new PS with more CPU (its
+            tensors move there, the hot one leaves; true). False: resize the hot PS in place,
+            which a mechanism that changes quotas in place (this runtime) can do without
+            moving a tensor (ours; measured beside it in benchmarks/runtime_elastic.py).
         core_step: the unit worker CPU is rounded up to (eq. 6's ``⌈ŵ⌉``: 1 core) ...
         core_step_fraction: ours — ... or this fraction of the budget where that is
             smaller (0.05). At the paper's and the simulator's budgets (30+ cores) it is
@@ -85,6 +89,7 @@ class DLRoverParams:
     ps_cpu_growth: float = 2.0
     memory_margin: float = 1.2
     max_workers: int | None = None
+    replace_hot_ps: bool = True
     core_step: float = 1.0
     core_step_fraction: float = 0.05
 
@@ -332,13 +337,18 @@ class DLRoverPolicy(Policy):
         s_hat = s_hat or s_used / obs.shape.n_workers
         n_w = obs.shape.n_workers
         cores = dm.hot_ps_cores(used[hot.name], s_used, s_hat, n_w, self.c_max(obs.node_limit))
-        shape = obs.shape.with_resources(hot.name, replace(hot.resources, cpu_cores=cores))
+        bigger = replace(hot.resources, cpu_cores=cores)
+        if p.replace_hot_ps:  # a new PS takes the hot one's tensors; the hot one leaves
+            shape = obs.shape.with_node_added(NodeRole.PS, bigger).without_node(hot.name)
+            new = shape.ps[-1].name
+        else:
+            shape, new = obs.shape.with_resources(hot.name, bigger), hot.name
         if cores <= hot.resources.cpu_cores or not grows_within(obs, shape):
             return None
         return Plan(
             shape,
             Action.REPLACE_PS,
             f"hot {hot.name} ({used[hot.name]:.3g} of {s_used:.3g} PS cpu): replace with "
-            f"{cores:.3g} cpu",
+            f"{new} of {cores:.3g} cpu",
             self.notes(obs, ADJUST),
         )
