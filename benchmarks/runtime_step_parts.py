@@ -1,0 +1,100 @@
+"""Where a PS step's CPU time goes: each part of one worker step and one server step, timed alone.
+
+One process, one torch thread, no sockets: the batch is read, its embedding ids
+discovered, the server's pull reply built, encoded and decoded, written into the
+worker's model, forward, backward, the gradients gathered, the push encoded and
+decoded, and the server's optimizer applied. Medians over 100 steps after 20 of
+warm-up. The parts the plain loop also pays are ``batch``, ``forward``,
+``backward`` and ``ps_apply`` (its optimizer); the rest is the runtime's cost.
+
+    python benchmarks/runtime_step_parts.py wide-deep mlp3
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
+from rightsize.runtime.node import build_workload
+from rightsize.runtime.paramstore import OptimSettings, ParamStore
+from rightsize.runtime.transport import decode, encode
+from runtime_throughput import case_spec
+
+STEPS, WARMUP = 120, 20
+
+
+def wire(header: dict, tensors: list) -> tuple[dict, list]:
+    """Encode and decode as a socket would carry the frames (copied into bytes)."""
+    frames = encode(header, tensors)
+    return decode([f.tobytes() if isinstance(f, np.ndarray) else bytes(f) for f in frames])
+
+
+def parts(case: str) -> dict[str, float]:
+    spec = case_spec(Path(tempfile.mkdtemp()), case, STEPS, 0.5)
+    workload = build_workload(spec)
+    layout = layout_of(workload.make_model(seed=0))
+    lookups = EmbeddingLookups(layout)
+    t = spec.training
+    store = ParamStore({n: p.detach() for n, p in layout.params.items()}, layout.sparse,
+                       OptimSettings(t.optimizer, t.lr, t.momentum))  # fmt: skip
+    order = torch.randperm(len(workload.dataset), generator=torch.Generator().manual_seed(0))
+    size, times = spec.batch_size, {}
+    for step in range(STEPS):
+        clock = [time.perf_counter()]
+
+        def tick(name: str) -> None:
+            now = time.perf_counter()
+            times.setdefault(name, []).append(now - clock[0])
+            clock[0] = now
+
+        indices = order[(step * size) % (len(order) - size) :][:size]
+        inputs, target = workload.batch(indices)
+        tick("batch")
+        ids = lookups.discover(inputs)
+        tick("discover")
+        tables = sorted(ids)
+        out = [v.clone() for v in store.dense_values()] + [store.rows(n, ids[n]) for n in tables]
+        tick("ps_pull_reply")
+        _, pulled = wire({"op": "pull"}, out)
+        tick("pull_wire")
+        count = len(store.dense_names)
+        write_pulled(layout, dict(zip(store.dense_names, pulled[:count], strict=True)),
+                     {n: (ids[n], v) for n, v in zip(tables, pulled[count:], strict=True)})  # fmt: skip
+        tick("write_pulled")
+        loss = workload.loss_fn(layout.model(*inputs), target)
+        tick("forward")
+        loss.backward()
+        tick("backward")
+        dense, sparse = gradients(layout, lookups)
+        tick("gradients")
+        pushed = [indices] + [dense[n] for n in store.dense_names]
+        pushed += [x for n in sorted(store.sparse) for x in sparse[n]]
+        _, got = wire({"op": "push"}, pushed)
+        tick("push_wire")
+        it = iter(got)
+        keys = next(it).numpy().astype(np.int32)
+        store.apply((0, step, 0), keys, {n: next(it) for n in store.dense_names},
+                    {n: (next(it), next(it)) for n in sorted(store.sparse)})  # fmt: skip
+        tick("ps_apply")
+    return {k: 1e3 * statistics.median(v[WARMUP:]) for k, v in times.items()}
+
+
+def main(argv: list[str]) -> int:
+    torch.set_num_threads(1)
+    torch.sparse.check_sparse_tensor_invariants.disable()  # as the servers run
+    for case in argv or ["wide-deep", "mlp3"]:
+        ms = parts(case)
+        print(f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
+              + f"; total {sum(ms.values()):.2f} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
