@@ -1,0 +1,617 @@
+"""Right-sizing real jobs: each policy, started mis-sized on a 2-CPU budget, against the oracle.
+
+Issue 17, item 5. For each workload (Wide&Deep and a small CNN, both on the PS
+strategy) the script
+
+1. **sweeps** static shapes within the budget — 1-2 PS x 1-3 workers, the PS
+   holding 20%, 35% or 50% of the CPU, the workers sharing the rest equally —
+   each for ``--sweep-steps`` steps, and takes the steady median samples/s of
+   each (warm-up intervals left out). The **oracle** is the fastest shape; it is
+   then run for the job's whole fixed work (epochs over a dataset) with the
+   static policy: its wall time is the oracle's JCT, its steady median samples/s
+   the oracle's throughput;
+2. starts the same fixed work **mis-sized** (``STARTS``: too small, and too
+   big for its PS) under every policy, for real, and reports per run: JCT (the
+   report's wall time: launch to the final checkpoint), the time until an
+   interval's samples/s first reached 95% of the oracle's, the final
+   throughput (median of the last intervals) over the oracle's, samples per
+   allocated CPU-second over the oracle's, applied plans by action, restarts;
+3. runs the same jobs in the **simulator** (``cluster.Simulator``), with a
+   ``SimModel`` fitted to the sweep's measured speeds (``fit_sim_model``), the
+   same start shapes, the same policies on the runtime's 2-s clock, and
+   reports simulated against real JCT per policy (the simulator's fidelity).
+
+Every number is measured on this machine (``simulated: false`` rows), except the
+``sim`` rows, which say so. Usage:
+
+    python benchmarks/runtime_rightsizing.py --out benchmarks/results/runtime_rightsizing.json
+    python benchmarks/runtime_rightsizing.py --quick   # one workload, 2 policies: checks it works
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize
+
+from bench_io import write_report
+from rightsize.cluster.config import SimConfig
+from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
+from rightsize.cluster.simjob import Noise
+from rightsize.cluster.simulator import Simulator
+from rightsize.cluster.traces import Trace, TraceJob
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
+from rightsize.core.spec import JobSpec
+from rightsize.core.units import parse_memory
+from rightsize.runtime.memory_need import MemoryNeed, floored_plan, memory_need
+from rightsize.runtime.model_io import layout_of
+from rightsize.runtime.node import build_workload
+from rightsize.scaling.api import Action, LaunchRequest, Observation, Plan, Policy
+from rightsize.scaling.registry import make_policy
+from runtime_common import WARMUP_INTERVALS, job_spec, load_note, median_or_none, run_job, steady
+from runtime_throughput import master_samples
+
+BUDGET = {"cpu": 2, "memory": "6Gi"}
+#: Every node's memory: above each node's floor for both workloads (wide-deep PS 521 MiB,
+#: small-cnn worker 444 MiB, runtime/memory_need.py), and 8 nodes fit the 6Gi budget.
+NODE_MEMORY = "768Mi"
+#: The runtime's metric interval; the policies count their durations on it (scaling.pace).
+METRIC_INTERVAL_S = 2.0
+#: "Time to 95% of the oracle's throughput" (NEARCHUS Fig. 7-9's reach fraction).
+REACH_FRACTION = 0.95
+#: Intervals at the end of a run whose median is its final throughput.
+FINAL_INTERVALS = 5
+POLICIES = ("static", "nearchus", "nearchus+", "dlrover", "optimus")
+#: Policy parameters that differ from the defaults, and why. Optimus's 5-vCPU nodes (NEARCHUS
+#: §V) cannot start on 2 CPUs: 0.25-CPU nodes (8 fit the budget); its 20 profiling runs need
+#: measured prior shapes, which the runtime does not pass (startup.launch_plan: no prior), so
+#: none are asked for and it explores from its own shapes.
+POLICY_PARAMS: dict[str, dict[str, Any]] = {
+    "optimus": {"cores_per_node": 0.25, "profile_configs": 0},
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark job: what it trains, and the fixed work every run does."""
+
+    fields: dict[str, Any]
+    dataset_size: int
+    epochs: int
+    sweep_steps: int
+
+
+#: Fixed work chosen from --quick runs on this machine (load 3-6 from others): wide-deep's
+#: oracle ran 30-48k samples/s, so 1.6M samples take about 40-55 s; small-cnn on the PS
+#: strategy ran 300-400 samples/s, so 16,000 samples take about 40-55 s. Sweep steps: 15-30 s
+#: of training per shape.
+WORKLOADS = {
+    "wide-deep": Workload(
+        {"workload": "wide-deep", "dataset": "synthetic-criteo", "batch_size": 512,
+         "options": {"embed_dim": 8, "hidden": [64, 32]},
+         "training": {"optimizer": "adagrad", "lr": 0.05}},
+        dataset_size=200_000, epochs=8, sweep_steps=1500,
+    ),
+    "small-cnn": Workload(
+        {"workload": "small-cnn", "dataset": "synthetic-cifar", "batch_size": 64,
+         "options": {}, "training": {"optimizer": "sgd", "lr": 0.05}},
+        dataset_size=4_000, epochs=4, sweep_steps=150,
+    ),
+}  # fmt: skip
+#: Mis-sized starts as (PS count, PS cpu, worker count, worker cpu).
+STARTS = {
+    "too-small": (1, 0.2, 2, 0.2),  # 0.6 of the 2 CPUs
+    "too-big-ps": (2, 0.6, 1, 0.4),  # 1.2 of 1.6 CPUs on servers that idle
+}
+#: The sweep's grid: PS count, worker count, the PS's share of the budget's CPU.
+SWEEP_PS = (1, 2)
+SWEEP_WORKERS = (1, 2, 3)
+SWEEP_PS_SHARES = (0.2, 0.35, 0.5)
+#: A localhost "link" the simulated transfers never saturate: on one machine moving tensors
+#: costs CPU, which the fitted per-step core-seconds already hold.
+LOOPBACK_BYTES_PER_S = 1e12
+
+
+# -- shapes and specs ---------------------------------------------------------------------
+def shape_fields(n_ps: int, ps_cpu: float, n_workers: int, worker_cpu: float) -> dict:
+    """A job file's ``initial_shape`` (per-node CPU, :data:`NODE_MEMORY` each)."""
+    return {"ps": {"count": n_ps, "cpu": ps_cpu, "memory": NODE_MEMORY},
+            "workers": {"count": n_workers, "cpu": worker_cpu, "memory": NODE_MEMORY}}  # fmt: skip
+
+
+def sweep_grid(budget_cpu: float) -> list[tuple[int, float, int, float]]:
+    """Every (PS count, PS cpu, worker count, worker cpu) of the sweep, within ``budget_cpu``
+    (per-node CPU rounded down to millicores, so that rounding never crosses the budget)."""
+    grid = []
+    for n_ps in SWEEP_PS:
+        for share in SWEEP_PS_SHARES:
+            for n_workers in SWEEP_WORKERS:
+                ps_cpu = _millicores_down(budget_cpu * share / n_ps)
+                worker_cpu = _millicores_down(budget_cpu * (1 - share) / n_workers)
+                grid.append((n_ps, ps_cpu, n_workers, worker_cpu))
+    return grid
+
+
+def _millicores_down(cpu: float) -> float:
+    return math.floor(cpu * 1000 + 1e-6) / 1000
+
+
+def label(shape: tuple[int, float, int, float]) -> str:
+    n_ps, ps_cpu, n_workers, worker_cpu = shape
+    return f"{n_ps}x{ps_cpu:g}ps+{n_workers}x{worker_cpu:g}wk"
+
+
+def spec_for(root: Path, name: str, workload: Workload, shape: tuple,
+             steps: int | None = None) -> JobSpec:  # fmt: skip
+    """The job ``workload`` with ``shape``, for ``steps`` (a sweep) or its fixed epochs."""
+    return job_spec(
+        root / name, name=name, **workload.fields, budget=BUDGET,
+        dataset_size=workload.dataset_size,
+        steps=steps, epochs=None if steps else workload.epochs,
+        initial_shape=shape_fields(*shape),
+        runtime={"metric_interval": f"{METRIC_INTERVAL_S:g}s", "max_restarts": 8},
+    )  # fmt: skip
+
+
+# -- what a run's report says (pure) --------------------------------------------------------
+def time_to_reach(throughput: list[dict], target: float) -> float | None:
+    """``time_s`` of the first interval whose samples/s is at least ``target``, or None."""
+    for row in throughput:
+        if row["samples_per_s"] >= target:
+            return row["time_s"]
+    return None
+
+
+def final_throughput(throughput: list[dict], last: int = FINAL_INTERVALS) -> float | None:
+    """Median samples/s of the last ``last`` intervals."""
+    return median_or_none([row["samples_per_s"] for row in throughput[-last:]])
+
+
+def shape_cpu(shape: dict) -> float:
+    """Total allocated CPU of a timeline row's shape (``ClusterShape.to_dict``)."""
+    return sum(node["cpu"] for node in shape["nodes"])
+
+
+def cpu_seconds(timeline: list[dict], end_s: float) -> float:
+    """Allocated CPU integrated over time: each applied row's shape holds until the next
+    applied row (or ``end_s``)."""
+    applied = [row for row in timeline if row["applied"]]
+    ends = [row["time_s"] for row in applied[1:]] + [end_s]
+    return sum(shape_cpu(row["shape"]) * max(0.0, end - row["time_s"])
+               for row, end in zip(applied, ends, strict=True))  # fmt: skip
+
+
+def plans_by_action(timeline: list[dict]) -> dict[str, dict[str, int]]:
+    """Plans after the launch, per action: how many were applied and how many rejected."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in timeline[1:]:
+        entry = counts.setdefault(row["action"], {"applied": 0, "rejected": 0})
+        entry["applied" if row["applied"] else "rejected"] += 1
+    return counts
+
+
+def restart_count(report: dict) -> int:
+    restarts = report["restarts"]
+    return restarts["masters"] + sum(restarts["nodes"].values())
+
+
+def relative(value: float | None, reference: float | None) -> float | None:
+    return value / reference if value is not None and reference else None
+
+
+# -- real runs ----------------------------------------------------------------------------
+@dataclass
+class Oracle:
+    """The sweep's fastest shape and its full run: the reference of every metric."""
+
+    shape: tuple
+    samples_per_s: float
+    jct_s: float
+    samples_per_cpu_s: float
+    steady_rates: list[float]
+    sweep: list[dict] = field(default_factory=list)
+    report: str | None = None
+
+
+def measured_run(spec: JobSpec, policy: Policy) -> dict:
+    """Run ``spec`` under ``policy``; the report's metrics, or the error if it failed."""
+    started = time.perf_counter()
+    try:
+        master, report, warnings = run_job(spec, policy)
+    except Exception as exc:  # a policy or runtime bug: recorded, the benchmark goes on
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
+                "elapsed_s": time.perf_counter() - started}  # fmt: skip
+    rates = [row["samples_per_s"] for row in report["throughput"]]
+    return {
+        "report": report, "samples": master_samples(master), "warnings": warnings,
+        "jct_s": report["wall_time_s"],
+        "steady_samples_per_s": median_or_none(steady(rates)),
+        "samples_per_cpu_s": report["samples"] / cpu_seconds(report["timeline"],
+                                                             report["wall_time_s"]),
+    }  # fmt: skip
+
+
+def sweep(root: Path, name: str, workload: Workload, steps: int, grid: list) -> list[dict]:
+    rows = []
+    for shape in grid:
+        run = measured_run(spec_for(root, f"{name}-sweep", workload, shape, steps=steps),
+                           make_policy("static"))  # fmt: skip
+        row = {"shape": label(shape), "shape_tuple": shape, **_slim(run)}
+        row["costs"] = node_costs(run.get("samples", []))
+        rows.append(row)
+        print(f"  sweep {label(shape):>28}: {row.get('steady_samples_per_s') or 0:9.0f} samples/s",
+              file=sys.stderr)  # fmt: skip
+    return rows
+
+
+def node_costs(samples: list[dict]) -> dict[str, float | None]:
+    """Median over steady intervals of the workers' core-seconds per sample and the servers'
+    core-seconds per step (cgroup CPU used over the job's speed): what the CPU pays per unit."""
+    worker, ps = [], []
+    for sample in steady(samples):
+        if sample["samples_per_s"] <= 0:
+            continue
+        used = {role: sum(n["cpu_used"] for n in sample["nodes"] if n["role"] == role)
+                for role in ("worker", "ps")}  # fmt: skip
+        worker.append(used["worker"] / sample["samples_per_s"])
+        ps.append(used["ps"] / sample["steps_per_s"])
+    return {"worker_core_s_per_sample": median_or_none(worker),
+            "ps_core_s_per_step": median_or_none(ps)}  # fmt: skip
+
+
+def _slim(run: dict) -> dict:
+    """A run's row without the whole report and samples (those go to their own files)."""
+    return {k: v for k, v in run.items() if k not in ("report", "samples")}
+
+
+def find_oracle(
+    root: Path, name: str, workload: Workload, rows: list[dict], reports: Path
+) -> Oracle:
+    usable = [r for r in rows if r.get("steady_samples_per_s")]
+    best = max(usable, key=lambda r: r["steady_samples_per_s"])
+    run = measured_run(spec_for(root, f"{name}-oracle", workload, best["shape_tuple"]),
+                       make_policy("static"))  # fmt: skip
+    if "error" in run:
+        raise RuntimeError(f"the oracle's full run failed: {run['error']}")
+    print(f"  oracle {best['shape']}: JCT {run['jct_s']:.1f} s, "
+          f"{run['steady_samples_per_s']:.0f} samples/s", file=sys.stderr)  # fmt: skip
+    rates = steady([row["samples_per_s"] for row in run["report"]["throughput"]])
+    return Oracle(best["shape_tuple"], run["steady_samples_per_s"], run["jct_s"],
+                  run["samples_per_cpu_s"], rates, rows,
+                  keep_report(reports, f"{name}-oracle", run))  # fmt: skip
+
+
+def policy_row(run: dict, oracle: Oracle) -> dict:
+    """One real run's metrics against the oracle."""
+    if "error" in run:
+        return _slim(run)
+    report = run["report"]
+    throughput = report["throughput"]
+    final = final_throughput(throughput)
+    return {
+        "jct_s": run["jct_s"],
+        "jct_over_oracle": relative(run["jct_s"], oracle.jct_s),
+        "time_to_95pct_oracle_s": time_to_reach(throughput, REACH_FRACTION * oracle.samples_per_s),
+        "final_samples_per_s": final,
+        "final_over_oracle": relative(final, oracle.samples_per_s),
+        "samples_per_cpu_s": run["samples_per_cpu_s"],
+        "samples_per_cpu_s_over_oracle": relative(run["samples_per_cpu_s"],
+                                                  oracle.samples_per_cpu_s),
+        "plans": plans_by_action(report["timeline"]),
+        "restarts": restart_count(report),
+        "final_shape": ClusterShape.from_dict(report["final_shape"]).describe(),
+        "exactly_once": report["accounting"].get("exactly_once"),
+        "samples": report["samples"],
+        "warnings": run["warnings"],
+        "transitions_s": [t["transition_s"] for t in report["transitions"]],
+    }  # fmt: skip
+
+
+# -- the simulator ------------------------------------------------------------------------
+class AsTheRuntime(Policy):
+    """``policy`` as the runtime runs it, for the simulator: launched with ``shape`` as the
+    runtime launches a job file's explicit ``initial_shape`` (``runtime.startup.launch_plan``:
+    that shape, no notes; the simulator would ask the policy), and every plan's nodes raised
+    to their memory floors as ``Master.apply`` does (``memory_need.floored_plan``; the
+    simulator would OOM-kill a node a policy gave less). The rest is ``policy``'s."""
+
+    def __init__(self, policy: Policy, shape: ClusterShape, need: MemoryNeed) -> None:
+        self.policy, self.shape, self.need = policy, shape, need
+        self.name = policy.name
+        self.reads_node_metrics = policy.reads_node_metrics
+        self.needs_node_objects = policy.needs_node_objects
+
+    def launch_plan(self, request: LaunchRequest) -> Plan | None:
+        return Plan(self.shape, Action.LAUNCH, "initial_shape of the job file")
+
+    def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
+        return self.shape
+
+    def decide(self, observation: Observation) -> Plan | None:
+        plan = self.policy.decide(observation)
+        return None if plan is None else floored_plan(plan, self.need)
+
+    def decision_due_s(self, observation: Observation) -> float:
+        return self.policy.decision_due_s(observation)
+
+    def prior_shapes(self, budget, node_limit=None) -> tuple[ClusterShape, ...]:
+        return self.policy.prior_shapes(budget, node_limit)
+
+
+def machine_cluster() -> ClusterSpec:
+    """This machine as the simulator's cluster: the budget's CPU and memory, one 2-core
+    "server" (the node limit), a link that never binds."""
+    memory = parse_memory(BUDGET["memory"])
+    return ClusterSpec("this-machine", BUDGET["cpu"], memory, BUDGET["cpu"], memory,
+                       LOOPBACK_BYTES_PER_S, "one machine, 2 CPUs")  # fmt: skip
+
+
+def job_need(spec: JobSpec) -> MemoryNeed:
+    """What the runtime measures of ``spec``'s model before launch: tensor sizes and floors."""
+    workload = build_workload(spec)
+    return memory_need(spec, workload, layout_of(workload.make_model(seed=spec.training.seed)))
+
+
+def base_sim_model(
+    name: str, need: MemoryNeed, batch_size: int, sweep_rows: list[dict]
+) -> SimModel:
+    """The job's tensors (sizes as the PS partition them) and a worker's memory floor, from its
+    model; compute per sample and PS update cost: the medians over the sweep of what its
+    cgroups measured (:func:`node_costs`), the starting point of :func:`fit_sim_model`."""
+    sizes = tuple(sorted(need.sizes.values(), reverse=True))
+    costs = [r["costs"] for r in sweep_rows if r["costs"]["worker_core_s_per_sample"]]
+    compute = statistics.median(c["worker_core_s_per_sample"] for c in costs)
+    update = statistics.median(c["ps_core_s_per_step"] for c in costs)
+    return SimModel(name, sum(sizes), sizes, compute, batch_size, update, need.worker_bytes(),
+                    "fitted to this machine's sweep (benchmarks/runtime_rightsizing.py)")  # fmt: skip
+
+
+def to_shape(shape: tuple) -> ClusterShape:
+    """A (PS count, PS cpu, worker count, worker cpu) tuple as a shape, as the runtime builds it."""
+    n_ps, ps_cpu, n_workers, worker_cpu = shape
+    memory = parse_memory(NODE_MEMORY)
+    return ClusterShape.from_counts(n_ps, n_workers, Resources(ps_cpu, memory),
+                                    Resources(worker_cpu, memory))  # fmt: skip
+
+
+def fit_sim_model(
+    base: SimModel, points: list[tuple[ClusterShape, float]]
+) -> tuple[SimModel, dict]:
+    """``base`` with the compute per sample and the PS's update cost that make the simulator's
+    speeds closest to the measured ones (least squares on log speed, over the sweep's
+    shapes), starting from ``base``'s (the measured costs). Returns the model and the fit's
+    error per shape."""
+    cluster = machine_cluster()
+
+    def model_of(x: np.ndarray) -> SimModel:
+        return SimModel(base.name, base.param_bytes, base.tensor_bytes, float(np.exp(x[0])),
+                        base.batch_size, float(np.exp(x[1])), base.worker_memory_bytes,
+                        base.source)  # fmt: skip
+
+    def loss(x: np.ndarray) -> float:
+        job = JobModel(model_of(x), cluster)
+        return sum((math.log(job.evaluate(s).samples_per_s / measured)) ** 2
+                   for s, measured in points)  # fmt: skip
+
+    x0 = np.log([base.compute_core_s_per_sample, base.update_core_s])
+    best = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8})
+    model = model_of(best.x)
+    job = JobModel(model, cluster)
+    errors = [100 * (job.evaluate(s).samples_per_s / m - 1) for s, m in points]
+    return model, {"compute_core_s_per_sample": model.compute_core_s_per_sample,
+                   "update_core_s": model.update_core_s,
+                   "sweep_error_percent": errors,
+                   "sweep_mape_percent": statistics.fmean(abs(e) for e in errors)}  # fmt: skip
+
+
+def simulate(model: SimModel, policy: AsTheRuntime, samples: float, restart_s: float,
+             noise_cv: float) -> dict:  # fmt: skip
+    """One job of ``samples`` in the simulator; its JCT and decisions (None: it failed)."""
+    config = SimConfig(metric_interval_s=METRIC_INTERVAL_S, decision_interval_s=METRIC_INTERVAL_S,
+                       launch_s=restart_s, init_s=0.0,
+                       noise=Noise(steady_cv=noise_cv, warmup_s=WARMUP_INTERVALS
+                                   * METRIC_INTERVAL_S))  # fmt: skip
+    budget = Resources.parse(BUDGET["cpu"], BUDGET["memory"])
+    trace = Trace("rightsizing", (TraceJob(model.name, 0.0, model.name, budget, samples),))
+    sim = Simulator(machine_cluster(), policy, config,
+                    models=lambda _name: model)  # fmt: skip
+    job = sim.run(trace).jobs[0]
+    return {"simulated": True, "jct_s": job.jct_s if not job.failed else None,
+            "plans_applied": job.restarts, "final_shape": job.final_shape,
+            "decisions": list(job.decisions)}  # fmt: skip
+
+
+# -- one workload, end to end ---------------------------------------------------------------
+@dataclass(frozen=True)
+class RunPlan:
+    """What one invocation runs (from the flags)."""
+
+    workloads: dict[str, Workload]
+    policies: tuple[str, ...]
+    starts: tuple[str, ...]
+    grid: list | None  # None: the whole sweep grid
+    reports: Path  # where each run's report JSON is kept
+
+
+def policy_of(name: str) -> Policy:
+    return make_policy(name, METRIC_INTERVAL_S, **POLICY_PARAMS.get(name, {}))
+
+
+def run_workload(root: Path, name: str, workload: Workload, plan: RunPlan) -> dict:
+    grid = plan.grid or sweep_grid(BUDGET["cpu"])
+    print(f"{name}: sweep of {len(grid)} shapes, {workload.sweep_steps} steps each",
+          file=sys.stderr)  # fmt: skip
+    rows = sweep(root, name, workload, workload.sweep_steps, grid)
+    oracle = find_oracle(root, name, workload, rows, plan.reports)
+    rows = []
+    for start in plan.starts:
+        for policy in plan.policies:
+            key = f"{name}-{start}-{policy}".replace("+", "plus")
+            run = measured_run(spec_for(root, key, workload, STARTS[start]), policy_of(policy))
+            row = {"workload": name, "start": start, "policy": policy, "simulated": False,
+                   **policy_row(run, oracle), "report": keep_report(plan.reports, key, run)}  # fmt: skip
+            rows.append(row)
+            _print_row(row)
+    sim = simulated_rows(root, name, workload, oracle, rows, plan)
+    return {"workload": name, "fields": workload.fields, "dataset_size": workload.dataset_size,
+            "epochs": workload.epochs, "sweep_steps": workload.sweep_steps,
+            "oracle": oracle_dict(oracle), "runs": rows, **sim,
+            "goals": goals(rows)}  # fmt: skip
+
+
+def keep_report(directory: Path, key: str, run: dict) -> str | None:
+    if "report" not in run:
+        return None
+    return str(write_report(directory / f"{key}.json", run["report"]))
+
+
+def oracle_dict(oracle: Oracle) -> dict:
+    return {"shape": label(oracle.shape), "samples_per_s": oracle.samples_per_s,
+            "jct_s": oracle.jct_s, "samples_per_cpu_s": oracle.samples_per_cpu_s,
+            "steady_samples_per_s": oracle.steady_rates, "report": oracle.report,
+            "sweep": [{k: v for k, v in r.items() if k != "shape_tuple"} for r in oracle.sweep]}  # fmt: skip
+
+
+def _print_row(row: dict) -> None:
+    if "error" in row:
+        print(f"  {row['start']:>10} {row['policy']:>9}: ERROR {row['error']}", file=sys.stderr)
+        return
+    reach = row["time_to_95pct_oracle_s"]
+    print(f"  {row['start']:>10} {row['policy']:>9}: JCT {row['jct_s']:6.1f} s "
+          f"({row['jct_over_oracle']:.2f}x oracle), 95% at "
+          f"{'never' if reach is None else f'{reach:.0f} s'}, final "
+          f"{row['final_over_oracle'] or 0:.2f}, samples/cpu-s {row['samples_per_cpu_s_over_oracle']:.2f}"
+          f", plans {sum(v['applied'] for v in row['plans'].values())}", file=sys.stderr)  # fmt: skip
+
+
+def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle, rows: list[dict],
+                   plan: RunPlan) -> dict:  # fmt: skip
+    """Every real run again in the simulator, with a model fitted to the sweep; the mean
+    measured transition time as its restart cost; the oracle's steady CV as its noise."""
+    spec = spec_for(root, f"{name}-model", workload, oracle.shape)
+    points = [(to_shape(r["shape_tuple"]), r["steady_samples_per_s"]) for r in oracle.sweep
+              if r.get("steady_samples_per_s")]  # fmt: skip
+    need = job_need(spec)
+    model, fit = fit_sim_model(base_sim_model(name, need, spec.batch_size, oracle.sweep), points)
+    transitions = [t for r in rows if "transitions_s" in r for t in r["transitions_s"]]
+    restart_s = statistics.fmean(transitions) if transitions else 0.0
+    cv = oracle_cv(oracle)
+    samples = workload.dataset_size * workload.epochs
+    for row in rows:
+        if "error" in row:
+            continue
+        policy = AsTheRuntime(policy_of(row["policy"]), to_shape(STARTS[row["start"]]), need)
+        sim = simulate(model, policy, samples, restart_s, cv)
+        row["sim"] = {**sim, "jct_error_percent": relative_error(sim["jct_s"], row["jct_s"])}
+        print(f"  {row['start']:>10} {row['policy']:>9}: simulated JCT {sim['jct_s'] or 0:6.1f} s "
+              f"(real {row['jct_s']:.1f} s)", file=sys.stderr)  # fmt: skip
+    errors = [abs(r["sim"]["jct_error_percent"]) for r in rows
+              if "sim" in r and r["sim"]["jct_error_percent"] is not None]  # fmt: skip
+    return {"sim_model": {"fit": fit, "restart_s": restart_s, "noise_cv": cv,
+                          "param_bytes": model.param_bytes, "batch_size": model.batch_size},
+            "sim_jct_mape_percent": statistics.fmean(errors) if errors else None}  # fmt: skip
+
+
+def oracle_cv(oracle: Oracle) -> float:
+    """The coefficient of variation of the oracle's steady samples/s."""
+    rates = oracle.steady_rates
+    return statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0
+
+
+def relative_error(simulated: float | None, real: float | None) -> float | None:
+    """``simulated`` against ``real``, in percent."""
+    return 100 * (simulated / real - 1) if simulated is not None and real else None
+
+
+def goals(rows: list[dict]) -> dict:
+    """Issue 17's goals per start: nearchus+ within 10% of the oracle's JCT, and every
+    adaptive policy faster than the same start kept static."""
+    out = {}
+    for start in {r["start"] for r in rows}:
+        done = {r["policy"]: r for r in rows if r["start"] == start and "error" not in r}
+        static = done.get("static", {}).get("jct_s")
+        out[start] = {
+            "nearchus+_within_10pct_of_oracle": (done["nearchus+"]["jct_over_oracle"] <= 1.10
+                                                 if "nearchus+" in done else None),
+            "faster_than_static_start": {p: r["jct_s"] < static for p, r in done.items()
+                                         if p != "static" and static is not None},
+        }  # fmt: skip
+    return out
+
+
+# -- the command line -----------------------------------------------------------------------
+#: ``--quick``: the work and the sweep's steps shrunk by this (a check that the script works;
+#: its numbers are dominated by launching).
+QUICK_SCALE = 0.2
+QUICK_GRID = [(1, 0.5, 1, 1.5), (1, 0.7, 2, 0.65)]
+
+
+def plan_from(args: argparse.Namespace) -> RunPlan:
+    out = Path(args.out)
+    reports = out.parent / f"{out.stem}_reports"
+    workloads = {}
+    for name in args.workloads.split(","):
+        base = WORKLOADS[name]
+        steps = args.sweep_steps or base.sweep_steps
+        workloads[name] = Workload(base.fields, base.dataset_size, base.epochs, steps)
+        if args.quick:  # the first workload, a fifth of its work
+            workloads[name] = Workload(base.fields, int(base.dataset_size * QUICK_SCALE),
+                                       base.epochs, max(1, int(steps * QUICK_SCALE)))  # fmt: skip
+            return RunPlan(workloads, ("static", "nearchus+"), ("too-small",), QUICK_GRID, reports)
+    return RunPlan(
+        workloads, tuple(args.policies.split(",")), tuple(args.starts.split(",")), None, reports
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    parser.add_argument("--starts", default=",".join(STARTS), help="comma-separated")
+    parser.add_argument(
+        "--sweep-steps",
+        type=int,
+        help="steps per sweep shape (default: "
+        + ", ".join(f"{k} {w.sweep_steps}" for k, w in WORKLOADS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="wide-deep, static and nearchus+, too-small, tiny work: checks it works",
+    )
+    parser.add_argument("--out", default="benchmarks/results/runtime_rightsizing.json")
+    args = parser.parse_args(argv)
+    if args.quick and args.out == parser.get_default("out"):
+        args.out = "benchmarks/results/runtime_rightsizing_quick.json"
+    plan = plan_from(args)
+    before, started = load_note(), time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
+        results = [run_workload(Path(tmp), name, w, plan) for name, w in plan.workloads.items()]
+    write_report(args.out, {
+        "benchmark": "runtime_rightsizing",
+        "command": "python benchmarks/runtime_rightsizing.py " + " ".join(argv or sys.argv[1:]),
+        "simulated": False, "quick": args.quick, "budget": BUDGET, "node_memory": NODE_MEMORY,
+        "metric_interval_s": METRIC_INTERVAL_S, "policy_params": POLICY_PARAMS,
+        "starts": {k: label(v) for k, v in STARTS.items()},
+        "load_before": before, "load_after": load_note(),
+        "elapsed_s": time.perf_counter() - started, "workloads": results,
+    })  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
