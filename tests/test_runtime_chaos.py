@@ -15,6 +15,7 @@ import signal
 import pytest
 
 from rightsize.runtime.chaos import (
+    Anchor,
     Fault,
     Schedule,
     Strike,
@@ -36,14 +37,15 @@ NAMED = {
     # sample-epochs were lost with exit 0 before (a worker registered during the restore
     # trained against no server)
     "worker-then-ps": (Schedule(-1, (Strike(2.0, Target.WORKER, 0), Strike(0.8, Target.PS, 1)),
-                                after_training=True),
+                                Anchor.TRAINING),
                        ["restore_ps", '"worker-0": 1', '"ps-1": 1']),
     # the master during launch, after the job row is written: every rerun crashed before
-    "master-in-launch": (Schedule(-2, (Strike(3.0, Target.MASTER),)), ["resume"]),
+    "master-in-launch": (Schedule(-2, (Strike(0.5, Target.MASTER),), Anchor.LAUNCH),
+                         ["resume"]),
     # a worker stopped for 30 s: never noticed before (the epoch waited for its lease);
     # now the liveness timeout (10 s here) kills and replaces it
     "frozen-worker": (Schedule(-3, (Strike(2.0, Target.WORKER, 1, Fault.FREEZE, 30.0),),
-                               after_training=True),
+                               Anchor.TRAINING),
                       ["unresponsive for", "relaunch_worker"]),
 }  # fmt: skip
 

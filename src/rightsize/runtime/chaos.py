@@ -83,19 +83,28 @@ class Strike:
         return f"+{self.delay_s:.2f}s {what} {who}"
 
 
+class Anchor(StrEnum):
+    """What the first strike's delay counts from: the start of ``rightsize run``, the moment
+    the state file holds the job (its launch has begun), or the first applied step the
+    state file records. The last two are moments of the job, however long the master takes
+    to get there on a loaded machine (a fixed 3 s after the start can still be the
+    interpreter importing torch)."""
+
+    START = ""
+    LAUNCH = "launch+"
+    TRAINING = "training+"
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """Strikes in order. ``after_training``: the first strike's delay counts from the first
-    applied step the state file records, not from the start (a moment inside training,
-    however long the launch takes on a loaded machine)."""
+    """Strikes in order, the first ``delay_s`` after ``after`` (see :class:`Anchor`)."""
 
     seed: int
     strikes: tuple[Strike, ...]
-    after_training: bool = False
+    after: Anchor = Anchor.START
 
     def describe(self) -> str:
-        start = "training+" if self.after_training else ""
-        return start + "; ".join(s.describe() for s in self.strikes)
+        return str(self.after) + "; ".join(s.describe() for s in self.strikes)
 
 
 @dataclass(frozen=True)
@@ -230,6 +239,21 @@ def node_processes(master_pid: int) -> dict[str, int]:
     return found
 
 
+def reached(spec: JobSpec, anchor: Anchor) -> bool:
+    """Whether the job has reached ``anchor``, read from its state file."""
+    if anchor == Anchor.LAUNCH:
+        return _job_row(spec)
+    return anchor == Anchor.START or steps_done(spec) > 0
+
+
+def _job_row(spec: JobSpec) -> bool:
+    try:
+        with sqlite3.connect(spec.state_path, timeout=1) as db:
+            return db.execute("SELECT 1 FROM job").fetchone() is not None
+    except sqlite3.Error:  # not created yet, or being created
+        return False
+
+
 def steps_done(spec: JobSpec) -> int:
     """Steps the job had done at its last metric sample (0 before the state file has one)."""
     try:
@@ -288,7 +312,7 @@ def run_schedule(job: Path, spec: JobSpec, schedule: Schedule, timeout_s: float 
     outcome = Outcome(schedule.seed, schedule.describe(), Verdict.HUNG)
     pending = list(schedule.strikes)
     first = pending[0].delay_s if pending else 0.0
-    next_at = None if schedule.after_training else start + first
+    next_at = start + first if schedule.after == Anchor.START else None
     thaw: list[tuple[float, int]] = []
     reruns = 0
     while True:
@@ -304,7 +328,7 @@ def run_schedule(job: Path, spec: JobSpec, schedule: Schedule, timeout_s: float 
                 run.restart()
                 continue
             break
-        if next_at is None and steps_done(spec) > 0:
+        if next_at is None and reached(spec, schedule.after):
             next_at = now + first
         if pending and next_at is not None and now >= next_at:
             landed = _strike(run, pending[0], now - start, thaw)
