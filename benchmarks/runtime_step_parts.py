@@ -46,14 +46,15 @@ def parts(case: str) -> dict[str, float]:
                        OptimSettings(t.optimizer, t.lr, t.momentum))  # fmt: skip
     order = torch.randperm(len(workload.dataset), generator=torch.Generator().manual_seed(0))
     size, times = spec.batch_size, {}
+    clock = [0.0]  # when the last part ended
+
+    def tick(name: str) -> None:
+        now = time.perf_counter()
+        times.setdefault(name, []).append(now - clock[0])
+        clock[0] = now
+
     for step in range(STEPS):
-        clock = [time.perf_counter()]
-
-        def tick(name: str) -> None:
-            now = time.perf_counter()
-            times.setdefault(name, []).append(now - clock[0])
-            clock[0] = now
-
+        clock[0] = time.perf_counter()
         indices = order[(step * size) % (len(order) - size) :][:size]
         inputs, target = workload.batch(indices)
         tick("batch")

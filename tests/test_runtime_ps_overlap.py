@@ -16,7 +16,7 @@ import zmq
 
 from rightsize.runtime.chaos import counter_job, trained_counts
 from rightsize.runtime.master import Master
-from rightsize.runtime.protocol import Grant, Heartbeat, Pause, Progress, Reply, Resume
+from rightsize.runtime.protocol import Grant, Pause, Progress, Reply, Resume
 from rightsize.runtime.psclient import InFlight
 from rightsize.runtime.shards import Task
 from rightsize.runtime.transport import Client, Counters, Server
