@@ -218,6 +218,11 @@ class RuntimeSpec(_Spec):
         "gradients are applied (one step stale, overlapped with compute); false: "
         "every pull sees the worker's own last push",
     )
+    startup_allowance: bool = Field(
+        default=True,
+        description="a starting node borrows the budget's idle CPU until it trains "
+        "(docs/runtime.md); false: it starts at its planned quota",
+    )
     straggler_ratio: float = Field(
         default=0.5,
         gt=0,

@@ -123,7 +123,7 @@ def _resize(master: Master, change: ShapeDiff, details: dict) -> None:
                 details[f"relaunch {new.name}_s"] = master.clock.now() - t0
             continue
         threads = master.backend.resize(new.name, new.resources)
-        node.spec = new
+        node.spec, node.startup = new, None  # a plan's size replaces a start-up allowance
         node.commands.append(Threads(threads))
         master.wait_until(lambda n=node: not n.commands, master.spec.runtime.startup_timeout_s,
                           f"{new.name} taking its new size")  # fmt: skip

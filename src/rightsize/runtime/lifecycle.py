@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rightsize.core.ports import free_port
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
+from rightsize.runtime.allowance import startup_resources
 from rightsize.runtime.capacity import launch_wave
 from rightsize.runtime.checkpoint import KEEP_VERSIONS
 from rightsize.runtime.errors import Interrupted, JobFailed, StopRequested
@@ -84,11 +85,21 @@ def start_nodes(master: Master, nodes: Sequence[tuple[NodeSpec, PSConfig | RankC
     wave = launch_wave(master.machine)
     for i in range(0, len(nodes), wave):
         batch = nodes[i : i + wave]
+        startup = _startup_resources(master, [spec for spec, _ in batch])
         for spec, config in batch:
-            master.launch(spec, config)
+            master.launch(spec, config, startup.get(spec.name))
         names = [spec.name for spec, _ in batch]
         master.wait_until(lambda names=names: all_registered(master, names),
                           master.spec.runtime.startup_timeout_s, what)  # fmt: skip
+
+
+def _startup_resources(master: Master, starting: list[NodeSpec]) -> dict:
+    """What each starting node borrows from the budget's idle CPU (:mod:`allowance`)."""
+    if not master.spec.runtime.startup_allowance:
+        return {}
+    held = sum((n.startup or n.spec.resources).cpu_cores for n in master.job.nodes.alive())
+    return startup_resources(starting, held, master.spec.budget.resources,
+                             master.machine.cpu_cores)  # fmt: skip
 
 
 def launch_job(master: Master, shape: ClusterShape, row: CheckpointRow | None) -> str:

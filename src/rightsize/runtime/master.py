@@ -53,7 +53,7 @@ from rightsize.runtime.metrics import MetricCollector, progress_status, read_nod
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.nodes import NodeState, Status, describe_exit
-from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role
+from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role, Threads
 from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
@@ -298,14 +298,17 @@ class Master:
         )  # fmt: skip
 
     # -- nodes ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | None = None) -> NodeState:
-        """Start ``node``'s process; ``config`` is what it gets on registering."""
+    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | None = None,
+               startup: Resources | None = None) -> NodeState:  # fmt: skip
+        """Start ``node``'s process; ``config`` is what it gets on registering; ``startup``:
+        the larger resources it starts with until it trains (:mod:`allowance`)."""
         role = Role.PS if node.role == NodeRole.PS else (
             Role.WORKER if self.spec.strategy == Strategy.PS else Role.RANK)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
                 "--name", node.name, "--role", str(role), "--parent", str(os.getpid())]  # fmt: skip
-        pid = self.backend.launch(node, argv, {})
-        state = NodeState(node, pid, self.clock.now(), config=config)
+        launched = NodeSpec(node.name, node.role, startup) if startup else node
+        pid = self.backend.launch(launched, argv, {})
+        state = NodeState(node, pid, self.clock.now(), config=config, startup=startup)
         self.job.nodes.add(state)
         self.collector.forget(node.name)
         return state
@@ -370,6 +373,7 @@ class Master:
         for exit_ in self.backend.exits():
             self._on_exit(exit_)
         self._check_liveness()
+        self.settle_started()
         self._last_pump = self.clock.now()
 
     def _on_exit(self, exit_: Exit) -> None:
@@ -380,6 +384,14 @@ class Master:
         node.status = Status.DEAD
         if not stopping:  # nobody asked it to end: a failure
             self.job.failures.append(exit_)
+
+    def settle_started(self) -> None:
+        """Nodes that started with borrowed CPU and now train get their planned quota."""
+        for node in self.job.nodes.alive():
+            if node.startup is not None and node.trains:
+                node.startup = None
+                threads = self.backend.resize(node.name, node.spec.resources)
+                node.commands.append(Threads(threads))
 
     def _check_liveness(self) -> None:
         steps = [n.step_s for n in self.job.nodes.running(NodeRole.WORKER) if n.step_s]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.core.units import format_bytes
 from rightsize.runtime.backends.local import Exit
@@ -55,6 +56,7 @@ class NodeState:
     unresponsive_s: float | None = None  # silent this long when the master gave up on it
     step_s: float | None = None  # a recent long step (see heard)
     paused: bool = False
+    startup: Resources | None = None  # launched with more than its spec, until it trains
     generation: int | None = None
     commands: list[Command] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
@@ -86,6 +88,11 @@ class NodeState:
             length = max(0.0, stats.busy_s - self.stats.busy_s) / steps
             self.step_s = length if self.step_s is None else max(length, STEP_DECAY * self.step_s)
         self.heard_s, self.stats = now, stats
+
+    @property
+    def trains(self) -> bool:
+        """A server serves a generation; a worker or rank has taken a step."""
+        return self.generation is not None if self.role == NodeRole.PS else bool(self.first_step_s)
 
     def take_commands(self) -> tuple[Command, ...]:
         commands, self.commands = tuple(self.commands), []
