@@ -94,6 +94,14 @@ class ClusterShape:
         return sum_resources([node.resources for node in self.nodes])
 
     @cached_property
+    def node_extremes(self) -> tuple[float, int, float, int]:
+        """(largest node CPU, largest node memory, smallest node CPU, smallest node memory):
+        what a plan check compares with a node limit and with zero, once per shape."""
+        cpus = [n.resources.cpu_cores for n in self.nodes] or [0.0]
+        memories = [n.resources.memory_bytes for n in self.nodes] or [0]
+        return max(cpus), max(memories), min(cpus), min(memories)
+
+    @cached_property
     def _role_totals(self) -> dict[NodeRole, Resources]:
         return {
             role: sum_resources([node.resources for node in members])

@@ -47,6 +47,7 @@ def plan_problems(
     problem found: the simulator checks every plan of millions.)
     """
     total, slack = shape.total(), MILLICORE * len(shape.nodes)
+    max_cpu, max_memory, min_cpu, min_memory = shape.node_extremes  # remembered per shape
     problems = []
     if total.cpu_cores > budget.cpu_cores + slack:
         problems.append(f"{total.cpu_cores:g} cpu exceeds the budget {budget.cpu_cores:g}")
@@ -56,12 +57,15 @@ def plan_problems(
         problems.append(f"{total.gpus} gpus exceed the budget {budget.gpus}")
     if free is not None:
         problems += _growth_problems(total, held or Resources(), free, slack)
-    if node_limit is not None:
+    if node_limit is not None and (
+        max_cpu > node_limit.cpu_cores + MILLICORE
+        or (node_limit.memory_bytes and max_memory > node_limit.memory_bytes)
+    ):
         problems += _node_limit_problems(shape, node_limit)
     problems += _role_problems(shape, strategy)
-    if any(n.resources.cpu_cores <= 0 for n in shape.nodes):
+    if min_cpu <= 0:
         problems.append("every node needs some cpu")
-    if budget.memory_bytes and any(n.resources.memory_bytes <= 0 for n in shape.nodes):
+    if budget.memory_bytes and min_memory <= 0:
         problems.append("every node needs some memory")
     return problems
 
@@ -89,11 +93,14 @@ def _node_limit_problems(shape: ClusterShape, limit: Resources) -> list[str]:
 
 
 def _role_problems(shape: ClusterShape, strategy: Strategy) -> list[str]:
+    n_ps, n_workers = shape.n_ps, shape.n_workers
+    if n_workers and (n_ps if strategy == Strategy.PS else not n_ps):
+        return []  # the usual case, in two comparisons
     problems = []
-    if not shape.workers:
+    if not n_workers:
         problems.append("a shape needs at least one worker")
-    if strategy == Strategy.PS and not shape.ps:
+    if strategy == Strategy.PS and not n_ps:
         problems.append("strategy ps needs at least one parameter server")
-    if strategy == Strategy.ALLREDUCE and shape.ps:
+    if strategy == Strategy.ALLREDUCE and n_ps:
         problems.append("strategy allreduce has no parameter servers")
     return problems
