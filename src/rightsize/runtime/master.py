@@ -47,7 +47,13 @@ from rightsize.runtime.errors import (
     StopRequested,
 )
 from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
-from rightsize.runtime.liveness import MASTER_GAP_S, LivenessRule, credit_gap, silent_nodes
+from rightsize.runtime.liveness import (
+    MASTER_GAP_S,
+    LivenessRule,
+    credit_gap,
+    has_started,
+    silent_nodes,
+)
 from rightsize.runtime.memory_need import floored_plan, memory_need, warn_below_floors
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
@@ -388,7 +394,7 @@ class Master:
     def settle_started(self) -> None:
         """Nodes that started with borrowed CPU and now train get their planned quota."""
         for node in self.job.nodes.alive():
-            if node.startup is not None and node.trains:
+            if node.startup is not None and has_started(node):
                 node.startup = None
                 threads = self.backend.resize(node.name, node.spec.resources)
                 node.commands.append(Threads(threads))

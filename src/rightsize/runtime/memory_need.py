@@ -45,8 +45,8 @@ PROCESS_BYTES = 256 * 2**20
 #: Floors are this much above the estimate: allocator slack and fragmentation (glibc keeps
 #: freed arenas), which the sum of tensor sizes does not show.
 HEADROOM = 1.25
-#: Optimizer state per parameter, in copies of the parameter.
-OPTIMIZER_SLOTS = {Optimizer.SGD: 0, Optimizer.ADAGRAD: 1, Optimizer.ADAM: 2}
+#: Optimizer state per parameter, in copies of the parameter (SGD: its momentum buffer, if any).
+OPTIMIZER_SLOTS = {Optimizer.ADAGRAD: 1, Optimizer.ADAM: 2}
 
 
 @dataclass(frozen=True)

@@ -89,11 +89,6 @@ class NodeState:
             self.step_s = length if self.step_s is None else max(length, STEP_DECAY * self.step_s)
         self.heard_s, self.stats = now, stats
 
-    @property
-    def trains(self) -> bool:
-        """A server serves a generation; a worker or rank has taken a step."""
-        return self.generation is not None if self.role == NodeRole.PS else bool(self.first_step_s)
-
     def take_commands(self) -> tuple[Command, ...]:
         commands, self.commands = tuple(self.commands), []
         return commands
