@@ -27,7 +27,8 @@ def test_idle_ps_is_rebalanced_without_starving_it():
     assert cores(literal.shape)[0] == 0.5
     faithful = NearchusPolicy().decide(observe(shape, window))
     assert cores(faithful.shape)[0] == pytest.approx(0.95)
-    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    # the budget is the job's 15 cpu: nothing to grow into, so the split is rebalanced
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=15))
     assert plan.action == Action.REBALANCE
     assert cores(plan.shape)[0] == pytest.approx(0.891, abs=1e-3)
     assert plan.shape.total().cpu_cores == pytest.approx(15, abs=3e-3)  # millicore rounding
@@ -39,9 +40,44 @@ def test_a_saturated_ps_gets_cpu_back_in_the_faithful_blind_spot():
     shape = shape_of(ps=(1.0,), workers=(7.0, 7.0))
     window = steady(shape, (1.0, 5.95, 5.95), speed=1.0)
     assert NearchusPolicy().decide(observe(shape, window)).action == Action.ADD_WORKER
-    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=15))
     assert plan.action == Action.REBALANCE
     assert cores(plan.shape)[0] > 1.0
+
+
+def test_a_saturated_job_with_room_grows_to_the_budget_split_by_cost_per_step():
+    # The same job with a budget of 100: e_job 0.86 < 0.95, so faithful NEARCHUS adds a
+    # worker; nearchus+ reads a saturated PS and grows by the room left, 85 cpu less a
+    # millicore for each of 64 nodes' rounding = 84.936, to 99.936 cpu. Split by cost per
+    # step (c_ps = 1.0, c_wk = 11.9 core-s, 20% slack): k = 1.2 / 11.9, PS = 99.936 k/(1+k)
+    # = 9.155; workers 90.781 at most 7 x 1.5 = 10.5 each -> 9 workers; memory per node kept.
+    shape = shape_of(ps=(1.0,), workers=(7.0, 7.0))
+    window = steady(shape, (1.0, 5.95, 5.95), speed=1.0)
+    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("PS saturated")
+    k = 1.2 / 11.9
+    assert cores(plan.shape)[0] == pytest.approx(99.936 * k / (1 + k), abs=2e-3)
+    assert plan.shape.total().cpu_cores == pytest.approx(99.936, abs=1e-2)
+    assert (plan.shape.n_ps, plan.shape.n_workers) == (1, 9)
+    # PS at 0.9 and workers at 0.85 of their cpu: both busier than E_thd_opt (0.8), e_job
+    # 0.86 -> grown the same way, the PS given its cost's share (c_ps 0.9 core-s per step)
+    window = steady(shape, (0.9, 5.95, 5.95), speed=1.0)
+    plan = NearchusPlusPolicy().decide(observe(shape, window))
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("PS and workers busy")
+    k = 0.9 * 1.2 / 11.9
+    assert cores(plan.shape)[0] == pytest.approx(99.936 * k / (1 + k), abs=2e-3)
+
+
+def test_a_job_with_an_idle_component_is_rebalanced_not_grown():
+    # workers saturated (0.95) beside a PS at 0.1: the PS's idle cpu goes to the workers first
+    shape = shape_of(ps=(5.0,), workers=(5.0, 5.0))
+    plan = NearchusPlusPolicy().decide(observe(shape, steady(shape, (0.5, 4.75, 4.75), speed=1.0)))
+    assert plan.action == Action.REBALANCE
+    # workers at 0.7 (MU) beside a busy PS: no component idle enough to rebalance by cost,
+    # none saturated -> the faithful MU rule adds workers
+    shape = shape_of(ps=(1.0,), workers=(7.0, 7.0))
+    window = steady(shape, (0.9, 4.9, 4.9), speed=1.0)
+    assert NearchusPlusPolicy().decide(observe(shape, window)).action == Action.ADD_WORKER
 
 
 def test_mu_bottleneck_adds_as_many_workers_as_the_measured_cap_needs():

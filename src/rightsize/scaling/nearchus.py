@@ -265,7 +265,11 @@ class NearchusPolicy(Policy):
         ps = psn_bottleneck(observation.window, self.params)
         if ps is not None:
             return self.add_ps(observation, stable, ps)
-        return self.rebalance(observation, stable) or self.add_worker(observation, stable)
+        return self.without_psn(observation, stable)
+
+    def without_psn(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """``e_job`` is low and no PSN bottleneck: rebalance, else an MU bottleneck."""
+        return self.rebalance(obs, stable) or self.add_worker(obs, stable)
 
     def converged(self, obs: Observation, stable: StableWindow) -> bool:
         """True once the last ``patience`` scale-outs (rebalances aside) did not pay off.

@@ -15,14 +15,29 @@ every worker's update, so it does):
    ``E_thd_opt``) nor the PSN check fires, so the engine adds workers, which
    cannot help.
 
+3. **A starved job never scales up.** NEARCHUS grows only at ``e_job ≥ E_thd_job``,
+   when every node is busy. On a job given too little CPU the bottleneck
+   node — usually the PS, which applies every worker's update — uses all of
+   its CPU while the nodes that wait on it do not, so ``e_job`` stays below
+   0.95 however starved the job is: on real jobs here a wide-deep job at 0.6 of
+   its 2-CPU budget read 0.83-0.94 for its whole run (benchmarks/
+   runtime_rightsizing.py, too-small start), and the faithful engine read an MU
+   bottleneck and added workers, which cannot help.
+
 nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
-check and stop rule, and changes six things:
+check and stop rule, and changes seven things:
 
 - **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
   or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
   job's CPU between the components by their measured cost per step
   (``c = used cores / steps per s``), sizing the PS for the speed the workers
   will reach, with ``ps_slack`` (20%) to spare.
+- **Grow a busy job** (fixes 3): when the PS uses at least ``E_thd_job`` of its
+  CPU or PS and workers both use at least ``E_thd_opt`` of theirs, no PSN
+  bottleneck is found and the budget has room,
+  grow the job's CPU to what the budget and the cluster allow in one move,
+  divided between PS and workers by the balanced split (the PS sized for the
+  speed the workers will reach), workers added as in the one-move scale-up.
 - **Scale out by what was measured**: an MU bottleneck adds as many workers as
   the workers' CPU needs at what one worker manages to use (``⌈r_wk / u_wk⌉``),
   a PSN bottleneck as many PS as the busiest link needs to fall to the PSN
@@ -56,7 +71,7 @@ from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, on_clock
 from rightsize.scaling.nearchus_stability import StableWindow
 from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S
 from rightsize.scaling.params import with_overrides
-from rightsize.scaling.shapes import redistributed, rounding_room, scaled_out
+from rightsize.scaling.shapes import grows_within, redistributed, rounding_room, scaled_out
 
 FINAL = "final"
 MAX_NODES_ROUNDING = 64  # leave rounding room for this many nodes when growing in one move
@@ -165,6 +180,64 @@ class NearchusPlusPolicy(NearchusPolicy):
             return self.revert_to_best(observation, stable)
         return super().decide_stable(observation, stable)
 
+    def without_psn(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """A saturated component grows the job (ours); otherwise the faithful rules."""
+        return self.grow_saturated(obs, stable) or super().without_psn(obs, stable)
+
+    def grow_saturated(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Grow a job whose PS is saturated, or whose PS and workers are both busy.
+
+        A saturated PS (``e_ps ≥ E_thd_job``: PSC) or both components at least
+        ``E_thd_opt`` busy means ``e_job`` is below ``E_thd_job`` because nodes wait on
+        each other, not because the job cannot use more CPU (no component is idle, which
+        the rebalance would fix). Give it what the budget and the cluster allow (up to
+        ``max_r_up``), the PS share from the measured cost per step
+        (:func:`balanced_ps_cores`), each node keeping its memory and new workers a
+        worker's memory. (In the simulator a job whose components are both this busy
+        reads ``e_job ≥ E_thd_job``, so this rule changes nothing simulated.)
+        """
+        p, shape = self.params, obs.shape
+        used = stable.node_used()
+        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
+        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        saturated_ps = e_ps >= p.e_thd_job
+        if not (saturated_ps or min(e_ps, e_wk) >= p.e_thd_opt) or stable.speed <= 0:
+            return None
+        total = shape.total().cpu_cores
+        extra = min(rounding_room(obs, MAX_NODES_ROUNDING).cpu_cores, total * p.max_r_up)
+        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        if extra < max(self.min_step(obs), 1e-3) or c_wk <= 0:
+            return None
+        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
+        grown_total = total + extra
+        ps_cores = balanced_ps_cores(grown_total, c_ps, c_wk, p.ps_slack)
+        ps_cores = max(ps_cores, p.min_node_cores * shape.n_ps)
+        grown = self.grown_split(obs, extra / total, ps_cores, grown_total - ps_cores)
+        if not grows_within(obs, grown):
+            return None
+        busy = "PS saturated" if saturated_ps else "PS and workers busy"
+        return Plan(
+            grown,
+            Action.SCALE_UP,
+            f"{busy} (e_ps {e_ps:.2f}, e_wk {e_wk:.2f}; e_job {stable.e_job:.2f}): "
+            f"grow by {extra:.3g} cpu to {grown.describe()}, PS and workers by cost per step",
+            {"e_job": stable.e_job, "factor": extra / total, **self.known_mu(obs)},
+        )
+
+    def grown_split(
+        self, obs: Observation, factor: float, ps_cores: float, wk_cores: float
+    ) -> ClusterShape:
+        """``obs.shape`` grown by ``factor`` with ``ps_cores`` and ``wk_cores`` for the
+        roles; node counts as :meth:`grown` picks them, memory per node kept."""
+        shape = obs.shape
+        n_ps, n_wk = self.grown_counts(obs, factor, ps_cores, wk_cores)
+        ps_memory = shape.role_total(NodeRole.PS).memory_bytes // shape.n_ps
+        wk_memory = shape.role_total(NodeRole.WORKER).memory_bytes // shape.n_workers
+        grown = scaled_out(shape, NodeRole.PS, n_ps - shape.n_ps)
+        grown = scaled_out(grown, NodeRole.WORKER, n_wk - shape.n_workers)
+        grown = redistributed(grown, NodeRole.PS, Resources(ps_cores, ps_memory * n_ps))
+        return redistributed(grown, NodeRole.WORKER, Resources(wk_cores, wk_memory * n_wk))
+
     def scale_up(self, obs: Observation, stable: StableWindow) -> Plan | None:
         """Grow to what the budget and the cluster allow in one move, out as well as up.
 
@@ -191,22 +264,35 @@ class NearchusPlusPolicy(NearchusPolicy):
         )
 
     def grown(self, obs: Observation, factor: float) -> ClusterShape:
-        p, shape = self.params, obs.shape
+        shape = obs.shape
         ps_total = shape.role_total(NodeRole.PS).scaled(1 + factor)
         wk_total = shape.role_total(NodeRole.WORKER).scaled(1 + factor)
-        per_worker = max(w.resources.cpu_cores for w in shape.workers) * (1 + p.r_up)
-        per_worker = min(per_worker, self.known_mu(obs).get("worker_mu", per_worker))
-        if obs.node_limit is not None:
-            per_worker = min(per_worker, obs.node_limit.cpu_cores)
-        n_wk = max(shape.n_workers, math.ceil(wk_total.cpu_cores / per_worker - 1e-9))
-        link = max_link_utilization(obs.window[-p.n_net :])
-        n_ps = max(shape.n_ps, math.ceil(shape.n_ps * link * (1 + factor) / p.psn_link_utilization))
-        if obs.node_limit is not None:
-            n_ps = max(n_ps, math.ceil(ps_total.cpu_cores / obs.node_limit.cpu_cores - 1e-9))
+        n_ps, n_wk = self.grown_counts(obs, factor, ps_total.cpu_cores, wk_total.cpu_cores)
         grown = scaled_out(shape, NodeRole.PS, n_ps - shape.n_ps)
         grown = scaled_out(grown, NodeRole.WORKER, n_wk - shape.n_workers)
         grown = redistributed(grown, NodeRole.PS, ps_total)
         return redistributed(grown, NodeRole.WORKER, wk_total)
+
+    def grown_counts(
+        self, obs: Observation, factor: float, ps_cores: float, wk_cores: float
+    ) -> tuple[int, int]:
+        """PS and workers for a job grown by ``factor`` to ``ps_cores`` and ``wk_cores``.
+
+        Each worker's CPU grows by at most ``R_up`` (and never past a measured MU cap),
+        the rest arriving as more workers; the PS count grows so that the busiest PS
+        link, scaled by the growth, stays under the PSN threshold.
+        """
+        p, shape = self.params, obs.shape
+        per_worker = max(w.resources.cpu_cores for w in shape.workers) * (1 + p.r_up)
+        per_worker = min(per_worker, self.known_mu(obs).get("worker_mu", per_worker))
+        if obs.node_limit is not None:
+            per_worker = min(per_worker, obs.node_limit.cpu_cores)
+        n_wk = max(shape.n_workers, math.ceil(wk_cores / per_worker - 1e-9))
+        link = max_link_utilization(obs.window[-p.n_net :])
+        n_ps = max(shape.n_ps, math.ceil(shape.n_ps * link * (1 + factor) / p.psn_link_utilization))
+        if obs.node_limit is not None:
+            n_ps = max(n_ps, math.ceil(ps_cores / obs.node_limit.cpu_cores - 1e-9))
+        return n_ps, n_wk
 
     def known_mu(self, obs: Observation) -> dict[str, float]:
         """The MU cap a worker showed earlier in this job, if any (kept in plan details)."""
