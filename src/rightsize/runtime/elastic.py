@@ -3,7 +3,11 @@
 - **Resize a node** in place: new CPU quota and memory limit, torch threads
   follow; timed until the node has received its new thread count.
 - **Add a worker**: it is launched and joins without pausing the others (it
-  leases shards like any worker); timed until its first step.
+  leases shards like any worker); timed until its first step. Nodes that
+  shrink are resized before new nodes start, nodes that grow after: the CPU a
+  growth will take is idle while the new nodes start, and the start-up
+  allowance (:mod:`allowance`) lends it to them (a worker added at 0.26 CPU
+  otherwise spends seconds importing torch at that quota).
 - **Remove a worker**: told to stop at its next batch boundary; its lease goes
   back to TODO.
 - **Add, remove or replace parameter servers**: new servers are launched while
@@ -54,11 +58,14 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
     t0, details = master.clock.now(), {}
     try:
         if job.strategy == Strategy.ALLREDUCE and change.workers_changed:
-            _resize(master, change, details)
+            _resize(master, change.resize, details)
             lifecycle.restart_group(master, plan.shape, plan.reason, True, str(plan.action))
             return Transition(True, master.clock.now() - t0, details)
-        _resize(master, change, details)
+        # New nodes start before running ones grow: the CPU the growth will take is idle
+        # while they start, and the start-up allowance lends it to them.
+        _resize(master, change.shrinking, details)
         _add(master, change, details)
+        _resize(master, change.growing, details)
         if change.ps_changed:
             _repartition(master, [n.name for n in plan.shape.ps], details)
         job.shape = plan.shape
@@ -104,11 +111,11 @@ def _abandon(master: Master, plan: Plan, why: str) -> None:
     master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape, False)
 
 
-def _resize(master: Master, change: ShapeDiff, details: dict) -> None:
+def _resize(master: Master, pairs: tuple[tuple[NodeSpec, NodeSpec], ...], details: dict) -> None:
     """Resize live nodes in place; relaunch dead ones (OOM-killed) with the new resources."""
     job = master.job
     dead_ps: dict[str, NodeSpec] = {}
-    for _old, new in change.resize:
+    for _old, new in pairs:
         node = job.nodes.get(new.name)
         t0 = master.clock.now()
         if node is None or not node.alive:

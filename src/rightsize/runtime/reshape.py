@@ -36,6 +36,16 @@ class ShapeDiff:
         return any(n.role == NodeRole.WORKER for n in self.add + self.remove)
 
     @property
+    def shrinking(self) -> tuple[tuple[NodeSpec, NodeSpec], ...]:
+        """Resizes that give back CPU or memory (done first: they free what others take)."""
+        return tuple(pair for pair in self.resize if _shrinks(*(n.resources for n in pair)))
+
+    @property
+    def growing(self) -> tuple[tuple[NodeSpec, NodeSpec], ...]:
+        """Resizes that only take more (done once new nodes have started)."""
+        return tuple(pair for pair in self.resize if not _shrinks(*(n.resources for n in pair)))
+
+    @property
     def empty(self) -> bool:
         return not (self.resize or self.add or self.remove)
 
