@@ -102,6 +102,21 @@ class Isolation(StrEnum):
     AFFINITY = "affinity"
 
 
+class SharedMemoryMode(StrEnum):
+    """Whether tensors between a PS worker and a server on the same host go through shared
+    memory (``auto``) or always through sockets (``off``)."""
+
+    AUTO = "auto"
+    OFF = "off"
+
+
+def _switch(value: Any) -> Any:
+    """YAML 1.1 reads a bare ``off`` as false (and ``on`` as true): take them as written."""
+    if isinstance(value, bool):
+        return SharedMemoryMode.AUTO if value else SharedMemoryMode.OFF
+    return value
+
+
 class _Spec(BaseModel):
     # no NaN or infinity anywhere: a learning rate of .inf is a typo, not a setting
     model_config = ConfigDict(
@@ -217,6 +232,11 @@ class RuntimeSpec(_Spec):
         description="PS workers pull the next step's parameters before this step's "
         "gradients are applied (one step stale, overlapped with compute); false: "
         "every pull sees the worker's own last push",
+    )
+    shared_memory: Annotated[SharedMemoryMode, BeforeValidator(_switch)] = Field(
+        default=SharedMemoryMode.AUTO,
+        description="auto: a PS worker and a server on the same host pass tensors through "
+        "shared memory (/dev/shm), only descriptors through the socket; off: always sockets",
     )
     startup_allowance: bool = Field(
         default=True,

@@ -12,10 +12,15 @@ its share). On top of that:
   more copy of its tensors and state;
 - a **worker** holds the gradients of the dense tensors and its step's peak: the
   activations saved for backward and the batch, measured once by running the forward
-  pass of one batch (:func:`profiling.memory.saved_activation_bytes`).
+  pass of one batch (:func:`profiling.memory.saved_activation_bytes`); with
+  ``runtime.shared_memory: auto`` also its shared-memory slots (:mod:`slots`: the
+  pages are charged to the worker, which allocates them, not to the server that maps
+  them) — :data:`SHARED_SLOTS` of them, each up to :data:`slots.SLOT_GROWTH` times a
+  step's exchange (the dense tensors and the batch's embedding rows).
 
 The sum, times :data:`HEADROOM`, is the node's floor. The runtime raises any planned
-node below its floor to it (:func:`with_floor`) before launching or resizing it, and the
+node below its floor to it (:func:`with_floor`, by :mod:`scaling.floors`, the rule the
+simulator applies with its own model's floors) before launching or resizing it, and the
 floor is in the report; where the floor does not fit the budget, the job is refused
 before anything starts. ``benchmarks/runtime_memory.py`` checks the floors against the
 peaks real runs measure.
@@ -24,17 +29,18 @@ peaks real runs measure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
-from rightsize.core.spec import JobSpec, Optimizer
+from rightsize.core.spec import JobSpec, Optimizer, SharedMemoryMode, Strategy
 from rightsize.core.units import format_bytes
 from rightsize.profiling.memory import saved_activation_bytes, tensor_bytes
-from rightsize.runtime.model_io import ModelLayout
+from rightsize.runtime.model_io import EmbeddingLookups, ModelLayout
 from rightsize.runtime.partition import bytes_per_ps, partition_by_bytes
+from rightsize.runtime.slots import SLOT_GROWTH
+from rightsize.scaling import floors as floor_rule
 from rightsize.scaling.api import Plan
 from rightsize.workloads.workload import Workload
 
@@ -47,6 +53,10 @@ PROCESS_BYTES = 256 * 2**20
 HEADROOM = 1.25
 #: Optimizer state per parameter, in copies of the parameter (SGD: its momentum buffer, if any).
 OPTIMIZER_SLOTS = {Optimizer.ADAGRAD: 1, Optimizer.ADAM: 2}
+#: Shared-memory slots a worker holds at most, each the size of a step's exchange: with
+#: overlap, the next batch's pull (its ids, and the slot lent for its reply) and two pushes
+#: are out at once (runtime/worker.py); a pool keeps no more slots than were busy at once.
+SHARED_SLOTS = 4
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class MemoryNeed:
         dataset_bytes: bytes of the dataset a node keeps resident.
         step_bytes: a worker's step peak beyond its model: saved activations and the batch.
         optimizer_slots: optimizer state per parameter, in copies of the parameter.
+        shared_bytes: a worker's shared-memory slots (0 with sockets only).
     """
 
     sizes: Mapping[str, int]
@@ -68,6 +79,7 @@ class MemoryNeed:
     dataset_bytes: int
     step_bytes: int
     optimizer_slots: int
+    shared_bytes: int = 0
 
     @property
     def process_bytes(self) -> int:
@@ -75,7 +87,8 @@ class MemoryNeed:
         return PROCESS_BYTES + self.dataset_bytes + self.model_bytes
 
     def worker_bytes(self) -> int:
-        return _with_headroom(self.process_bytes + self.dense_bytes + self.step_bytes)
+        held = self.dense_bytes + self.step_bytes + self.shared_bytes
+        return _with_headroom(self.process_bytes + held)
 
     def ps_bytes(self, held_bytes: int) -> int:
         """A server holding ``held_bytes`` of tensors: their state, and one copy of both
@@ -98,26 +111,13 @@ class MemoryNeed:
 
     def with_floor(self, shape: ClusterShape) -> ClusterShape:
         """``shape`` with every node's memory raised to at least its floor."""
-        for name, floor in self.floors(shape).items():
-            node = shape.node(name)
-            if node.resources.memory_bytes < floor:
-                grown = Resources(node.resources.cpu_cores, floor, node.resources.gpus)
-                shape = shape.with_resources(name, grown)
-        return shape
+        return floor_rule.raised_to_floors(shape, self.floors(shape))
 
 
 def floored_plan(plan: Plan, need: MemoryNeed) -> Plan:
-    """``plan`` with its shape raised to the floors (the same plan if nothing was below)."""
-    shape = need.with_floor(plan.shape)
-    if shape == plan.shape:
-        return plan
-    raised = ", ".join(
-        f"{n.name} {format_bytes(plan.shape.node(n.name).resources.memory_bytes)}"
-        f"->{format_bytes(n.resources.memory_bytes)}"
-        for n in shape.nodes
-        if n.resources != plan.shape.node(n.name).resources
-    )
-    return replace(plan, shape=shape, reason=f"{plan.reason}; memory raised to floors: {raised}")
+    """``plan`` raised to ``need``'s floors by the rule the simulator applies too
+    (:func:`scaling.floors.floored_plan`; the same plan if nothing was below)."""
+    return floor_rule.floored_plan(plan, need.floors(plan.shape))
 
 
 def warn_below_floors(shape: ClusterShape, need: MemoryNeed, warn: Callable[[str], None]) -> None:
@@ -143,6 +143,7 @@ def memory_need(spec: JobSpec, workload: Workload, layout: ModelLayout) -> Memor
     keep = {p.untyped_storage().data_ptr() for p in layout.params.values()}
     activations = saved_activation_bytes(lambda: workload.loss(layout.model, batch), keep)
     layout.model.zero_grad(set_to_none=True)  # the forward pass leaves nothing behind
+    shared = spec.strategy == Strategy.PS and spec.runtime.shared_memory == SharedMemoryMode.AUTO
     return MemoryNeed(
         sizes=dict(layout.sizes),
         model_bytes=model_bytes,
@@ -150,7 +151,20 @@ def memory_need(spec: JobSpec, workload: Workload, layout: ModelLayout) -> Memor
         dataset_bytes=workload.dataset.resident_bytes(),
         step_bytes=activations + tensor_bytes(_tensors(batch)),
         optimizer_slots=_slots(spec),
+        shared_bytes=shared_slot_bytes(layout, batch[0]) if shared else 0,
     )
+
+
+def shared_slot_bytes(layout: ModelLayout, inputs: tuple[torch.Tensor, ...]) -> int:
+    """What a worker's shared-memory slots hold at most: :data:`SHARED_SLOTS` times
+    :data:`slots.SLOT_GROWTH` times a step's exchange — the dense tensors, and the rows
+    (with their ids) of the embedding rows a batch touches (found as a worker finds them)."""
+    dense = sum(layout.sizes[name] for name in layout.dense)
+    rows = 0
+    for name, ids in EmbeddingLookups(layout).discover(inputs).items():
+        table = layout.params[name]
+        rows += len(ids) * (table[0].numel() * table.element_size() + ids.element_size())
+    return int(SHARED_SLOTS * SLOT_GROWTH * (dense + rows))
 
 
 def _slots(spec: JobSpec) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import zmq
 
+from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime import checkpoint
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import NodeContext
@@ -49,7 +50,8 @@ from rightsize.runtime.protocol import (
     Stop,
     data_request,
 )
-from rightsize.runtime.transport import Server
+from rightsize.runtime.sharedmem import SharedMemory, host_identity
+from rightsize.runtime.transport import Fill, Server, route
 
 #: Seconds between heartbeats to the master (its commands arrive in the replies).
 HEARTBEAT_S = 0.1
@@ -156,21 +158,30 @@ class ParameterServer:
     def serve_one(self) -> None:
         identity, header, tensors = self.server.receive()
         request = data_request(header)
+        back = {"rid": header["rid"], **route(header)}
         if request.generation != self.generation:
-            self.link.send(identity, {"rid": header["rid"], "stale": True}, [])
+            self.link.send(identity, {**back, "stale": True}, [])
+            return
+        if tensors is None:  # in a slot this server cannot open: nothing is applied
+            self.link.send(identity, {**back, "lost": True}, [])
             return
         if isinstance(request, Pull):
             reply, out = self._pull(request, tensors)
         else:
             reply, out = self._push(request, tensors)
-        reply["rid"] = header["rid"]
-        self.link.send(identity, reply, out)
+        self.link.send(identity, {**reply, **back}, out)
 
     def _pull(self, request: Pull, tensors: list[torch.Tensor]):
-        out = [t.clone() for t in self.store.dense_values()]
+        """Dense values and the rows asked for, each copied once: into the slot the worker
+        lent (shared memory) or into a new tensor for the socket. Under an emulated link the
+        reply waits its turn, so it is copied now (the values of now)."""
+        store = self.store
+        out = [_copy_of(value) for value in store.dense_values()]
         for name, ids in zip(request.tables, tensors, strict=True):
-            out.append(self.store.rows(name, ids))
-        return {"dense": self.store.dense_names}, out
+            out.append(_rows_of(store.params[name].detach(), ids))
+        if self.link.bytes_per_s:
+            out = [part.materialize() for part in out]
+        return {"dense": store.dense_names}, out
 
     def _push(self, request: Push, tensors: list[torch.Tensor]):
         it = iter(tensors)
@@ -189,6 +200,8 @@ class ParameterServer:
         reply, _ = self.ctx.call(Heartbeat(tuple(acks)))
         for command in reply.commands:
             self.handle(command)
+        if self.server.shared is not None:
+            self.server.shared.detach_idle()
 
     def handle(self, command: Command) -> None:
         if isinstance(command, Checkpoint):
@@ -197,6 +210,8 @@ class ParameterServer:
             checkpoint.save_atomic(self.store.state_dict(), Path(command.path))
             self.acks.put(Ack(AckKind.EXPORTED, generation=command.generation))
         elif isinstance(command, Load):
+            if self.server.shared is not None:  # requests of the old generation are not read
+                self.server.shared.detach_all()
             self.store = load_store(self.ctx, command.names, command.paths)
             self.generation = self.ctx.generation = command.generation
             self.acks.put(Ack(AckKind.LOADED, generation=self.generation))
@@ -215,10 +230,21 @@ class ParameterServer:
         self.writers = [w for w in self.writers if w.is_alive()] + [writer]
 
 
+def _copy_of(value: torch.Tensor) -> Fill:
+    return Fill(value.dtype, tuple(value.shape), lambda out: out.copy_(value))
+
+
+def _rows_of(table: torch.Tensor, ids: torch.Tensor) -> Fill:
+    return Fill(table.dtype, (len(ids), *table.shape[1:]),
+                lambda out: torch.index_select(table, 0, ids, out=out))  # fmt: skip
+
+
 def run_ps(ctx: NodeContext) -> int:
     # the optimizers build sparse tensors from ids we coalesced ourselves: skip the checks
     torch.sparse.check_sparse_tensor_invariants.disable()
     server = Server(ctx.zmq, ctx.counters)
     ctx.register(address=server.address)
+    host = host_identity() if ctx.spec.runtime.shared_memory == SharedMemoryMode.AUTO else None
+    server.shared = SharedMemory(host) if host else None  # the job file is known from now
     link = Link(server, ctx.spec.runtime.ps_bandwidth)
     return ParameterServer(ctx, server, link).run()

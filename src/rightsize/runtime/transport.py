@@ -10,21 +10,37 @@ the model's tensor sizes (docs/benchmarks.md).
 
 Every connection counts the bytes it sends and receives (header included):
 that is the node's network in/out that the master reports to policies.
+
+Between a worker and a server on the same host (``runtime.shared_memory: auto``)
+tensor payloads skip the socket: the worker writes a request's tensors into a
+shared-memory slot it owns and lends the server a slot for a pull's reply; only
+the header, with a descriptor (``_s``: slot name and layout; ``_r``: the slot
+lent), goes over ZeroMQ (:mod:`sharedmem`, :mod:`slots`). The peers find out they
+share a host on their first exchange: a worker's requests carry its
+:func:`sharedmem.host_identity` until a reply tells it the server's. A server
+that cannot open a slot answers ``lost`` and the worker goes back to sockets.
+Bytes in shared memory are counted as bytes in and out all the same: they are
+what the nodes exchange, whatever carries them.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import zmq
+
+from rightsize.runtime.sharedmem import SegmentGone, SharedMemory
+from rightsize.runtime.slots import IN, OUT, Layout, SlotPool, plan_layout
 
 #: Frames at least this large are sent without copying (ZeroMQ's guidance:
 #: copying small messages is cheaper than tracking their buffers).
@@ -32,6 +48,38 @@ ZERO_COPY_BYTES = 64 * 1024
 
 
 Header = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A tensor a reply produces straight into its place: a slot lent in shared memory, or a
+    new tensor for the socket (a server's pull reply, copied once from its parameters)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    fill: Callable[[torch.Tensor], Any]
+
+    def materialize(self) -> torch.Tensor:
+        out = torch.empty(self.shape, dtype=self.dtype)
+        self.fill(out)
+        return out
+
+
+Part = torch.Tensor | Fill
+
+
+def payload_bytes(parts: Sequence[Part]) -> int:
+    return sum(math.prod(p.shape) * p.dtype.itemsize for p in parts)
+
+
+def layout_of(parts: Sequence[Part]) -> Layout:
+    """Where ``parts`` lie in a slot (the same layout a worker sizes a lent slot with)."""
+    return plan_layout([(numpy_dtype(p.dtype), p.shape) for p in parts])
+
+
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> str:
+    return torch.empty(0, dtype=dtype).numpy().dtype.str
 
 
 def encode(header: Header, tensors: Sequence[torch.Tensor] = ()) -> list:
@@ -53,7 +101,10 @@ def encode(header: Header, tensors: Sequence[torch.Tensor] = ()) -> list:
 
 def decode(frames: Sequence[Any]) -> tuple[Header, list[torch.Tensor]]:
     """Inverse of :func:`encode` (tensors are views of the received buffers)."""
-    header = json.loads(_bytes(frames[0]))
+    return decode_frames(json.loads(_bytes(frames[0])), frames)
+
+
+def decode_frames(header: Header, frames: Sequence[Any]) -> tuple[Header, list[torch.Tensor]]:
     with warnings.catch_warnings():
         # we never write into a received buffer (values are copied into parameters),
         # so torch's warning about read-only memory does not apply
@@ -112,25 +163,81 @@ def send(socket: zmq.Socket, frames: list, counters: Counters) -> None:
         socket.send(frame, flags, copy=_size(frame) < ZERO_COPY_BYTES)
 
 
-class Server:
-    """A ROUTER socket: requests from many peers, each answered by its identity."""
+def route(request: Header) -> Header:
+    """What a reply to ``request`` needs to find its way back: the slot the request lent,
+    and whether it asked for this host's identity (add it to the reply's header)."""
+    back = {}
+    if "_r" in request:
+        back["_r"] = request["_r"]
+    if "host" in request:
+        back["_host"] = True
+    return back
 
-    def __init__(self, context: zmq.Context, counters: Counters, host: str = "127.0.0.1") -> None:
+
+class Server:
+    """A ROUTER socket: requests from many peers, each answered by its identity.
+
+    With ``shared`` (a parameter server on a host with shared memory) it reads requests'
+    tensors from their slots in place and writes replies into the slots they lend.
+    """
+
+    def __init__(self, context: zmq.Context, counters: Counters, host: str = "127.0.0.1",
+                 shared: SharedMemory | None = None) -> None:  # fmt: skip
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         port = self.socket.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.counters = counters
+        self.shared = shared
 
-    def receive(self) -> tuple[bytes, Header, list[torch.Tensor]]:
+    def receive(self) -> tuple[bytes, Header, list[torch.Tensor] | None]:
+        """The next request: its sender, header and tensors (None: they were in a slot that
+        cannot be opened, see :mod:`sharedmem`)."""
         frames = self.socket.recv_multipart(copy=False)
         self.counters.received(frames[1:])
-        header, tensors = decode(frames[1:])
+        header = json.loads(_bytes(frames[1]))
+        if "_s" not in header:
+            return frames[0].bytes, *decode_frames(header, frames[1:])
+        name, layout = header.pop("_s")
+        header.pop("_t")
+        try:
+            if self.shared is None:
+                raise SegmentGone(name)
+            tensors = self.shared.attach(name).tensors(Layout.from_json(layout))
+        except SegmentGone:
+            return frames[0].bytes, header, None
+        self.counters.bytes_in += payload_bytes(tensors)
         return frames[0].bytes, header, tensors
 
-    def reply(self, identity: bytes, header: Header, tensors: Sequence[torch.Tensor] = ()) -> None:
-        send(self.socket, [identity, *encode(header, tensors)], self.counters)
+    def reply(self, identity: bytes, header: Header, tensors: Sequence[Part] = ()) -> None:
+        """Answer ``identity``; a header with a request's :func:`route` goes into the slot
+        the request lent (if the tensors fit) and tells this host's identity if asked."""
+        lent, asked = header.get("_r"), header.get("_host")
+        if lent is not None or asked is not None:
+            header = {k: v for k, v in header.items() if k not in ("_r", "_host")}
+            if self.shared is not None:
+                if asked:
+                    header["host"] = self.shared.host
+                if tensors and lent and self._place(header, tensors, *lent):
+                    tensors = ()
+        frames = encode(header, [p.materialize() if isinstance(p, Fill) else p for p in tensors])
+        send(self.socket, [identity, *frames], self.counters)
         self.counters.bytes_out -= len(identity)  # routing, not payload
+
+    def _place(self, header: Header, parts: Sequence[Part], name: str, lent_bytes: int) -> bool:
+        """Write ``parts`` into the lent slot ``name``; False if they do not fit or it is gone."""
+        layout = layout_of(parts)
+        try:
+            segment = self.shared.attach(name)
+        except SegmentGone:
+            return False
+        if layout.nbytes > min(lent_bytes, segment.nbytes):
+            return False
+        for out, part in zip(segment.tensors(layout), parts, strict=True):
+            part.fill(out) if isinstance(part, Fill) else out.copy_(part)
+        header["_s"] = [name, layout.to_json()]
+        self.counters.bytes_out += payload_bytes(parts)
+        return True
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -142,28 +249,78 @@ class Client:
     Several requests may be outstanding (a worker sends the next step's pull while its
     last push is applied); a reply is matched to its request by number, and a reply to a
     request no longer awaited (given up after a reset) is dropped.
+
+    With ``shared`` (a worker on a host with shared memory) requests to a server that
+    turns out to share the host carry their tensors in slots of this connection's
+    :class:`slots.SlotPool`, and a request that expects ``reply_bytes`` of tensors lends
+    a slot for them; a reply's tensors then view that slot until :meth:`done`.
     """
 
     _ids = itertools.count(1)
 
-    def __init__(self, context: zmq.Context, address: str, counters: Counters) -> None:
+    def __init__(self, context: zmq.Context, address: str, counters: Counters,
+                 shared: SharedMemory | None = None) -> None:  # fmt: skip
         self.address = address
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(address)
         self.counters = counters
         self.pending: set[int] = set()
+        self.shared = shared
+        self.pool = SlotPool(shared.create) if shared is not None else None
+        #: whether the server shares this host; None until its first reply says
+        self.peer_shares: bool | None = None if shared is not None else False
 
-    def send(self, header: Header, tensors: Sequence[torch.Tensor] = ()) -> int:
+    def send(self, header: Header, tensors: Sequence[torch.Tensor] = (),
+             reply_bytes: int = 0) -> int:  # fmt: skip
         """Send a request; returns its number (the ``rid`` its reply carries)."""
         rid = next(self._ids)
         self.pending.add(rid)
-        send(self.socket, encode({**header, "rid": rid}, tensors), self.counters)
+        header = {**header, "rid": rid}
+        if self.peer_shares is None:
+            header["host"] = self.shared.host
+        elif self.peer_shares:
+            tensors = self._lend(rid, header, tensors, reply_bytes)
+        send(self.socket, encode(header, tensors), self.counters)
         return rid
 
+    def _lend(self, rid: int, header: Header, tensors: Sequence[torch.Tensor],
+              reply_bytes: int) -> Sequence[torch.Tensor]:  # fmt: skip
+        """Put ``tensors`` in a slot (written whole before the descriptor goes out) and lend
+        one for the reply; returns the tensors left for the socket (none, or all if no
+        slot was free)."""
+        if tensors:
+            layout = layout_of(tensors)
+            slot = self.pool.acquire(layout.nbytes, (rid, OUT))
+            if slot is not None:
+                slot.write(layout, tensors)
+                header["_s"] = [slot.name, layout.to_json()]
+                self.counters.bytes_out += payload_bytes(tensors)
+                tensors = ()
+        if reply_bytes:
+            lent = self.pool.acquire(reply_bytes, (rid, IN))
+            if lent is not None:
+                header["_r"] = [lent.name, lent.nbytes]
+        return tensors
+
     def forget(self, rid: int) -> None:
-        """Stop awaiting request ``rid``: its reply, if it comes, is dropped."""
+        """Stop awaiting request ``rid``: its reply, if it comes, is dropped, and its slots
+        are never reused (the server may still be reading or writing them)."""
         self.pending.discard(rid)
+        if self.pool is not None:
+            self.pool.discard((rid, OUT))
+            self.pool.discard((rid, IN))
+
+    def abandon(self) -> None:
+        """Stop awaiting every request (a reset): each is forgotten."""
+        self.pending.clear()
+        if self.pool is not None:
+            self.pool.discard_busy()
+
+    def done(self, rid: int) -> None:
+        """The reply to ``rid`` has been copied out: the slot it was written into is free."""
+        if self.pool is not None:
+            self.pool.release((rid, IN))
 
     def ready(self, timeout_s: float) -> bool:
         return bool(self.socket.poll(int(timeout_s * 1000)))
@@ -173,10 +330,26 @@ class Client:
         arrived answered a request no longer awaited."""
         frames = self.socket.recv_multipart(copy=False)
         self.counters.received(frames)
-        header, tensors = decode(frames)
-        if header.get("rid") not in self.pending:
+        header = json.loads(_bytes(frames[0]))
+        rid = header.get("rid")
+        if self.pool is not None:
+            self.pool.release((rid, OUT))  # answered: the server no longer reads it
+        if rid not in self.pending:
             return None
-        self.pending.discard(header["rid"])
+        self.pending.discard(rid)
+        if self.peer_shares is None:
+            self.peer_shares = header.get("host") == self.shared.host
+        if header.get("lost"):  # the server could not open our slot: sockets from now on
+            self.peer_shares = False
+        if "_s" not in header:
+            return decode_frames(header, frames)
+        name, layout = header.pop("_s")
+        header.pop("_t")
+        slot = self.pool.held((rid, IN))
+        if slot is None or slot.name != name:
+            raise RuntimeError(f"{self.address} answered {rid} in a slot not lent: {name}")
+        tensors = slot.tensors(Layout.from_json(layout))
+        self.counters.bytes_in += payload_bytes(tensors)
         return header, tensors
 
     def call(
@@ -199,6 +372,8 @@ class Client:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+        if self.pool is not None:
+            self.pool.close()
 
 
 class Pacer:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import NodeContext
 from rightsize.runtime.protocol import (
@@ -42,6 +43,7 @@ from rightsize.runtime.protocol import (
 )
 from rightsize.runtime.psclient import InFlight, PSCluster, ResetLease
 from rightsize.runtime.shards import Task
+from rightsize.runtime.sharedmem import SharedMemory
 
 #: Seconds between lease requests while TODO is empty but the epoch is not over.
 LEASE_WAIT_S = 0.05
@@ -68,7 +70,11 @@ class Worker:
         self.layout = layout_of(self.model)
         self.lookups = EmbeddingLookups(self.layout)
         self.cluster: PSCluster | None = None
-        self.overlap = ctx.spec.runtime.overlap
+        spec = ctx.spec
+        self.overlap = spec.runtime.overlap
+        #: slots for servers on this host (:mod:`sharedmem`); None: sockets only
+        self.shared = (SharedMemory.for_node(spec.name, ctx.name)
+                       if spec.runtime.shared_memory == SharedMemoryMode.AUTO else None)  # fmt: skip
         self.paused = False
         if cluster is not None:
             self.switch(cluster)
@@ -172,7 +178,8 @@ class Worker:
             ready.pull = self.cluster.send_pull(ready.pull.ids)
             ready.cluster = self.cluster
         dense, rows = self.cluster.pulled(ready.pull, self.check_master)
-        write_pulled(self.layout, dense, rows)
+        write_pulled(self.layout, dense, rows)  # the one copy of a pulled value
+        self.cluster.release(ready.pull)
         self.lookups.guard(
             {name: value[0] for name, value in rows.items()},
             lambda table, missing: self.cluster.fetch_rows(table, missing, self.check_master),
@@ -241,11 +248,16 @@ class Worker:
         return switched
 
     def switch(self, view: ClusterView) -> None:
-        new = PSCluster(self.ctx.zmq, self.ctx.counters, view, self.layout.sparse)
+        new = PSCluster(self.ctx.zmq, self.ctx.counters, view, self.layout.params,
+                        self.layout.sparse, self.shared, self.note)  # fmt: skip
         old, self.cluster = self.cluster, new
         self.ctx.generation = self.cluster.generation
         if old is not None:
             old.close()
+
+    def note(self, text: str) -> None:
+        """A line in this node's log."""
+        print(f"{self.ctx.name}: {text}", flush=True)
 
     def hold(self) -> None:
         """Halted at a batch boundary until ``resume`` (or ``reset``/``stop``)."""

@@ -34,6 +34,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
 from rightsize.runtime.backends.cgroups import CgroupUnavailable, JobCgroups, NodeCgroup, detect
+from rightsize.runtime.sharedmem import remove_segments, sweep_stale
 
 #: Threads for an allocation of ``c`` cores: ``floor(c + THREAD_ROUNDING)``, at least 1 and
 #: at most the machine's CPUs. Rounding down: a thread for a fractional core runs out of
@@ -86,6 +87,7 @@ class LocalBackend:
         self.procs: dict[str, _Process] = {}
         self.cgroups: JobCgroups | None = None
         self._next_cpu = 0
+        sweep_stale()  # shared memory left by the nodes of a master that was killed
         if isolation != Isolation.AFFINITY:
             try:
                 hierarchy = detect()
@@ -180,6 +182,7 @@ class LocalBackend:
             self.stop(name, timeout_s=5.0)
         if self.cgroups is not None:
             self.cgroups.remove()
+        sweep_stale()
 
     # -- measurement ------------------------------------------------------------------
     def reading(self, name: str) -> tuple[float, int]:
@@ -214,6 +217,7 @@ class LocalBackend:
     def _cleanup(self, name: str) -> None:
         proc = self.procs.pop(name)
         proc.log.close()
+        remove_segments(proc.popen.pid)  # what a node killed mid-way could not unlink
         if proc.cgroup is not None:
             proc.cgroup.remove()
 
