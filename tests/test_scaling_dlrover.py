@@ -3,7 +3,7 @@
 import pytest
 
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import dlrover_math as dm
 from rightsize.scaling.api import (
     Action,
@@ -169,6 +169,50 @@ def test_hot_ps_is_replaced_with_the_formulas_cores():
     assert plan.shape.node("ps-3").resources.cpu_cores == pytest.approx(19.077, abs=1e-3)
     in_place = DLRoverPolicy(replace_hot_ps=False).decide(obs)
     assert in_place.shape.node("ps-0").resources.cpu_cores == pytest.approx(19.077, abs=1e-3)
+
+
+def test_a_hot_ps_of_a_job_that_never_sampled_gets_what_its_workers_full_speed_needs():
+    # the job file's shape (no stage, no s_hat): ps-0 holds the dense layers and uses all of
+    # its 0.2 cpu, ps-1 and ps-2 0.05 each; the workers wait on ps-0 and use half of their
+    # 0.5. s_hat at their full speed = 0.295 / 2 workers * (1.0 / 0.5) = 0.295, so ps-0 needs
+    # 0.195 / 0.295 * 0.295 * 2 = 0.39 cpu (its use, scaled by how far the workers idle).
+    # Read as s_used / N_w (what the workers use now), the formula gave ps-0 its own 0.195:
+    # never more than it had, so a hot PS of such a job was never replaced.
+    shape = ClusterShape.from_counts(3, 2, Resources(0.2, GI), Resources(0.5, GI))
+    window = window_of(shape, (0.195, 0.05, 0.05, 0.25, 0.25))
+    obs = observe(shape, window, {}, budget=2.0, free=0.4)
+    assert DLRoverPolicy().stage(obs) == "adjust"
+    plan = DLRoverPolicy().decide(obs)
+    assert plan.action == Action.REPLACE_PS
+    assert [n.name for n in plan.shape.ps] == ["ps-1", "ps-2", "ps-3"]
+    assert plan.shape.node("ps-3").resources.cpu_cores == pytest.approx(0.39)
+    # workers that use all of their CPU are not held back: no more than ps-0 uses, no plan
+    busy = window_of(shape, (0.195, 0.05, 0.05, 0.5, 0.5))
+    assert DLRoverPolicy().replace_hot_ps(observe(shape, busy, {}, budget=2.0, free=0.4),
+                                          dm.Usage.of(observe(shape, busy, {}))) is None
+
+
+def test_a_hot_ps_gets_what_the_budget_has_room_for_when_the_formula_asks_more():
+    # as above, but the workers use a quarter of their CPU: 0.195 * 4 = 0.78 cpu wanted,
+    # and the 2-cpu budget leaves 0.4: ps-0's 0.2 + 0.4, less a millicore for rounding
+    shape = ClusterShape.from_counts(3, 2, Resources(0.2, GI), Resources(0.5, GI))
+    window = window_of(shape, (0.195, 0.05, 0.05, 0.125, 0.125))
+    plan = DLRoverPolicy().decide(observe(shape, window, {}, budget=2.0, free=0.4))
+    assert plan.action == Action.REPLACE_PS
+    assert plan.shape.node("ps-3").resources.cpu_cores == pytest.approx(0.599)
+    assert plan.shape.total().cpu_cores <= 2.0
+
+
+def test_usage_is_read_while_the_job_trains_not_while_it_starts():
+    # a launch sample (no steps yet: the servers load, the workers start on borrowed CPU)
+    # and four training samples; the means are over the four
+    shape = ClusterShape.from_counts(1, 1, Resources(0.2), Resources(0.5))
+    starting = MetricSample(2.0, (node("ps-0", NodeRole.PS, 0.01, 0.2),
+                                  node("worker-0", NodeRole.WORKER, 0.7, 0.5)), 0.0)  # fmt: skip
+    training = window_of(shape, (0.2, 0.3), seconds=40)
+    usage = dm.Usage.of(observe(shape, (starting, *training), {}))
+    assert usage.cpu == pytest.approx({"ps-0": 0.2, "worker-0": 0.3})
+    assert dm.Usage.of(observe(shape, (starting,), {})).cpu["ps-0"] == 0.01  # nothing trained
 
 
 def test_idle_ps_cpu_adds_workers_up_to_what_the_ps_can_serve():

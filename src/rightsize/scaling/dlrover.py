@@ -16,7 +16,10 @@ Stages, each remembered in the applied plan's ``details["stage"]``:
   ``N_w = s_total / ŝ``.
 - **adjust** (§4.2): a *hot PS* — above the PS CPU threshold and using more
   than ``hot_ps_ratio`` times the PS mean — is replaced by one with
-  ``min(s_hot / s_used · ŝ · N_w, C_max)`` cores; PS saturated as a whole get
+  ``min(s_hot / s_used · ŝ · N_w, C_max)`` cores (a job that never sampled — launched
+  from history or the job file's shape — estimates ``ŝ`` at its workers' full speed,
+  ``Usage.ps_per_unhindered_worker``), as much of it as the budget has room for; PS
+  saturated as a whole get
   more CPU; *idle PS CPU* (PS use below ``ps_idle_utilization``) means more
   workers, ``ΔN_w = min(s_total / ŝ', max_workers) − N_w``, where we read the
   paper's re-estimate as ``ŝ' = s_used / N_w`` (the PS cores one worker needs).
@@ -41,7 +44,7 @@ from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import dlrover_math as dm
 from rightsize.scaling.api import Action, EventKind, LaunchRequest, Observation, Plan, Policy
 from rightsize.scaling.params import with_overrides
-from rightsize.scaling.shapes import grows_within, growth_room, require_budget
+from rightsize.scaling.shapes import grows_within, growth_room, require_budget, rounding_room
 
 GI = 2**30
 SAMPLE, OPTIMIZE, ADJUST = "sample", "optimize", "adjust"
@@ -334,9 +337,11 @@ class DLRoverPolicy(Policy):
         if busy <= p.ps_cpu_threshold or used[hot.name] < p.hot_ps_ratio * s_used / obs.shape.n_ps:
             return None
         s_hat = float(obs.last_plan.details.get("s_hat", 0.0)) if obs.last_plan else 0.0
-        s_hat = s_hat or s_used / obs.shape.n_workers
+        s_hat = s_hat or usage.ps_per_unhindered_worker()  # no sampling stage measured it
         n_w = obs.shape.n_workers
         cores = dm.hot_ps_cores(used[hot.name], s_used, s_hat, n_w, self.c_max(obs.node_limit))
+        # within the budget and what the cluster has free (ours): as much of it as fits
+        cores = min(cores, hot.resources.cpu_cores + rounding_room(obs, 1).cpu_cores)
         bigger = replace(hot.resources, cpu_cores=cores)
         if p.replace_hot_ps:  # a new PS takes the hot one's tensors; the hot one leaves
             shape = obs.shape.with_node_added(NodeRole.PS, bigger).without_node(hot.name)

@@ -79,7 +79,7 @@ def observed_long_enough(
 
 @dataclass(frozen=True)
 class Usage:
-    """Mean CPU and memory each node used over an observation's window."""
+    """Mean CPU and memory each node used over an observation's window, while the job trained."""
 
     cpu: dict[str, float]
     memory: dict[str, float]
@@ -87,10 +87,17 @@ class Usage:
 
     @classmethod
     def of(cls, obs: Observation) -> Usage:
+        """The means over the window's samples in which the job took training steps (all of
+        them if it took none). §4.2 reads ``ŵ`` and ``ŝ`` "after the job starts to run": a
+        sample of nodes still starting — a server loading its tensors, a worker importing
+        torch on CPU borrowed while it starts (``runtime.startup_allowance``) — is not what
+        they use to train. Averaged in, a launch's samples hid a hot PS that used all of its
+        quota once training began (0.895 of it over the window, under the 0.9 threshold)."""
         cpu: dict[str, float] = {}
         memory: dict[str, float] = {}
-        count = len(obs.window) or 1
-        for sample in obs.window:
+        window = [s for s in obs.window if s.steps_per_s > 0] or obs.window
+        count = len(window) or 1
+        for sample in window:
             for node in sample.nodes:
                 cpu[node.name] = cpu.get(node.name, 0.0) + node.cpu_used_cores / count
                 memory[node.name] = memory.get(node.name, 0.0) + node.memory_used_bytes / count
@@ -110,6 +117,29 @@ class Usage:
     def ps_utilization(self) -> float:
         allocated = self.shape.role_total(NodeRole.PS).cpu_cores
         return self.role_used(NodeRole.PS) / allocated if allocated else 0.0
+
+    def ps_per_unhindered_worker(self) -> float:
+        """``ŝ`` where no sampling stage measured it (ours): the PS CPU one worker needs at
+        the speed it would reach if nothing held it back, ``s_used / N_w · a_wk / u_wk``.
+
+        §4.2's ``ŝ`` is the PS CPU with one worker running at ``C_max``, which no PS holds
+        back (sampling gives saturated PS more CPU first). A job launched with the job
+        file's shape has no such sample, and what its PS use per worker now is held down
+        by the bottleneck the formula is meant to lift: a hot PS uses at most its quota,
+        and its workers idle while they wait for it. Taken as is (``s_used / N_w``), the
+        hot-PS formula gave the hot PS exactly the CPU it used — never more than it had —
+        so no hot PS of such a job was ever replaced. Per step, a PS does the same work at
+        any speed, so its CPU grows with the speed: scaled by how far the workers are
+        from using their own CPU (``a_wk / u_wk``, at least 1), it is the PS CPU the
+        workers' full speed needs.
+        """
+        workers = self.shape.n_workers
+        if not workers:
+            return 0.0
+        per_worker = self.role_used(NodeRole.PS) / workers
+        used = self.role_used(NodeRole.WORKER)
+        allocated = self.shape.role_total(NodeRole.WORKER).cpu_cores
+        return per_worker * max(1.0, allocated / used) if used > 0 else per_worker
 
 
 def fit_into(shape: ClusterShape, budget: Resources) -> ClusterShape:
