@@ -27,6 +27,19 @@ def pytest_addoption(parser):
         help="run N seeded chaos schedules (tests marked chaos; seeds from --chaos-first-seed)",
     )  # fmt: skip
     parser.addoption("--chaos-first-seed", type=int, default=0, metavar="SEED")
+    parser.addoption(
+        "--slow", action="store_true",
+        help="also run the tests marked slow (real jobs of a minute or more)",
+    )  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="a real job of a minute or more: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 def pytest_generate_tests(metafunc):
