@@ -135,7 +135,8 @@ def run_scenario(scenario: Scenario, reports: Path) -> dict[str, Any]:
     moves = moves_of(report["timeline"])
     accounting = report["accounting"]
     row.update(
-        report=str(report_path.relative_to(ROOT)),
+        report=str(report_path.relative_to(ROOT) if report_path.is_relative_to(ROOT)
+                   else report_path),
         wall_time_s=report["wall_time_s"],
         exactly_once=bool(accounting.get("checked") and accounting.get("exactly_once")),
         samples=report["samples"], epochs=report["epochs"],
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown scenario {unknown[0]!r}; known: {', '.join(known)}",
               file=sys.stderr)  # fmt: skip
         return 2
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     reports = out.parent / f"{out.stem}_reports"
     reports.mkdir(parents=True, exist_ok=True)
     before = load_note()
