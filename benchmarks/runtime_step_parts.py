@@ -7,6 +7,13 @@ decoded, and the server's optimizer applied. Medians over 100 steps after 20 of
 warm-up. The parts the plain loop also pays are ``batch``, ``forward``,
 ``backward`` and ``ps_apply`` (its optimizer); the rest is the runtime's cost.
 
+Each message's carrying is timed both ways: over a socket (``pull_reply``: the
+server's copies for the socket, ``pull_socket``/``push_socket``: framing as a
+socket carries it, copied into bytes) and through shared memory (``pull_shm``: the
+server's values copied into a slot and viewed by the worker; ``push_shm``: the
+gradients copied into a slot and viewed by the server). ``total_socket`` and
+``total_shm`` add each carrier's parts to the rest.
+
     python benchmarks/runtime_step_parts.py wide-deep mlp3
 """
 
@@ -24,8 +31,15 @@ import torch
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.paramstore import OptimSettings, ParamStore
-from rightsize.runtime.transport import decode, encode
+from rightsize.runtime.ps import rows_fill, value_fill
+from rightsize.runtime.sharedmem import SharedMemory, host_identity
+from rightsize.runtime.slots import SlotPool
+from rightsize.runtime.transport import Fill, decode, encode, slot_layout
 from runtime_throughput import case_spec
+
+#: Parts only one carrier pays.
+SOCKET_PARTS = ("pull_reply", "pull_socket", "push_socket")
+SHM_PARTS = ("pull_shm", "push_shm")
 
 STEPS, WARMUP = 120, 20
 
@@ -36,7 +50,18 @@ def wire(header: dict, tensors: list) -> tuple[dict, list]:
     return decode([f.tobytes() if isinstance(f, np.ndarray) else bytes(f) for f in frames])
 
 
-def parts(case: str) -> dict[str, float]:
+def through_slot(slots: SlotPool, parts: list) -> list[torch.Tensor]:
+    """``parts`` written into a slot as a sender does, and viewed as its reader does."""
+    layout = slot_layout(parts)
+    slot = slots.acquire(layout.nbytes, "t")
+    for out, part in zip(slot.tensors(layout), parts, strict=True):
+        part.fill(out) if isinstance(part, Fill) else out.copy_(part)
+    views = slot.tensors(layout)
+    slots.release("t")
+    return views
+
+
+def parts(case: str, slots: SlotPool) -> dict[str, float]:
     spec = case_spec(Path(tempfile.mkdtemp()), case, STEPS, 0.5)
     workload = build_workload(spec)
     layout = layout_of(workload.make_model(seed=0))
@@ -62,9 +87,13 @@ def parts(case: str) -> dict[str, float]:
         tick("discover")
         tables = sorted(ids)
         out = [v.clone() for v in store.dense_values()] + [store.rows(n, ids[n]) for n in tables]
-        tick("ps_pull_reply")
+        tick("pull_reply")
         _, pulled = wire({"op": "pull"}, out)
-        tick("pull_wire")
+        tick("pull_socket")
+        fills = [value_fill(v) for v in store.dense_values()]
+        fills += [rows_fill(store.params[n].detach(), ids[n]) for n in tables]
+        pulled = through_slot(slots, fills)
+        tick("pull_shm")
         count = len(store.dense_names)
         write_pulled(layout, dict(zip(store.dense_names, pulled[:count], strict=True)),
                      {n: (ids[n], v) for n, v in zip(tables, pulled[count:], strict=True)})  # fmt: skip
@@ -78,22 +107,32 @@ def parts(case: str) -> dict[str, float]:
         pushed = [indices] + [dense[n] for n in store.dense_names]
         pushed += [x for n in sorted(store.sparse) for x in sparse[n]]
         _, got = wire({"op": "push"}, pushed)
-        tick("push_wire")
+        tick("push_socket")
+        got = through_slot(slots, pushed)
+        tick("push_shm")
         it = iter(got)
         keys = next(it).numpy().astype(np.int32)
         store.apply((0, step, 0), keys, {n: next(it) for n in store.dense_names},
                     {n: (next(it), next(it)) for n in sorted(store.sparse)})  # fmt: skip
         tick("ps_apply")
-    return {k: 1e3 * statistics.median(v[WARMUP:]) for k, v in times.items()}
+    ms = {k: 1e3 * statistics.median(v[WARMUP:]) for k, v in times.items()}
+    common = sum(v for k, v in ms.items() if k not in SOCKET_PARTS + SHM_PARTS)
+    ms["total_socket"] = common + sum(ms[k] for k in SOCKET_PARTS)
+    ms["total_shm"] = common + sum(ms[k] for k in SHM_PARTS)
+    return ms
 
 
 def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     torch.sparse.check_sparse_tensor_invariants.disable()  # as the servers run
-    for case in argv or ["wide-deep", "mlp3"]:
-        ms = parts(case)
-        print(f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items())
-              + f"; total {sum(ms.values()):.2f} ms")  # fmt: skip
+    shared = SharedMemory(host_identity() or "here", owner="step-parts.worker")
+    slots = SlotPool(shared.create)
+    try:
+        for case in argv or ["wide-deep", "mlp3"]:
+            ms = parts(case, slots)
+            print(f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()) + " ms")
+    finally:
+        slots.close()
     return 0
 
 

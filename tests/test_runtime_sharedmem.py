@@ -24,7 +24,7 @@ from rightsize.runtime.sharedmem import (
     sweep_stale,
 )
 from rightsize.runtime.slots import OUT, plan_layout
-from rightsize.runtime.transport import Client, Counters, Fill, Server, layout_of, route
+from rightsize.runtime.transport import Client, Counters, Fill, Server, route, slot_layout
 
 HOST = "host-a/boot/1"
 
@@ -143,6 +143,19 @@ def test_a_server_that_cannot_open_a_slot_answers_lost_and_the_client_goes_back_
     assert "_s" not in header and torch.equal(received[0], torch.ones(10))
 
 
+def test_no_room_for_a_slot_sends_by_socket_from_then_on(sockets, monkeypatch):
+    server, client = sockets()
+    round_trip(server, client, [torch.ones(10)])
+
+    def full(nbytes):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(client.pool, "make", full)
+    _, header, received, _ = round_trip(server, client, [torch.ones(10)])
+    assert "_s" not in header and torch.equal(received[0], torch.ones(10))
+    assert client.peer_shares is False
+
+
 def test_a_forgotten_request_never_has_its_slot_written_again(sockets):
     server, client = sockets()
     round_trip(server, client, [torch.ones(10)])
@@ -195,7 +208,7 @@ def test_the_layout_a_worker_lends_for_is_the_one_the_server_writes():
     dense = torch.zeros(3, 5)
     rows = torch.zeros(7, 8)
     parts = [Fill(dense.dtype, (3, 5), lambda out: None), Fill(rows.dtype, (7, 8), lambda out: None)]
-    assert layout_of(parts) == layout_of([dense, rows])
+    assert slot_layout(parts) == slot_layout([dense, rows])
 
 
 def test_segments_are_named_per_job_node_and_process(tmp_path):

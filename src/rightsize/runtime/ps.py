@@ -178,9 +178,9 @@ class ParameterServer:
         lent (shared memory) or into a new tensor for the socket. Under an emulated link the
         reply waits its turn, so it is copied now (the values of now)."""
         store = self.store
-        out = [_copy_of(value) for value in store.dense_values()]
+        out = [value_fill(value) for value in store.dense_values()]
         for name, ids in zip(request.tables, tensors, strict=True):
-            out.append(_rows_of(store.params[name].detach(), ids))
+            out.append(rows_fill(store.params[name].detach(), ids))
         if self.link.bytes_per_s:
             out = [part.materialize() for part in out]
         return {"dense": store.dense_names}, out
@@ -232,11 +232,13 @@ class ParameterServer:
         self.writers = [w for w in self.writers if w.is_alive()] + [writer]
 
 
-def _copy_of(value: torch.Tensor) -> Fill:
+def value_fill(value: torch.Tensor) -> Fill:
+    """``value`` copied into the reply (a copy, as the parameter changes with the next push)."""
     return Fill(value.dtype, tuple(value.shape), lambda out: out.copy_(value))
 
 
-def _rows_of(table: torch.Tensor, ids: torch.Tensor) -> Fill:
+def rows_fill(table: torch.Tensor, ids: torch.Tensor) -> Fill:
+    """Rows ``ids`` of ``table`` gathered straight into the reply."""
     return Fill(table.dtype, (len(ids), *table.shape[1:]),
                 lambda out: torch.index_select(table, 0, ids, out=out))  # fmt: skip
 

@@ -114,18 +114,19 @@ class Segment:
 
     def write(self, layout: Layout, tensors: Sequence[torch.Tensor]) -> None:
         """Copy ``tensors`` to their places (the one copy a sender makes)."""
-        for entry, tensor in zip(layout.entries, tensors, strict=True):
-            self.view(entry.dtype, entry.shape, entry.offset, entry.nbytes)[...] = tensor.detach().numpy()
+        for view, tensor in zip(self.tensors(layout), tensors, strict=True):
+            view.copy_(tensor)
 
     def tensors(self, layout: Layout) -> list[torch.Tensor]:
-        """Tensors viewing the segment in place (no copy)."""
-        return [torch.from_numpy(self.view(e.dtype, e.shape, e.offset, e.nbytes))
-                for e in layout.entries]  # fmt: skip
+        """Tensors viewing the segment in place (no copy).
 
-    def view(self, dtype: str, shape: tuple[int, ...], offset: int, nbytes: int) -> np.ndarray:
-        if offset + nbytes > self.nbytes:
-            raise SegmentGone(f"{self.name}: {offset + nbytes} bytes asked of {self.nbytes}")
-        return self.bytes[offset : offset + nbytes].view(dtype).reshape(shape)
+        Raises:
+            SegmentGone: the layout reaches past the segment's end.
+        """
+        if layout.nbytes > self.nbytes:
+            raise SegmentGone(f"{self.name}: {layout.nbytes} bytes asked of {self.nbytes}")
+        data = self.bytes
+        return [torch.from_numpy(data[o : o + n].view(d).reshape(s)) for d, s, o, n in layout.entries]
 
     def unlink(self) -> None:
         """Remove the file; the pages live until every process has unmapped them."""

@@ -72,7 +72,7 @@ def payload_bytes(parts: Sequence[Part]) -> int:
     return sum(math.prod(p.shape) * p.dtype.itemsize for p in parts)
 
 
-def layout_of(parts: Sequence[Part]) -> Layout:
+def slot_layout(parts: Sequence[Part]) -> Layout:
     """Where ``parts`` lie in a slot (the same layout a worker sizes a lent slot with)."""
     return plan_layout([(numpy_dtype(p.dtype), p.shape) for p in parts])
 
@@ -226,7 +226,7 @@ class Server:
 
     def _place(self, header: Header, parts: Sequence[Part], name: str, lent_bytes: int) -> bool:
         """Write ``parts`` into the lent slot ``name``; False if they do not fit or it is gone."""
-        layout = layout_of(parts)
+        layout = slot_layout(parts)
         try:
             segment = self.shared.attach(name)
         except SegmentGone:
@@ -277,31 +277,38 @@ class Client:
         rid = next(self._ids)
         self.pending.add(rid)
         header = {**header, "rid": rid}
+        shared_bytes = 0
         if self.peer_shares is None:
             header["host"] = self.shared.host
         elif self.peer_shares:
-            tensors = self._lend(rid, header, tensors, reply_bytes)
+            try:
+                tensors, shared_bytes = self._lend(rid, header, tensors, reply_bytes)
+            except OSError:  # no room for a new slot (/dev/shm full): sockets from now on
+                self.peer_shares = False
+                self.pool.release((rid, OUT))
+                header.pop("_s", None), header.pop("_r", None)
         send(self.socket, encode(header, tensors), self.counters)
+        self.counters.bytes_out += shared_bytes  # what a socket would have carried
         return rid
 
     def _lend(self, rid: int, header: Header, tensors: Sequence[torch.Tensor],
-              reply_bytes: int) -> Sequence[torch.Tensor]:  # fmt: skip
+              reply_bytes: int) -> tuple[Sequence[torch.Tensor], int]:  # fmt: skip
         """Put ``tensors`` in a slot (written whole before the descriptor goes out) and lend
         one for the reply; returns the tensors left for the socket (none, or all if no
-        slot was free)."""
+        slot was free) and the bytes put in the slot."""
+        shared_bytes = 0
         if tensors:
-            layout = layout_of(tensors)
+            layout = slot_layout(tensors)
             slot = self.pool.acquire(layout.nbytes, (rid, OUT))
             if slot is not None:
                 slot.write(layout, tensors)
                 header["_s"] = [slot.name, layout.to_json()]
-                self.counters.bytes_out += payload_bytes(tensors)
-                tensors = ()
+                shared_bytes, tensors = payload_bytes(tensors), ()
         if reply_bytes:
             lent = self.pool.acquire(reply_bytes, (rid, IN))
             if lent is not None:
                 header["_r"] = [lent.name, lent.nbytes]
-        return tensors
+        return tensors, shared_bytes
 
     def forget(self, rid: int) -> None:
         """Stop awaiting request ``rid``: its reply, if it comes, is dropped, and its slots
