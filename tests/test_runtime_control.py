@@ -175,6 +175,23 @@ def test_doubling_after_an_oom_kill_stops_at_the_budget():
     assert mechanism.shape.total().memory_bytes == budget.memory_bytes
 
 
+def test_oom_kills_whose_relaunch_was_abandoned_are_remedied_together():
+    # worker-1 is OOM-killed at 5 s; its relaunch with 2 GiB is abandoned (worker-0 died
+    # while it was applied); at 15 s worker-0's OOM kill is reported: both are relaunched
+    # with twice the memory they died with, in one plan
+    clock = FakeClock()
+    kill = lambda node: NodeEvent(5, node, EventKind.OOM_KILLED, "exit code -9")  # noqa: E731
+    mechanism = FakeMechanism(clock, total=20, failures={5: [kill("worker-1")],
+                                                        15: [kill("worker-0")]})  # fmt: skip
+    answers = iter([False, True])
+    apply = mechanism.apply
+    mechanism.apply = lambda plan: (mechanism.__setattr__("accept", next(answers)), apply(plan))[1]
+    make_loop(ScriptedPolicy([]), mechanism, clock).run()
+    assert mechanism.applied == [(5, Action.RELAUNCH_OOM), (15, Action.RELAUNCH_OOM)]
+    memory = {n.name: n.resources.memory_bytes for n in mechanism.shape.nodes}
+    assert memory == {"ps-0": GI, "worker-0": 2 * GI, "worker-1": 2 * GI}
+
+
 def test_schedule_by_hand():
     schedule = Schedule(now=0, metric_interval_s=5, checkpoint_interval_s=12)
     assert schedule.timeout(0) == 5 and not schedule.metrics_due(4.9)

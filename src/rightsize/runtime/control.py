@@ -162,6 +162,9 @@ class ControlLoop:
         self.controller, self.mechanism, self.clock = controller, mechanism, clock
         self.schedule, self.started_at = schedule, started_at
         self.on_sample = on_sample or (lambda _sample: None)
+        # OOM kills whose remedy is not applied yet (node -> its memory when killed): a plan
+        # abandoned because another node died meanwhile is tried again with both kills
+        self.oom_killed: dict[str, int] = {}
 
     def run(self) -> None:
         while not self.mechanism.finished():
@@ -175,10 +178,12 @@ class ControlLoop:
         if events:
             self.controller.noticed(events)
             shape = self.mechanism.shape
-            killed = {e.node: shape.node(e.node).resources.memory_bytes for e in events
-                      if e.kind == EventKind.OOM_KILLED and shape.has_node(e.node)}  # fmt: skip
-            if killed and not self.decide():  # the policy left the kills alone
-                self.grow_oom_killed(killed)
+            self.oom_killed.update({e.node: shape.node(e.node).resources.memory_bytes
+                                    for e in events if e.kind == EventKind.OOM_KILLED
+                                    and shape.has_node(e.node)})  # fmt: skip
+            # the policy first; if it left the kills alone, the mechanism's safety net
+            if self.oom_killed and (self.decide() or self.grow_oom_killed(self.oom_killed)):
+                self.oom_killed.clear()
             self.mechanism.recover()
         now = self.clock.now()
         if self.schedule.metrics_due(now):
@@ -203,13 +208,13 @@ class ControlLoop:
         self.controller.applied(plan, shape, self.clock.now() - self.started_at)
         return True
 
-    def grow_oom_killed(self, killed: dict[str, int]) -> None:
+    def grow_oom_killed(self, killed: dict[str, int]) -> bool:
         """Nodes the kernel OOM-killed (``killed``: their memory when they died) that the
         policy left alone are relaunched with twice their memory (:mod:`scaling.oom`; the
         simulator does the same). A policy that changes the shape in another way is
-        asked again if the node is killed again."""
+        asked again if the node is killed again. False if the relaunch was abandoned (a
+        node died meanwhile): the kills are remedied together on the next failure turn."""
         shape = self.mechanism.shape
         left = self.controller.budget.memory_bytes - shape.total().memory_bytes
         plan = memory_doubled_after_oom(shape, killed, max(0, left))
-        if plan is not None:
-            self.apply(plan)
+        return plan is None or self.apply(plan)

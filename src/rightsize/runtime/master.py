@@ -439,6 +439,12 @@ class Master:
         return events
 
     def recover(self) -> None:
+        if self.job.failures:
+            # A death not reported yet (it came while a plan was applied): the policy and the
+            # OOM safety net hear of it on the next turn, before anything is relaunched —
+            # relaunched now, an OOM-killed node would come back at the memory that killed it
+            # and its restart would not be counted.
+            return
         try:
             lifecycle.recover(self)
         except StopRequested:
