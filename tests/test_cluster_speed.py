@@ -2,6 +2,7 @@
 changing any result)."""
 
 import dataclasses
+import gc
 
 import numpy as np
 from hypothesis import given
@@ -23,11 +24,12 @@ from rightsize.cluster.simjob import (
     sample_detail,
     sample_template,
 )
-from rightsize.cluster.simulator import Simulator, _Run
+from rightsize.cluster.simulator import Simulator, _Run, cyclic_gc_paused
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
+from rightsize.scaling.frozen import remembered_property
 from rightsize.scaling.nearchus_stability import stability_points
 from rightsize.scaling.optimus import (
     KnownSpeeds,
@@ -37,7 +39,7 @@ from rightsize.scaling.optimus import (
     group_speeds,
     speed_points,
 )
-from rightsize.scaling.registry import make_policy
+from rightsize.scaling.registry import make_policy, policy_names
 from rightsize.scaling.shapes import (
     one_ps_two_workers,
     redistributed,
@@ -131,6 +133,49 @@ def test_samples_without_nodes_keep_the_random_stream():
         assert lean.nodes == () and lean.columns == NodeColumns.of(full.nodes)
         assert lean.cpu_used_cores == full.cpu_used_cores == sum(lean.columns.cpu_used_cores)
         assert (lean.time_s, lean.steps_per_s) == (full.time_s, full.steps_per_s)
+
+
+def test_samples_are_the_ones_the_plain_functions_build():
+    """``SimJob._samples`` writes out measured_row, metric_sample, node_metrics and the
+    template's columns: the same objects, field by field and bit for bit (warm-up and
+    steady noise alike, a link or none)."""
+    spec = nearchus_trace(1, 1).jobs[0]
+    model = JobModel(sim_model(spec.model), CLUSTERS["B"])
+    shape = ClusterShape.from_counts(1, 3, Resources(2.5), Resources(4.25))  # no OOM kill
+    perf, noise = model.evaluate(shape), Noise()
+    times = [30.0, 90.0, 150.0, 210.0]  # the first two in the 60-s warm-up after 0 s
+    for detail in SampleDetail:
+        for link in (0.0, 1e9):
+            job = SimJob(spec, model, 1e9, np.random.default_rng(11))
+            job.perf, job.started_s, job.ready_s = perf, 10.0, 0.0
+            job.observed_link_bytes_per_s = link
+            samples = job._samples(times, noise, detail)
+            draws = np.random.default_rng(11).standard_normal((4, 2 * len(shape.nodes) + 1))
+            plain = plain_samples(job, times, draws.tolist(), noise, detail)
+            for sample, expected in zip(samples, plain, strict=True):
+                assert repr(sample.__dict__) == repr(expected.__dict__), (detail, link)
+                assert sample == expected and sample.columns == expected.columns
+                assert sample.steps_per_s > 0
+                assert detail == SampleDetail.NONE or sample.cpu_used_cores > 0
+
+
+def plain_samples(job, times, draws, noise, detail) -> list[MetricSample]:
+    """The samples ``job`` takes at ``times``, built by the plain functions."""
+    template, batch, out = job._template(), job.model.model.batch_size, []
+    count = len(template.bases)
+    for t, row in zip(times, draws, strict=True):
+        cv = noise.warmup_cv if t - job.ready_s < noise.warmup_s else noise.steady_cv
+        row = measured_row(template.true, cv, row, template.cap)
+        used, net, speed, time_s = row[:count], row[count:-1], row[-1], t - job.started_s
+        if detail == SampleDetail.NONE:
+            out.append(metric_sample(time_s, (), speed, speed * batch))
+        elif detail == SampleDetail.COLUMNS:
+            columns = template.columns(used, net)
+            out.append(metric_sample(time_s, (), speed, speed * batch, sum(used), columns))
+        else:
+            nodes = tuple(map(node_metrics, template.bases, used, net))
+            out.append(metric_sample(time_s, nodes, speed, speed * batch, sum(used)))
+    return out
 
 
 def test_optimus_reads_no_node_metrics_and_its_decisions_do_not_need_them():
@@ -261,3 +306,30 @@ def test_finished_jobs_let_their_metrics_go_but_keep_their_results():
     assert all(j.window == () and j.plans == () for j in run.jobs)  # all finished
     assert result == sim.run(trace)
     assert sum(j.restarts for j in result.jobs) > 0 and all(j.decisions for j in result.jobs)
+
+
+def test_a_run_leaves_no_reference_cycle_so_the_paused_collector_misses_nothing():
+    """The simulator pauses Python's cyclic collector during a run: safe only while every
+    object it drops is freed by reference counting. Run every policy (and links shared
+    cluster-wide) with the collector paused: a collection afterwards finds nothing."""
+    trace = nearchus_trace(4, 30)
+    gc.collect()
+    with cyclic_gc_paused():
+        for name in policy_names():
+            if name == "static":
+                continue  # it needs a shape; it plans nothing either
+            for sharing in ("job", "cluster"):
+                config = SimConfig(seed=4, link_sharing=sharing)
+                Simulator(CLUSTERS["A"], make_policy(name), config).run(trace)
+                assert not gc.isenabled()  # a run restores the collector as it found it
+                assert gc.collect() == 0, (name, sharing)
+    assert gc.isenabled()
+
+
+def test_remembered_properties_are_computed_once_and_stay_out_of_the_value():
+    obs = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
+    headroom = obs.headroom
+    assert obs.headroom is headroom and obs.__dict__["headroom"] is headroom
+    plain = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
+    assert plain == obs and repr(plain) == repr(obs)  # one read it, the other did not
+    assert isinstance(Observation.headroom, remembered_property)  # the descriptor, on the class

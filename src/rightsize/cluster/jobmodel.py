@@ -57,11 +57,12 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling.frozen import remembered_property
 
 # NEARCHUS §III-B, Fig. 3: where one worker's CPU use stagnates, by server size.
 MU_CORES_BY_SERVER = ((20, 16.0), (32, 21.0), (64, 37.0))
@@ -142,11 +143,11 @@ class ClusterSpec:
     servers: int = 0
 
     # Cached (a spec is frozen): the simulator hands the node limit to every decision.
-    @cached_property
+    @remembered_property
     def capacity(self) -> Resources:
         return Resources(self.cpu_cores, self.memory_bytes)
 
-    @cached_property
+    @remembered_property
     def node_limit(self) -> Resources:
         return Resources(self.server_cores, self.server_memory_bytes)
 
@@ -189,15 +190,15 @@ class Performance:
         # load each time cost more than the lookup.
         return self._hash
 
-    @cached_property
+    @remembered_property
     def _hash(self) -> int:
         return hash((self.steps_per_s, self.samples_per_s, self.bottleneck, self.nodes))
 
-    @cached_property  # the simulator sums it over the running jobs at every change
+    @remembered_property  # the simulator sums it over the running jobs at every change
     def cpu_used_cores(self) -> float:
         return sum(n.cpu_used_cores for n in self.nodes)
 
-    @cached_property  # asked twice at every (re)start
+    @remembered_property  # asked twice at every (re)start
     def oom_nodes(self) -> tuple[str, ...]:
         return tuple(n.name for n in self.nodes if n.oom)
 

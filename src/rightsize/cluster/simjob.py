@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 
 import numpy as np
 
@@ -36,7 +35,11 @@ from rightsize.scaling.api import (
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
-from rightsize.scaling.frozen import filled
+from rightsize.scaling.frozen import filled, remembered_property
+
+# How :func:`~rightsize.scaling.frozen.filled` makes a frozen dataclass instance, for the loop
+# of ``SimJob._samples``, where the call to ``filled`` itself cost more than its work.
+_new, _fill = object.__new__, object.__setattr__
 
 
 def node_metrics(base: dict, cpu_used_cores: float, net_bytes_per_s: float) -> NodeMetrics:
@@ -245,7 +248,8 @@ class SimJob:
         self.state = JobState.RUNNING
         self.next_sample_s = now
         oom = self.perf.oom_nodes
-        self.book.noticed(NodeEvent(self.rel(now), node, EventKind.OOM_KILLED) for node in oom)
+        if oom:
+            self.book.noticed(NodeEvent(self.rel(now), node, EventKind.OOM_KILLED) for node in oom)
         speed = 0.0 if oom else self.perf.samples_per_s
         self.set_rate(now, speed, 0.0 if oom else self.perf.cpu_used_cores)
 
@@ -266,7 +270,7 @@ class SimJob:
     def observe(self, now: float, free: Resources) -> Observation:
         """The job as its policy sees it at ``now`` (absolute time), with ``free`` to grow into."""
         steps_done = int(self.samples_done / self.model.model.batch_size)
-        return self.book.observe(self.rel(now), self.shape, free, steps_done)
+        return self.book.observe(now - (self.started_s or 0.0), self.shape, free, steps_done)
 
     # -- metrics -----------------------------------------------------------------------
     def release(self) -> None:
@@ -289,39 +293,73 @@ class SimJob:
             return
         times = [first + interval_s * k for k in range(int((now - first) // interval_s) + 1)]
         self.next_sample_s = times[-1]
-        self.book.record(self._samples(times, noise, detail), self.rel(now - max_window_s))
+        keep_after_s = now - max_window_s - (self.started_s or 0.0)  # on the policy's clock
+        self.book.record(self._samples(times, noise, detail), keep_after_s)
 
     def _samples(
         self, times: list[float], noise: Noise, detail: SampleDetail
     ) -> tuple[MetricSample, ...]:
         """Noisy samples at ``times``: one draw of every sample's noise from the job's generator,
-        then each value by :func:`measured` in Python floats — the same IEEE operations numpy
-        would do on the block, without its per-call cost on a few numbers — and only the frozen
-        metric objects ``detail`` asks for built per sample."""
+        then each value by :func:`measured`'s arithmetic in Python floats — the same IEEE
+        operations numpy would do on the block, without its per-call cost on a few numbers — and
+        only the frozen metric objects ``detail`` asks for built per sample.
+
+        This is the simulator's innermost loop, and a Python call per value or per object cost
+        a fifth of it: the loops are :func:`measured_row`, :func:`metric_sample`,
+        :func:`node_metrics` and :meth:`_SampleTemplate.columns` written out, each object made
+        as :func:`~rightsize.scaling.frozen.filled` makes it (its fields given at once, through
+        ``_new`` and ``_fill``). ``tests/test_cluster_speed.py`` holds the samples equal, field
+        by field and bit for bit, to the ones those functions build."""
         template = self._template()
         count = len(template.bases)
         # Without per-node detail the per-node noise is still drawn, so the job's random
         # stream, and every later sample, is the same whatever the detail.
         block = self.rng.standard_normal((len(times), 2 * count + 1))
-        true, cap = template.true, template.cap
         batch = self.model.model.batch_size
         start, ready = self.started_s or 0.0, self.ready_s
+        warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
         out = []
         if detail == SampleDetail.NONE:  # the speed alone: the block's last column
+            true, cap = template.true[-1], template.cap[-1]
             for t, draw in zip(times, block[:, -1].tolist(), strict=True):
-                cv = noise.warmup_cv if t - ready < noise.warmup_s else noise.steady_cv
-                speed = measured(true[-1], cv, draw, cap[-1])
-                out.append(metric_sample(t - start, (), speed, speed * batch))
+                cv = warmup_cv if t - ready < warmup_s else steady_cv
+                speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
+                speed = cap if cap < speed else speed
+                sample = _new(MetricSample)
+                _fill(sample, "__dict__", {"time_s": t - start, "nodes": (), "steps_per_s": speed,
+                                           "samples_per_s": speed * batch})  # fmt: skip
+                out.append(sample)
             return tuple(out)
+        true, cap, link, bases = template.true, template.cap, template.link, template.bases
+        names, roles, allocated = template.names, template.roles, template.allocated
         for t, draws in zip(times, block.tolist(), strict=True):
-            cv = noise.warmup_cv if t - ready < noise.warmup_s else noise.steady_cv
-            row = measured_row(true, cv, draws, cap)
+            cv = warmup_cv if t - ready < warmup_s else steady_cv
+            row = [
+                c if c < (value := v * (0.0 if 0.0 > (factor := 1.0 + cv * d) else factor))
+                else value
+                for v, d, c in zip(true, draws, cap, strict=True)
+            ]  # fmt: skip
             used, speed = row[:count], row[-1]
+            fields = {"time_s": t - start, "nodes": (), "steps_per_s": speed,
+                      "samples_per_s": speed * batch, "cpu_used_cores": sum(used)}  # fmt: skip
             if detail == SampleDetail.NODES:
-                nodes, columns = tuple(map(node_metrics, template.bases, used, row[count:-1])), None
+                nodes = []
+                for base, u, b in zip(bases, used, row[count:-1], strict=True):
+                    node = _new(NodeMetrics)
+                    _fill(node, "__dict__", {**base, "cpu_used_cores": u,
+                                             "net_in_bytes_per_s": b, "net_out_bytes_per_s": b})  # fmt: skip
+                    nodes.append(node)
+                fields["nodes"] = tuple(nodes)
             else:
-                nodes, columns = (), template.columns(used, row[count:-1])
-            out.append(metric_sample(t - start, nodes, speed, speed * batch, sum(used), columns))
+                net = [b / link for b in row[count:-1]] if link else [None] * count
+                columns = fields["columns"] = _new(NodeColumns)
+                _fill(columns, "__dict__", {
+                    "names": names, "roles": roles, "cpu_used_cores": tuple(used),
+                    "cpu_allocated_cores": allocated, "net_utilization": tuple(net),
+                })  # fmt: skip
+            sample = _new(MetricSample)
+            _fill(sample, "__dict__", fields)
+            out.append(sample)
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
@@ -380,15 +418,15 @@ class _SampleTemplate:
         }
         return filled(NodeColumns, fields)
 
-    @cached_property
+    @remembered_property
     def names(self) -> tuple[str, ...]:
         return tuple(b["name"] for b in self.bases)
 
-    @cached_property
+    @remembered_property
     def roles(self) -> tuple[NodeRole, ...]:
         return tuple(b["role"] for b in self.bases)
 
-    @cached_property
+    @remembered_property
     def allocated(self) -> tuple[float, ...]:
         return tuple(b["cpu_allocated_cores"] for b in self.bases)
 

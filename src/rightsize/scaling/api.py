@@ -25,10 +25,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.scaling.frozen import remembered_property
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,13 @@ class MetricSample:
         return tuple(n for n in self.nodes if n.role == role)
 
     # Remembered (a sample is frozen, and a stability detector reads the same samples at
-    # every decision); cached_property keeps them out of the fields, equality and repr.
-    @cached_property
+    # every decision); remembered_property keeps them out of the fields, equality and repr.
+    @remembered_property
     def columns(self) -> NodeColumns:
         """The nodes' metrics as columns (built from ``nodes`` unless supplied)."""
         return NodeColumns.of(self.nodes)
 
-    @cached_property
+    @remembered_property
     def cpu_used_cores(self) -> float:
         """``Σu_i`` over the nodes, in node order."""
         return sum(self.columns.cpu_used_cores)
@@ -219,7 +219,7 @@ class Observation:
         """The plan that produced the current shape (its ``details`` carry a policy's notes)."""
         return self.plans[-1] if self.plans else None
 
-    @cached_property
+    @remembered_property
     def headroom(self) -> Resources:
         """What the job may still grow by: the smaller of budget left and cluster free.
         (Cached: an observation is frozen, and policies ask for this several times.)"""

@@ -109,6 +109,7 @@ class ObservationBook:
         Built with :func:`~rightsize.scaling.frozen.filled` (every field given, of its
         type): the simulator builds one or two per decision tick.
         """
+        plans = self.plans
         return filled(
             Observation,
             {
@@ -120,10 +121,10 @@ class ObservationBook:
                 "window": self.window,
                 "events": self.events,
                 "history": self.history,
-                "decisions": self.decisions,
+                "decisions": len(plans) - 1 if plans else 0,  # (``decisions``, inline)
                 "steps_done": steps_done,
                 "steps_total": self.steps_total,
-                "plans": self.plans,
+                "plans": plans,
                 "prior": self.prior,
                 "node_limit": self.node_limit,
                 "shape_since_s": self.shape_since_s,

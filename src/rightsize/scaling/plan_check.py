@@ -19,6 +19,7 @@ from rightsize.core.spec import Strategy
 #: Every node's CPU is rounded to a millicore (``core.resources``), so a shape that splits
 #: an amount exactly may sum above it by up to one millicore per node.
 MILLICORE = 10**-CPU_DECIMALS
+_NOTHING = Resources()  # what a job holds before its launch
 
 
 def plan_problems(
@@ -43,8 +44,9 @@ def plan_problems(
         node_limit: the largest single node the mechanism can place, or ``None``.
 
     CPU is compared with one millicore of slack per node (see :data:`MILLICORE`); memory
-    and GPUs exactly. (Written as plain comparisons, with messages built only for a
-    problem found: the simulator checks every plan of millions.)
+    and GPUs exactly. (Written as plain comparisons, with messages built — and the helpers
+    that build them called — only for a problem found: the simulator checks every plan of
+    millions.)
     """
     total, slack = shape.total(), MILLICORE * len(shape.nodes)
     max_cpu, max_memory, min_cpu, min_memory = shape.node_extremes  # remembered per shape
@@ -56,13 +58,21 @@ def plan_problems(
     if total.gpus > budget.gpus:
         problems.append(f"{total.gpus} gpus exceed the budget {budget.gpus}")
     if free is not None:
-        problems += _growth_problems(total, held or Resources(), free, slack)
+        held = held or _NOTHING
+        if (
+            total.cpu_cores - held.cpu_cores > free.cpu_cores + slack
+            or total.memory_bytes - held.memory_bytes > free.memory_bytes
+            or total.gpus - held.gpus > free.gpus
+        ):
+            problems += _growth_problems(total, held, free, slack)
     if node_limit is not None and (
         max_cpu > node_limit.cpu_cores + MILLICORE
         or (node_limit.memory_bytes and max_memory > node_limit.memory_bytes)
     ):
         problems += _node_limit_problems(shape, node_limit)
-    problems += _role_problems(shape, strategy)
+    n_ps = shape.n_ps
+    if not shape.n_workers or (not n_ps if strategy == Strategy.PS else n_ps):
+        problems += _role_problems(shape, strategy)
     if min_cpu <= 0:
         problems.append("every node needs some cpu")
     if budget.memory_bytes and min_memory <= 0:
@@ -94,8 +104,6 @@ def _node_limit_problems(shape: ClusterShape, limit: Resources) -> list[str]:
 
 def _role_problems(shape: ClusterShape, strategy: Strategy) -> list[str]:
     n_ps, n_workers = shape.n_ps, shape.n_workers
-    if n_workers and (n_ps if strategy == Strategy.PS else not n_ps):
-        return []  # the usual case, in two comparisons
     problems = []
     if not n_workers:
         problems.append("a shape needs at least one worker")
