@@ -142,3 +142,21 @@ def test_clusters_a_b_and_custom():
         parse_cluster("C")
     with pytest.raises(SpecError, match="net_gbps"):
         parse_cluster("cpu=64")
+
+
+def test_memory_floors_are_what_each_node_given_memory_must_hold():
+    # a PS: 256 MiB + 3 bytes per parameter byte it holds (50 : 50 on two PS); a worker: its
+    # 1000 bytes — the memory below which the model OOM-kills the node
+    model = JobModel(TINY, cluster())
+    two = ClusterShape.from_counts(2, 1, Resources(1, 10), Resources(1, 10))
+    base = 256 * 2**20
+    assert model.memory_floors(two) == {"ps-0": base + 150, "ps-1": base + 150, "worker-0": 1000}
+    perf = model.evaluate(two)
+    assert {n.name: n.memory_needed_bytes for n in perf.nodes} == model.memory_floors(two)
+    # a node given no memory (a CPU-only budget) is not limited here, and has no floor
+    assert model.memory_floors(shape()) == {}
+    mixed = two.with_resources("worker-0", Resources(1))
+    assert model.memory_floors(mixed) == {"ps-0": base + 150, "ps-1": base + 150}
+    # a model may say what its PS holds (the right-sizing benchmark fits the runtime's floors)
+    lean = JobModel(SimModel("t", 100, (50, 50), 1.0, 10, 1.0, 1000, "", 5, 2.5), cluster())
+    assert lean.memory_floors(two) == {"ps-0": 5 + 125, "ps-1": 5 + 125, "worker-0": 1000}

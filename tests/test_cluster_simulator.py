@@ -11,10 +11,11 @@ from rightsize.cluster.jobmodel import ClusterSpec, SimModel
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace, TraceJob, nearchus_trace
-from rightsize.core.errors import ResourceError, UnknownNameError
+from rightsize.core.errors import ResourceError, SpecError, UnknownNameError
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import Action, Observation, Plan, Policy
+from rightsize.scaling.launch import INITIAL_SHAPE_REASON
 from rightsize.scaling.registry import make_policy
 from rightsize.scaling.static import StaticPolicy
 
@@ -114,10 +115,11 @@ def test_user_errors_name_the_job():
 
 
 def test_an_oom_job_nobody_can_fix_fails_and_frees_its_cpu():
-    # the budget's memory is all in the shape: the mechanism cannot double the workers' 10 B
+    # started as the trace says (an initial shape is not raised to the floors), with the
+    # budget's memory all in the shape: the mechanism cannot double the workers' 10 B
     starved = ClusterShape.from_counts(1, 2, Resources(2, 10**9), Resources(9, 10))
     full = Resources(40, starved.total().memory_bytes)
-    trace = [replace(job(n, t), budget=full) for n, t in (("a", 0), ("b", 10))]
+    trace = [replace(job(n, t), budget=full, initial_shape=starved) for n, t in (("a", 0), ("b", 10))]
     result = simulate(trace, StaticPolicy(starved), oom_patience_s=600)
     a, b = result.jobs
     assert a.failed and b.failed
@@ -128,9 +130,77 @@ def test_an_oom_kill_the_policy_leaves_alone_is_doubled_by_the_mechanism():
     # as the runtime does (scaling.oom): the static policy never changes a shape, the
     # simulator doubles the workers' memory until they hold what they need, and the job ends
     starved = ClusterShape.from_counts(1, 2, Resources(2, 10**9), Resources(9, 10))
-    result = simulate([job("a", 0)], StaticPolicy(starved))
+    result = simulate([replace(job("a", 0), initial_shape=starved)], StaticPolicy(starved))
     (a,) = result.jobs
     assert not a.failed and a.restarts >= 1
+    assert a.decisions[0] == INITIAL_SHAPE_REASON
+
+
+def test_an_initial_shape_starts_as_it_is_under_every_policy():
+    # the runtime's explicit initial_shape (scaling.launch): not the policy's launch, and not
+    # raised to the floors — the workers' 10 B are OOM-killed and then doubled by the mechanism
+    starved = ClusterShape.from_counts(1, 2, Resources(2, 10**9), Resources(9, 10))
+    for name in ("nearchus", "dlrover", "optimus"):
+        (a,) = simulate([replace(job("a", 0), initial_shape=starved)], make_policy(name)).jobs
+        assert a.decisions[0] == INITIAL_SHAPE_REASON, name
+        assert "OOM" in a.decisions[1], name  # the policy or the safety net grows it
+
+
+def test_an_initial_shape_beyond_the_budget_is_the_users_error():
+    big = ClusterShape.from_counts(1, 2, Resources(2), Resources(30))
+    with pytest.raises(SpecError, match="job a: its initial shape .* exceeds the budget 40"):
+        simulate([replace(job("a", 0), initial_shape=big)], make_policy("nearchus"))
+
+
+def test_an_initial_shape_waits_until_the_cluster_can_hold_it():
+    jobs = [replace(job(n, t), initial_shape=SMALL) for n, t in (("a", 0), ("b", 60))]
+    a, b = simulate(jobs, make_policy("dlrover")).jobs  # 30 cpu: b's 20 wait for a's
+    assert b.start_s >= a.finish_s
+
+
+class Lean(ResizeOnce):
+    """Launches SMALL with 10 B per node, then asks for LARGE with 10 B per node."""
+
+    def launch_plan(self, request):
+        return Plan(with_memory(SMALL, 10), Action.LAUNCH, "lean launch")
+
+    def decide(self, observation):
+        if observation.decisions == 0:
+            return Plan(with_memory(LARGE, 10), Action.SCALE_UP, "lean scale-up")
+        return None
+
+
+def with_memory(shape: ClusterShape, memory: int) -> ClusterShape:
+    for node in shape.nodes:
+        shape = shape.with_resources(node.name, Resources(node.resources.cpu_cores, memory))
+    return shape
+
+
+def test_every_plan_is_raised_to_the_memory_floors():
+    # TOY: a worker needs 1000 B, a PS 256 MiB + 3 B per parameter byte (jobmodel)
+    cluster = ClusterSpec("c", 40, 10**12, 100, 10**11, 1e9)
+    (a,) = simulate([job("a", 0)], Lean(), cluster=cluster).jobs
+    assert a.restarts == 1 and not a.failed  # no OOM kill: launch and resize both raised
+    assert [d.split(";")[0] for d in a.decisions] == ["lean launch", "lean scale-up"]
+    raised = "memory raised to floors: ps-0 10B->256Mi, worker-0 10B->1000B, worker-1 10B->1000B"
+    assert all(d.endswith(raised) for d in a.decisions)
+
+
+def test_a_plan_whose_floors_exceed_the_budget_is_refused_and_the_job_keeps_its_shape():
+    # as the runtime refuses it (reshape.rejection): the budget's memory holds the launch's
+    # floors, not the resize's (the same nodes: the floors alone would not fit the budget)
+    cluster = ClusterSpec("c", 40, 10**12, 100, 10**11, 1e9)
+    floors = TOY.ps_memory_bytes(1.0) + 2 * TOY.worker_memory_bytes
+    tight = replace(job("a", 0), budget=Resources(40, floors))
+
+    class Grows(Lean):
+        def decide(self, observation):
+            more = with_memory(LARGE, 10).with_node_added(NodeRole.WORKER, Resources(1, 10))
+            return Plan(more, Action.ADD_WORKER, "one more worker")
+
+    (a,) = simulate([tight], Grows(), cluster=cluster).jobs
+    assert a.restarts == 0 and not a.failed and a.final_shape == SMALL.describe()
+    assert a.run_s == pytest.approx(1120)  # SMALL's time: the refusals cost nothing
 
 
 def test_durations_in_a_trace_become_work_at_the_budget_as_one_ps_two_workers():

@@ -1,13 +1,16 @@
 """A policy sees the same job alike through the runtime and through the simulator.
 
-Both mechanisms keep what a policy may know in an ``ObservationBook`` and check plans by
+Both mechanisms keep what a policy may know in an ``ObservationBook``, start a job by
+``scaling.launch``, raise plans to memory floors by ``scaling.floors`` and check plans by
 ``plan_check``; this suite holds them to it from outside. For every policy in the registry,
 one scripted job — the same metric samples, the same node failure, the same progress and
 free capacity — runs through the runtime's ``Controller`` and ``ControlLoop`` (a fake clock
-and a fake mechanism that refuses what ``reshape.rejection`` refuses) and through the
-simulator's ``SimJob`` (samples recorded as ``SimJob.collect`` records them, observations
-built by the simulator's ``_observe``, plans checked by its ``_check_plan`` and applied by
-``SimJob.restart``). Every observation must be equal field by field, and so every decision.
+and a fake mechanism that raises plans to the floors and refuses what ``reshape.rejection``
+refuses, as ``Master.apply`` does) and through the simulator's ``SimJob`` (samples recorded
+as ``SimJob.collect`` records them, observations built by the simulator's ``_observe``, the
+launch by its ``_launch_plan``, plans by its ``_plan`` and applied by ``SimJob.restart``).
+Every observation must be equal field by field, and so every decision. Both mechanisms take
+the floors of the simulator's job model here (the runtime measures its own with torch).
 
 The samples come from the simulator's own performance model for the shape the job runs at
 that moment, with 2% noise drawn from a generator seeded by the time, so both paths read the
@@ -42,12 +45,16 @@ from rightsize.scaling.api import (
     Plan,
     Policy,
 )
+from rightsize.scaling.floors import floored_plan
+from rightsize.scaling.launch import launch_plan
 from rightsize.scaling.registry import make_policy, policy_names
 
 CLUSTER = CLUSTERS["B"]
 MODEL = "resnet50"
+#: A model whose workers need more than DLRover's default 4 GiB: its launch is raised to
+#: the floors (the floors bind nowhere for the other policies: CPU budgets, no memory).
+FLOORED_MODEL = "mobilenet"
 BUDGET = Resources(60)  # CPU only, as the traces give it: memory is not limited
-BATCH = sim_model(MODEL).batch_size
 STEPS_TOTAL = 100_000
 INTERVAL_S = 60.0  # the metric interval, and the simulator's decision interval
 END_S = 40 * INTERVAL_S  # long enough for several decisions of every adaptive policy
@@ -62,8 +69,8 @@ MAX_WINDOW_S = END_S + INTERVAL_S
 class Metrics:
     """What a metric collector reads from the job at ``time_s`` when it runs ``shape``."""
 
-    def __init__(self) -> None:
-        self.model = JobModel(sim_model(MODEL), CLUSTER)
+    def __init__(self, model: str) -> None:
+        self.model = JobModel(sim_model(model), CLUSTER)
         self.templates: dict = {}
 
     def at(self, time_s: float, shape: ClusterShape) -> MetricSample:
@@ -73,7 +80,7 @@ class Metrics:
         row = measured_row(template.true, 0.02, draws.tolist(), template.cap)
         count = len(template.bases)
         nodes = tuple(map(node_metrics, template.bases, row[:count], row[count:-1]))
-        return MetricSample(time_s, nodes, row[-1], row[-1] * BATCH)
+        return MetricSample(time_s, nodes, row[-1], row[-1] * self.model.model.batch_size)
 
 
 def recorded(policy: Policy) -> list[tuple[Observation, Plan | None]]:
@@ -90,9 +97,9 @@ def recorded(policy: Policy) -> list[tuple[Observation, Plan | None]]:
     return log
 
 
-def launch(policy: Policy, prior) -> Plan:
-    request = LaunchRequest("job", BUDGET, FREE, prior, CLUSTER.node_limit)
-    return policy.launch_plan(request)
+def floors(metrics: Metrics, plan: Plan) -> Plan:
+    """``plan`` raised to the floors, as the runtime's master raises every plan."""
+    return floored_plan(plan, metrics.model.memory_floors(plan.shape))
 
 
 def steps_done(time_s: float) -> int:
@@ -126,6 +133,7 @@ class ScriptedJob:
         pass
 
     def apply(self, plan: Plan) -> Transition:
+        plan = floors(self.metrics, plan)
         if rejection(plan.shape, BUDGET, Strategy.PS):
             return Transition(False)
         self.shape = plan.shape
@@ -138,40 +146,56 @@ class ScriptedJob:
         return steps_done(self.clock.now())
 
 
-def through_the_runtime(name: str, prior) -> tuple[Plan, list]:
-    policy = make_policy(name)
-    plan = launch(policy, prior)
+def through_the_runtime(name: str, model: str, prior) -> tuple[Plan, list]:
+    policy, metrics = make_policy(name), Metrics(model)
+    request = LaunchRequest("job", BUDGET, FREE, prior, CLUSTER.node_limit)
+    plan = floors(metrics, launch_plan(policy, request))  # initial_shape: auto
     log = recorded(policy)
     clock = FakeClock()
     controller = Controller(
         "job", policy, BUDGET, lambda _shape: FREE, STEPS_TOTAL, CLUSTER.node_limit,
         [plan], 0.0, prior,
     )  # fmt: skip
-    mechanism = ScriptedJob(clock, plan.shape, Metrics())
+    mechanism = ScriptedJob(clock, plan.shape, metrics)
     schedule = Schedule(0.0, INTERVAL_S, 10 * END_S)
     ControlLoop(controller, mechanism, clock, schedule, 0.0).run()
     return plan, log
 
 
 # -- the simulator -------------------------------------------------------------------------
-def through_the_simulator(name: str, prior) -> tuple[Plan, list]:
-    policy = make_policy(name)
-    spec = TraceJob("job", 0.0, MODEL, BUDGET, samples_total=float(STEPS_TOTAL * BATCH))
+def through_the_simulator(name: str, model: str, prior) -> tuple[Plan, list]:
+    policy, metrics = make_policy(name), Metrics(model)
+    batch = metrics.model.model.batch_size
+    spec = TraceJob("job", 0.0, model, BUDGET, samples_total=float(STEPS_TOTAL * batch))
     run = _Run(Simulator(CLUSTER, policy, SimConfig()), Trace("conformance", (spec,)))
-    job, metrics = run.jobs[0], Metrics()
-    job.book.prior = prior
-    plan = launch(policy, prior)
-    run._check_plan(job, plan, FREE)
+    job = run.jobs[0]
+    run.priors = Priors(prior)
+    launch, own = run._launch_plan(job, FREE)
+    assert run._fits(job, launch, own, FREE)
     job.started_s = 0.0
-    apply(job, plan, 0.0)
+    apply(job, launch, 0.0)
     log = recorded(policy)
     for k in range(1, int(END_S / INTERVAL_S) + 1):
         now = run.now = k * INTERVAL_S
         if now - INTERVAL_S < FAILURE.time_s <= now:  # (a failure alone asks the policy nothing)
             job.book.noticed([FAILURE])
         job.book.record((metrics.at(now, job.shape),), job.rel(now - MAX_WINDOW_S))
-        decide(run, job, policy)
-    return plan, log
+        job.samples_done = float(steps_done(run.now) * batch)
+        plan = run._plan(job, run._observe(job))
+        if plan is not None:
+            apply(job, plan, run.now)
+            assert job.state == JobState.RUNNING
+    return launch, log
+
+
+class Priors:
+    """The simulator's prior book, answering with the runtime path's prior."""
+
+    def __init__(self, prior) -> None:
+        self.known = prior
+
+    def prior(self, _policy, _model, _budget):
+        return self.known
 
 
 def apply(job, plan: Plan, now: float) -> None:
@@ -179,21 +203,17 @@ def apply(job, plan: Plan, now: float) -> None:
     job.ready(now)
 
 
-def decide(run: _Run, job, policy: Policy) -> None:
-    job.samples_done = float(steps_done(run.now) * BATCH)
-    plan = policy.decide(run._observe(job))
-    if plan is not None:
-        run._check_plan(job, plan, run.scheduler.free_for_running())
-        apply(job, plan, run.now)
-        assert job.state == JobState.RUNNING
-
-
 # -- the suite -----------------------------------------------------------------------------
+def prior_of(name: str, model: str):
+    return PriorBook().prior(make_policy(name), JobModel(sim_model(model), CLUSTER), BUDGET)
+
+
+@pytest.mark.parametrize("model", [MODEL, FLOORED_MODEL])
 @pytest.mark.parametrize("name", policy_names())
-def test_the_runtime_and_the_simulator_show_a_policy_the_same_job(name):
-    prior = PriorBook().prior(make_policy(name), JobModel(sim_model(MODEL), CLUSTER), BUDGET)
-    runtime_launch, runtime = through_the_runtime(name, prior)
-    simulated_launch, simulated = through_the_simulator(name, prior)
+def test_the_runtime_and_the_simulator_show_a_policy_the_same_job(name, model):
+    prior = prior_of(name, model)
+    runtime_launch, runtime = through_the_runtime(name, model, prior)
+    simulated_launch, simulated = through_the_simulator(name, model, prior)
     assert runtime_launch == simulated_launch
     assert [o.time_s for o, _ in runtime] == [o.time_s for o, _ in simulated]
     for (real, real_plan), (sim, sim_plan) in zip(runtime, simulated, strict=True):
@@ -211,7 +231,13 @@ ADAPTIVE = ("nearchus", "nearchus+", "dlrover", "optimus")
 def test_the_script_makes_every_adaptive_policy_decide(name):
     """Not a vacuous comparison: each adaptive policy changes the job's shape during the
     script, so the books' transitions (history, plans, a new window) are compared too."""
-    prior = PriorBook().prior(make_policy(name), JobModel(sim_model(MODEL), CLUSTER), BUDGET)
-    _, log = through_the_runtime(name, prior)
+    _, log = through_the_runtime(name, MODEL, prior_of(name, MODEL))
     assert any(plan is not None for _, plan in log)
     assert any(o.history for o, _ in log) and any(o.events for o, _ in log)
+
+
+def test_the_floors_bind_in_the_script():
+    """Not vacuous either: DLRover's launch on the floored model is raised to the floors,
+    alike on both paths (the comparison above)."""
+    launch, _ = through_the_runtime("dlrover", FLOORED_MODEL, prior_of("dlrover", FLOORED_MODEL))
+    assert "memory raised to floors" in launch.reason

@@ -101,6 +101,8 @@ class SimModel:
         update_core_s: one core's seconds for a PS to apply a whole step's update.
         worker_memory_bytes: memory one worker needs (model, optimizer, activations).
         source: where the numbers come from.
+        ps_base_memory_bytes: memory a PS needs before it holds parameters.
+        ps_memory_per_param_byte: memory a PS needs per byte of parameters it holds.
     """
 
     name: str
@@ -111,11 +113,19 @@ class SimModel:
     update_core_s: float
     worker_memory_bytes: int
     source: str = ""
+    ps_base_memory_bytes: int = PS_BASE_MEMORY_BYTES
+    ps_memory_per_param_byte: float = PS_MEMORY_PER_PARAM_BYTE
 
     @property
     def step_core_s(self) -> float:
         """``W_compute``: one core's seconds of compute for one worker step."""
         return self.compute_core_s_per_sample * self.batch_size
+
+    def ps_memory_bytes(self, share: float) -> int:
+        """Memory a PS holding ``share`` of the parameters needs."""
+        return int(self.ps_memory_per_param_byte * share * self.param_bytes) + (
+            self.ps_base_memory_bytes
+        )
 
 
 @dataclass(frozen=True)
@@ -245,6 +255,25 @@ class JobModel:
         """
         return remembered(self._cache, shape, lambda: self._evaluate(shape))
 
+    def memory_floors(self, shape: ClusterShape) -> dict[str, int]:
+        """The memory each node of ``shape`` must hold, below which it is OOM-killed
+        (:attr:`NodeLoad.oom`): a PS's for its share of the parameters, a worker's
+        ``worker_memory_bytes`` — the floors the simulator raises every plan to
+        (:mod:`scaling.floors`). A node given no memory (a budget that does not limit
+        memory, as NEARCHUS's CPU budgets) is not limited in this model and has no floor."""
+        if not shape.node_extremes[1]:  # no node was given memory (remembered per shape)
+            return {}
+        model, floors = self.model, {}
+        ps = shape.ps
+        if ps:
+            for node, share in zip(ps, partition_shares(model.tensor_bytes, len(ps)), strict=True):
+                if node.resources.memory_bytes:
+                    floors[node.name] = model.ps_memory_bytes(share)
+        for node in shape.workers:
+            if node.resources.memory_bytes:
+                floors[node.name] = model.worker_memory_bytes
+        return floors
+
     def evaluate_shared(self, shape: ClusterShape, sharing_nodes: int) -> Performance:
         """True speed and load of ``shape`` when ``sharing_nodes`` training nodes in all (this
         job's among them) spread over the cluster's servers and share their links.
@@ -326,7 +355,7 @@ class JobModel:
 
     def _ps_load(self, node, share: float, steps: float) -> NodeLoad:
         model = self.model
-        memory = int(PS_MEMORY_PER_PARAM_BYTE * share * model.param_bytes) + PS_BASE_MEMORY_BYTES
+        memory = model.ps_memory_bytes(share)
         return NodeLoad(
             node.name,
             NodeRole.PS,

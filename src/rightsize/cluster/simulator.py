@@ -3,11 +3,14 @@
 Events, in time order (ties in the order they were scheduled):
 
 - **arrive** — a trace job enters the waiting queue; the scheduler admits
-  jobs whose policy accepts what is free (``Policy.launch_plan``).
+  jobs whose launch plan fits what is free: the job's own ``initial_shape`` as it
+  is, or its policy's plan for what is free (``Policy.launch_plan``) raised to the
+  memory floors — as the runtime starts a job (:func:`scaling.launch.launch_plan`).
 - **ready** — a (re)start is over: the job trains at its shape's speed
   (``JobModel``), or reports its OOM-killed nodes.
 - **tick** — every ``decision_interval_s`` a running job's metrics since its
-  last change (``SimJob.collect``) go to ``Policy.decide``; a plan is checked
+  last change (``SimJob.collect``) go to ``Policy.decide``; a plan is raised to
+  the memory floors (:mod:`scaling.floors`, as the runtime raises it), checked
   against the budget, the cluster and the node limit, then applied: the job
   stops, holds the new shape, and trains again after ``launch_s + init_s``.
 - **complete** — the job has processed all its samples; it leaves, and the
@@ -44,10 +47,12 @@ from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.cluster.simjob import JobState, SimJob, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
-from rightsize.core.errors import RightsizeError
+from rightsize.core.errors import ResourceError, RightsizeError, SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.spec import Strategy
 from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
+from rightsize.scaling.floors import floored_plan
+from rightsize.scaling.launch import launch_plan
 from rightsize.scaling.oom import memory_doubled_after_oom
 from rightsize.scaling.plan_check import MILLICORE, plan_problems
 from rightsize.scaling.shapes import one_ps_two_workers
@@ -125,7 +130,7 @@ class _Run:
         self.now = 0.0
         self.usage: list[tuple[float, float, float]] = []  # (t, cpu used, cpu allocated)
         self._launches: dict[str, Plan] = {}
-        self._checked: set[tuple[str, Resources]] = set()  # (model, budget) pairs checked
+        self._checked: set[tuple] = set()  # (model, budget, initial shape) checked
         self._results: dict[int, JobResult] = {}  # by id(job) (a SimJob is not hashable)
         self.detail = sample_detail(self.policy)
         self.links = LinkBook(config.link_sharing, cluster.servers, config.observed_link)
@@ -171,20 +176,40 @@ class _Run:
         )  # fmt: skip
 
     def _check_budget(self, job: SimJob) -> None:
-        """A budget too small for the policy's minimal shape is the user's error: raise now
-        (once per model and budget: the policy's answer depends on nothing else here)."""
-        key = (job.spec.model, job.budget)
+        """A job that can never start is the user's error: raise now, naming it, as the
+        runtime refuses such a job before it starts — a budget below the policy's minimal
+        shape, a launch shape whose memory floors do not fit the budget, an initial shape
+        that cannot run. (Once per model, budget and initial shape: the answer depends on
+        nothing else here.)"""
+        key = (job.spec.model, job.budget, job.spec.initial_shape)
         if key in self._checked:
             return
         self._checked.add(key)
         try:
-            prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
-            request = LaunchRequest(
-                job.name, job.budget, job.budget, prior, self.cluster.node_limit
-            )
-            self.policy.launch_plan(request)
+            plan, own = self._launch_plan(job, job.budget)
         except RightsizeError as exc:
             raise type(exc)(f"job {job.name}: {exc}") from None
+        if plan is None or plan is own:
+            return  # the policy's own plan: checked when the job starts (a bug if it breaks)
+        problems = plan_problems(plan.shape, job.budget, node_limit=self.cluster.node_limit)
+        if problems:
+            what = "initial shape" if own is None else "launch shape with each node's memory floor"
+            error = SpecError if own is None else ResourceError
+            raise error(f"job {job.name}: its {what} ({plan.shape.describe()}) cannot run: "
+                        + "; ".join(problems))  # fmt: skip
+
+    def _launch_plan(self, job: SimJob, free: Resources) -> tuple[Plan | None, Plan | None]:
+        """How ``job`` starts with ``free`` to start in: its own initial shape as it is, or
+        its policy's plan raised to the memory floors, as the runtime starts a job
+        (:func:`scaling.launch.launch_plan`); and the plan as the policy made it (``None``
+        for an initial shape)."""
+        prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
+        request = LaunchRequest(job.name, job.budget, free, prior, self.cluster.node_limit)
+        initial = job.spec.initial_shape
+        plan = launch_plan(self.policy, request, initial)
+        if plan is None or initial is not None:
+            return plan, None
+        return floored_plan(plan, job.model.memory_floors(plan.shape)), plan
 
     # -- handlers ----------------------------------------------------------------------
     def arrive(self, job: SimJob) -> None:
@@ -199,12 +224,9 @@ class _Run:
         self._record_usage()
 
     def _launch(self, job: SimJob, free: Resources) -> Resources | None:
-        prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
-        request = LaunchRequest(job.name, job.budget, free, prior, self.cluster.node_limit)
-        plan = self.policy.launch_plan(request)
-        if plan is None:
-            return None
-        self._check_plan(job, plan, free)
+        plan, own = self._launch_plan(job, free)
+        if plan is None or not self._fits(job, plan, own, free):
+            return None  # it waits (its own shape, or its floors, need more than is free)
         self._launches[job.name] = plan  # applied by admit() once the scheduler accepts it
         return plan.shape.total()
 
@@ -256,11 +278,8 @@ class _Run:
                 self.detail,
             )  # fmt: skip
         observation = self._observe(job)
-        plan = self.policy.decide(observation)
-        if plan is None and job.rate <= 0:
-            plan = self._oom_safety_net(job)
+        plan = self._plan(job, observation)
         if plan is not None:
-            self._check_plan(job, plan, self.scheduler.free_for_running())
             self.scheduler.allocate(job, plan.shape.total(), MILLICORE * len(plan.shape.nodes))
             self._restart(job, plan)
             self._record_usage()
@@ -269,6 +288,20 @@ class _Run:
             self._fail(job)
             return
         self._next_tick(job, self.policy.decision_due_s(observation))
+
+    def _plan(self, job: SimJob, observation: Observation) -> Plan | None:
+        """What the mechanism applies after asking the policy, as the runtime's control loop
+        and master do: the policy's plan — or, if it keeps an OOM-killed job's shape, the
+        OOM safety net's — raised to the memory floors, if it fits (``None``: no change)."""
+        plan = own = self.policy.decide(observation)
+        if plan is None and job.rate <= 0:
+            plan = self._oom_safety_net(job)
+        if plan is None:
+            return None
+        floors = job.model.memory_floors(plan.shape)
+        if floors:  # (none where no node was given memory: CPU-only budgets)
+            plan = floored_plan(plan, floors)
+        return plan if self._fits(job, plan, own, self.scheduler.free_for_running()) else None
 
     def _oom_safety_net(self, job: SimJob) -> Plan | None:
         """The runtime's answer to OOM kills the policy left alone (:mod:`scaling.oom`): the
@@ -371,18 +404,27 @@ class _Run:
         before then: see ``_first_tick_s``)."""
         return job.observe(self.now if at is None else at, self.scheduler.free_for_running())
 
-    def _check_plan(self, job: SimJob, plan: Plan, free: Resources) -> None:
-        """A plan that breaks the rules every mechanism checks (budget, free capacity, node
-        limit, roles) is a policy bug here: raise."""
+    def _fits(self, job: SimJob, plan: Plan, own: Plan | None, free: Resources) -> bool:
+        """Whether ``plan`` can run, by the rules every mechanism checks (budget, free
+        capacity, node limit, roles). ``own`` is the plan as the policy made it (``None``:
+        the mechanism made it — an initial shape, the OOM safety net).
+
+        Raises:
+            RuntimeError: the policy's own plan breaks the rules (a policy bug). A plan the
+                mechanism made or raised (to the memory floors) that does not fit is refused
+                instead — as the runtime refuses it: the job keeps its shape, or waits.
+        """
         held = job.shape.total() if job.state != JobState.WAITING else None
-        problems = plan_problems(
-            plan.shape, job.budget, Strategy.PS, held, free, self.cluster.node_limit
+        rules = (job.budget, Strategy.PS, held, free, self.cluster.node_limit)
+        problems = plan_problems(plan.shape, *rules)
+        if not problems:
+            return True
+        if own is None or (own is not plan and not plan_problems(own.shape, *rules)):
+            return False
+        raise RuntimeError(
+            f"policy {self.policy.name} planned {plan.shape.describe()} for {job.name}: "
+            + "; ".join(problems)
         )
-        if problems:
-            raise RuntimeError(
-                f"policy {self.policy.name} planned {plan.shape.describe()} for {job.name}: "
-                + "; ".join(problems)
-            )
 
     def _record_usage(self) -> None:
         used = sum([j.perf.cpu_used_cores for j in self.scheduler.running if j.rate > 0])

@@ -33,6 +33,7 @@ from rightsize.core.errors import SpecError, unknown_name
 from rightsize.core.files import read_text
 from rightsize.core.limits import MAX_EPOCHS, POSITIVE, Bound
 from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
 from rightsize.core.units import format_bytes, parse_cpu, parse_duration, parse_memory
 
 CIFAR10_SAMPLES = 50_000
@@ -76,6 +77,9 @@ class TraceJob:
         duration_s: run time at the budget as (1 PS, 2 workers), if the trace gives that
             instead of the work; the simulator converts it.
         origin: where the job was read (``trace t.csv line 3``), for error messages.
+        initial_shape: the shape the job starts with, as it is, under every policy (as
+            the runtime launches a job file's ``initial_shape``: :mod:`scaling.launch`);
+            ``None``: its policy's launch plan.
     """
 
     name: str
@@ -85,6 +89,7 @@ class TraceJob:
     samples_total: float | None = None
     duration_s: float | None = None
     origin: str = ""
+    initial_shape: ClusterShape | None = None
 
 
 @dataclass(frozen=True)

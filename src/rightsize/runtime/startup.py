@@ -25,7 +25,8 @@ from rightsize.runtime.checkpoint import check_writable
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardPlan
 from rightsize.runtime.state import JobStatus, StateStore
-from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy
+from rightsize.scaling.api import LaunchRequest, Plan, Policy
+from rightsize.scaling.launch import launch_plan as start_plan
 
 _SPEC_IDENTITY = ("workload", "options", "dataset", "dataset_size", "batch_size", "epochs",
                   "steps", "strategy", "training")  # fmt: skip
@@ -80,7 +81,9 @@ def unfinished_job(spec: JobSpec) -> Resume | None:
 
 
 def launch_plan(spec: JobSpec, policy: Policy, machine: Resources) -> Plan:
-    """The job file's initial shape, or the policy's launch plan for ``initial_shape: auto``.
+    """The job file's initial shape, or the policy's launch plan for ``initial_shape: auto``
+    (:func:`scaling.launch.launch_plan`, as the simulator starts its jobs; the master raises
+    the policy's plan to the memory floors).
 
     No shapes are measured before launch here, so ``prior`` is empty.
 
@@ -88,16 +91,14 @@ def launch_plan(spec: JobSpec, policy: Policy, machine: Resources) -> Plan:
         ResourceError: the policy cannot start the job within its budget.
         SpecError: the shape cannot run (no worker, servers under allreduce, over budget).
     """
-    if isinstance(spec.initial_shape, ShapeSpec):
-        plan = Plan(spec.initial_shape.to_shape(), Action.LAUNCH, "initial_shape of the job file")
-    else:
-        request = LaunchRequest(spec.name, spec.budget.resources, machine, (), machine)
-        plan = policy.launch_plan(request)
-        if plan is None:
-            raise ResourceError(
-                f"policy {policy.name} cannot start the job within budget "
-                f"{spec.budget.resources} on this machine ({machine})"
-            )
+    explicit = spec.initial_shape.to_shape() if isinstance(spec.initial_shape, ShapeSpec) else None
+    request = LaunchRequest(spec.name, spec.budget.resources, machine, (), machine)
+    plan = start_plan(policy, request, explicit)
+    if plan is None:
+        raise ResourceError(
+            f"policy {policy.name} cannot start the job within budget "
+            f"{spec.budget.resources} on this machine ({machine})"
+        )
     why = rejection(plan.shape, spec.budget.resources, spec.strategy)
     if why:
         raise SpecError(f"initial shape {plan.shape.describe()} cannot run: {why}")
