@@ -16,10 +16,11 @@ strategy) the script
    interval's samples/s first reached 95% of the oracle's, the final
    throughput (median of the last intervals) over the oracle's, samples per
    allocated CPU-second over the oracle's, applied plans by action, restarts;
-3. runs the same jobs in the **simulator** (``cluster.Simulator``), with a
+3. runs the same jobs in the **simulator** (``rightsizing_sim``), with a
    ``SimModel`` fitted to the sweep's measured speeds (``fit_sim_model``), the
-   same start shapes, the same policies on the runtime's 2-s clock, and
-   reports simulated against real JCT per policy (the simulator's fidelity).
+   same start shapes launched as they are, the same policies on the runtime's
+   2-s clock, every plan raised to the memory floors, and reports simulated
+   against real JCT per policy (the simulator's fidelity).
 
 Every number is measured on this machine (``simulated: false`` rows), except the
 ``sim`` rows, which say so. Usage:
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import tempfile
 import time
@@ -41,24 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy.optimize import minimize
-
 from bench_io import write_report
-from rightsize.cluster.config import SimConfig
-from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
-from rightsize.cluster.simjob import Noise
-from rightsize.cluster.simulator import Simulator
-from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
 from rightsize.core.units import parse_memory
-from rightsize.runtime.memory_need import MemoryNeed, floored_plan, memory_need
-from rightsize.runtime.model_io import layout_of
-from rightsize.runtime.node import build_workload
-from rightsize.scaling.api import Action, LaunchRequest, Observation, Plan, Policy
+from rightsize.scaling.api import Policy
 from rightsize.scaling.registry import make_policy
+from rightsizing_sim import Setting
+from rightsizing_sim import simulated_rows as sim_rows
 from runtime_common import WARMUP_INTERVALS, job_spec, load_note, median_or_none, run_job, steady
 from runtime_throughput import master_samples
 
@@ -118,9 +109,6 @@ STARTS = {
 SWEEP_PS = (1, 2)
 SWEEP_WORKERS = (1, 2, 3)
 SWEEP_PS_SHARES = (0.2, 0.35, 0.5)
-#: A localhost "link" the simulated transfers never saturate: on one machine moving tensors
-#: costs CPU, which the fitted per-step core-seconds already hold.
-LOOPBACK_BYTES_PER_S = 1e12
 
 
 # -- shapes and specs ---------------------------------------------------------------------
@@ -318,118 +306,12 @@ def policy_row(run: dict, oracle: Oracle) -> dict:
     }  # fmt: skip
 
 
-# -- the simulator ------------------------------------------------------------------------
-class AsTheRuntime(Policy):
-    """``policy`` as the runtime runs it, for the simulator: launched with ``shape`` as the
-    runtime launches a job file's explicit ``initial_shape`` (``runtime.startup.launch_plan``:
-    that shape, no notes; the simulator would ask the policy), and every plan's nodes raised
-    to their memory floors as ``Master.apply`` does (``memory_need.floored_plan``; the
-    simulator would OOM-kill a node a policy gave less). The rest is ``policy``'s."""
-
-    def __init__(self, policy: Policy, shape: ClusterShape, need: MemoryNeed) -> None:
-        self.policy, self.shape, self.need = policy, shape, need
-        self.name = policy.name
-        self.reads_node_metrics = policy.reads_node_metrics
-        self.needs_node_objects = policy.needs_node_objects
-
-    def launch_plan(self, request: LaunchRequest) -> Plan | None:
-        return Plan(self.shape, Action.LAUNCH, "initial_shape of the job file")
-
-    def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
-        return self.shape
-
-    def decide(self, observation: Observation) -> Plan | None:
-        plan = self.policy.decide(observation)
-        return None if plan is None else floored_plan(plan, self.need)
-
-    def decision_due_s(self, observation: Observation) -> float:
-        return self.policy.decision_due_s(observation)
-
-    def prior_shapes(self, budget, node_limit=None) -> tuple[ClusterShape, ...]:
-        return self.policy.prior_shapes(budget, node_limit)
-
-
-def machine_cluster() -> ClusterSpec:
-    """This machine as the simulator's cluster: the budget's CPU and memory, one 2-core
-    "server" (the node limit), a link that never binds."""
-    memory = parse_memory(BUDGET["memory"])
-    return ClusterSpec("this-machine", BUDGET["cpu"], memory, BUDGET["cpu"], memory,
-                       LOOPBACK_BYTES_PER_S, "one machine, 2 CPUs")  # fmt: skip
-
-
-def job_need(spec: JobSpec) -> MemoryNeed:
-    """What the runtime measures of ``spec``'s model before launch: tensor sizes and floors."""
-    workload = build_workload(spec)
-    return memory_need(spec, workload, layout_of(workload.make_model(seed=spec.training.seed)))
-
-
-def base_sim_model(
-    name: str, need: MemoryNeed, batch_size: int, sweep_rows: list[dict]
-) -> SimModel:
-    """The job's tensors (sizes as the PS partition them) and a worker's memory floor, from its
-    model; compute per sample and PS update cost: the medians over the sweep of what its
-    cgroups measured (:func:`node_costs`), the starting point of :func:`fit_sim_model`."""
-    sizes = tuple(sorted(need.sizes.values(), reverse=True))
-    costs = [r["costs"] for r in sweep_rows if r["costs"]["worker_core_s_per_sample"]]
-    compute = statistics.median(c["worker_core_s_per_sample"] for c in costs)
-    update = statistics.median(c["ps_core_s_per_step"] for c in costs)
-    return SimModel(name, sum(sizes), sizes, compute, batch_size, update, need.worker_bytes(),
-                    "fitted to this machine's sweep (benchmarks/runtime_rightsizing.py)")  # fmt: skip
-
-
 def to_shape(shape: tuple) -> ClusterShape:
     """A (PS count, PS cpu, worker count, worker cpu) tuple as a shape, as the runtime builds it."""
     n_ps, ps_cpu, n_workers, worker_cpu = shape
     memory = parse_memory(NODE_MEMORY)
     return ClusterShape.from_counts(n_ps, n_workers, Resources(ps_cpu, memory),
                                     Resources(worker_cpu, memory))  # fmt: skip
-
-
-def fit_sim_model(
-    base: SimModel, points: list[tuple[ClusterShape, float]]
-) -> tuple[SimModel, dict]:
-    """``base`` with the compute per sample and the PS's update cost that make the simulator's
-    speeds closest to the measured ones (least squares on log speed, over the sweep's
-    shapes), starting from ``base``'s (the measured costs). Returns the model and the fit's
-    error per shape."""
-    cluster = machine_cluster()
-
-    def model_of(x: np.ndarray) -> SimModel:
-        return SimModel(base.name, base.param_bytes, base.tensor_bytes, float(np.exp(x[0])),
-                        base.batch_size, float(np.exp(x[1])), base.worker_memory_bytes,
-                        base.source)  # fmt: skip
-
-    def loss(x: np.ndarray) -> float:
-        job = JobModel(model_of(x), cluster)
-        return sum((math.log(job.evaluate(s).samples_per_s / measured)) ** 2
-                   for s, measured in points)  # fmt: skip
-
-    x0 = np.log([base.compute_core_s_per_sample, base.update_core_s])
-    best = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8})
-    model = model_of(best.x)
-    job = JobModel(model, cluster)
-    errors = [100 * (job.evaluate(s).samples_per_s / m - 1) for s, m in points]
-    return model, {"compute_core_s_per_sample": model.compute_core_s_per_sample,
-                   "update_core_s": model.update_core_s,
-                   "sweep_error_percent": errors,
-                   "sweep_mape_percent": statistics.fmean(abs(e) for e in errors)}  # fmt: skip
-
-
-def simulate(model: SimModel, policy: AsTheRuntime, samples: float, restart_s: float,
-             noise_cv: float) -> dict:  # fmt: skip
-    """One job of ``samples`` in the simulator; its JCT and decisions (None: it failed)."""
-    config = SimConfig(metric_interval_s=METRIC_INTERVAL_S, decision_interval_s=METRIC_INTERVAL_S,
-                       launch_s=restart_s, init_s=0.0,
-                       noise=Noise(steady_cv=noise_cv, warmup_s=WARMUP_INTERVALS
-                                   * METRIC_INTERVAL_S))  # fmt: skip
-    budget = Resources.parse(BUDGET["cpu"], BUDGET["memory"])
-    trace = Trace("rightsizing", (TraceJob(model.name, 0.0, model.name, budget, samples),))
-    sim = Simulator(machine_cluster(), policy, config,
-                    models=lambda _name: model)  # fmt: skip
-    job = sim.run(trace).jobs[0]
-    return {"simulated": True, "jct_s": job.jct_s if not job.failed else None,
-            "plans_applied": job.restarts, "final_shape": job.final_shape,
-            "decisions": list(job.decisions)}  # fmt: skip
 
 
 # -- one workload, end to end ---------------------------------------------------------------
@@ -497,41 +379,15 @@ def _print_row(row: dict) -> None:
 
 def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle, rows: list[dict],
                    plan: RunPlan) -> dict:  # fmt: skip
-    """Every real run again in the simulator, with a model fitted to the sweep; the mean
-    measured transition time as its restart cost; the oracle's steady CV as its noise."""
-    spec = spec_for(root, f"{name}-model", workload, oracle.shape)
+    """Every real run again in the simulator (``rightsizing_sim``), from the same starts."""
     points = [(to_shape(r["shape_tuple"]), r["steady_samples_per_s"]) for r in oracle.sweep
               if r.get("steady_samples_per_s")]  # fmt: skip
-    need = job_need(spec)
-    model, fit = fit_sim_model(base_sim_model(name, need, spec.batch_size, oracle.sweep), points)
-    transitions = [t for r in rows if "transitions_s" in r for t in r["transitions_s"]]
-    restart_s = statistics.fmean(transitions) if transitions else 0.0
-    cv = oracle_cv(oracle)
-    samples = workload.dataset_size * workload.epochs
-    for row in rows:
-        if "error" in row:
-            continue
-        policy = AsTheRuntime(policy_of(row["policy"]), to_shape(STARTS[row["start"]]), need)
-        sim = simulate(model, policy, samples, restart_s, cv)
-        row["sim"] = {**sim, "jct_error_percent": relative_error(sim["jct_s"], row["jct_s"])}
-        print(f"  {row['start']:>10} {row['policy']:>9}: simulated JCT {sim['jct_s'] or 0:6.1f} s "
-              f"(real {row['jct_s']:.1f} s)", file=sys.stderr)  # fmt: skip
-    errors = [abs(r["sim"]["jct_error_percent"]) for r in rows
-              if "sim" in r and r["sim"]["jct_error_percent"] is not None]  # fmt: skip
-    return {"sim_model": {"fit": fit, "restart_s": restart_s, "noise_cv": cv,
-                          "param_bytes": model.param_bytes, "batch_size": model.batch_size},
-            "sim_jct_mape_percent": statistics.fmean(errors) if errors else None}  # fmt: skip
-
-
-def oracle_cv(oracle: Oracle) -> float:
-    """The coefficient of variation of the oracle's steady samples/s."""
-    rates = oracle.steady_rates
-    return statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0
-
-
-def relative_error(simulated: float | None, real: float | None) -> float | None:
-    """``simulated`` against ``real``, in percent."""
-    return 100 * (simulated / real - 1) if simulated is not None and real else None
+    starts = {key: to_shape(start) for key, start in STARTS.items()}
+    budget = Resources.parse(BUDGET["cpu"], BUDGET["memory"])
+    setting = Setting(budget, METRIC_INTERVAL_S, WARMUP_INTERVALS * METRIC_INTERVAL_S)
+    spec = spec_for(root, f"{name}-model", workload, oracle.shape)
+    return sim_rows(spec, oracle.sweep, points, oracle.steady_rates, rows, starts, policy_of,
+                    setting)  # fmt: skip
 
 
 def goals(rows: list[dict]) -> dict:

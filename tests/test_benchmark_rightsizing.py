@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import rightsizing_sim as sim  # noqa: E402
 import runtime_rightsizing as rs  # noqa: E402
 
 
@@ -72,8 +73,8 @@ def test_sweep_grid_stays_within_the_budget():
 
 
 def test_relative_error_and_ratio():
-    assert rs.relative_error(55.0, 50.0) == pytest.approx(10.0)
-    assert rs.relative_error(None, 50.0) is None
+    assert sim.relative_error(55.0, 50.0) == pytest.approx(10.0)
+    assert sim.relative_error(None, 50.0) is None
     assert rs.relative(30.0, 60.0) == 0.5
     assert rs.relative(None, 60.0) is None
 
