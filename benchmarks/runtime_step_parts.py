@@ -14,11 +14,13 @@ server's values copied into a slot and viewed by the worker; ``push_shm``: the
 gradients copied into a slot and viewed by the server). ``total_socket`` and
 ``total_shm`` add each carrier's parts to the rest.
 
-    python benchmarks/runtime_step_parts.py wide-deep mlp3
+    python benchmarks/runtime_step_parts.py wide-deep mlp3 \
+        --out benchmarks/results/runtime_step_parts.json
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -28,13 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench_io import write_report
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.paramstore import OptimSettings, ParamStore
 from rightsize.runtime.ps import rows_fill, value_fill
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
-from rightsize.runtime.slots import SlotPool
-from rightsize.runtime.transport import Fill, decode, encode, slot_layout
+from rightsize.runtime.slots import Fill, SlotPool, slot_layout
+from rightsize.runtime.transport import decode, encode
+from runtime_common import load_note
 from runtime_throughput import case_spec
 
 #: Parts only one carrier pays.
@@ -122,19 +126,32 @@ def parts(case: str, slots: SlotPool) -> dict[str, float]:
     return ms
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("cases", nargs="*", default=["wide-deep", "mlp3"])
+    parser.add_argument("--out", default="benchmarks/results/runtime_step_parts.json")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.sparse.check_sparse_tensor_invariants.disable()  # as the servers run
     shared = SharedMemory(host_identity() or "here", owner="step-parts.worker")
     slots = SlotPool(shared.create)
+    before, cases = load_note(), {}
     try:
-        for case in argv or ["wide-deep", "mlp3"]:
-            ms = parts(case, slots)
+        for case in args.cases:
+            cases[case] = ms = parts(case, slots)
             print(f"{case}: " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()) + " ms")
     finally:
         slots.close()
+    write_report(args.out, {
+        "benchmark": "runtime_step_parts",
+        "command": "python benchmarks/runtime_step_parts.py " + " ".join(argv or sys.argv[1:]),
+        "simulated": False, "unit": "ms per step, median", "load_before": before,
+        "load_after": load_note(), "cases": cases,
+    })  # fmt: skip
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

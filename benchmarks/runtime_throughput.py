@@ -56,10 +56,10 @@ from runtime_common import job_spec, load_note, median_or_none, run_job, steady
 
 #: (workload, dataset, options, batch size, optimizer, steps): a sparse click model (DLRover's
 #: workload) and a dense MLP (every tensor moves every step); steps give about 10 s of
-#: training at plain speed on this machine (wide-deep 22k, mlp3 11-15k samples/s in Nov 2026).
+#: training at plain speed on this machine (wide-deep 22-26k, mlp3 11-15k samples/s, Nov 2026).
 CASES = {
     "wide-deep": ("wide-deep", "synthetic-criteo", {"embed_dim": 8, "hidden": [64, 32]}, 512,
-                  "adagrad", 500),
+                  "adagrad", 400),
     "mlp3": ("mlp3", "synthetic-cifar", {"hidden": 256}, 128, "sgd", 1000),
 }  # fmt: skip
 #: Steps of plain training timed per window (the medians are over windows).
@@ -208,8 +208,12 @@ def held(lock: str | None, wait_idle_s: float):
         finally:
             if lock:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+                time.sleep(LOCK_YIELD_S)  # a waiting user takes the lock before our next unit
 
 
+#: Seconds between units with the lock free (flock wakes every waiter; the one that just
+#: released would win the race for it again at once).
+LOCK_YIELD_S = 5.0
 #: A unit starts once others use less than this many cores (sampled over IDLE_SAMPLE_S).
 IDLE_CORES = 0.15
 IDLE_SAMPLE_S = 2.0
@@ -356,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared-memory", default="on,off", help="carriers: on (auto), off")
     parser.add_argument("--thread-rounding", default="0",
                         help="THREAD_ROUNDING values to measure (the first is the baseline rule)")
+    parser.add_argument("--rounding-cases", default="mlp3",
+                        help="cases measured with the other thread rules too")
     parser.add_argument("--sync", action="store_true",
                         help=f"also run {FIXED_SHAPE} with runtime.overlap off")
     parser.add_argument("--lock", default=None, help="flock this file for each unit")
@@ -373,26 +379,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     roundings = [float(r) for r in args.thread_rounding.split(",")]
     threads = sorted({int(n) for n in args.plain_threads.split(",")})
-    todo = variants(shapes, carriers, roundings)
-    before, cases = load_note(), []
+    report = {
+        "benchmark": "runtime_throughput",
+        "command": "python benchmarks/runtime_throughput.py " + " ".join(argv or sys.argv[1:]),
+        "simulated": False,
+        "load_before": load_note(),
+        "cases": [],
+        "unfinished": {},  # the units measured so far of a case not yet summarized
+    }
     with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
         for case in args.cases.split(","):
             steps = max(4 * WINDOW_STEPS, int(CASES[case][-1] * scale))
-            runs = []
+            rules = roundings if case in args.rounding_cases.split(",") else roundings[:1]
+            todo = variants(shapes, carriers, rules)
+            runs = report["unfinished"].setdefault(case, [])
             for repeat in range(repeats):
                 with held(args.lock, args.wait_idle) as busy:
                     root = Path(tmp) / f"{case}-{repeat}"
                     run = measure_unit(case, steps, threads, todo, root, repeat, args.sync)
                     runs.append({"busy_cores_before": busy, **run})
-            cases.append(summarize(case, runs, threads, todo, steps))
-    report = {
-        "benchmark": "runtime_throughput",
-        "command": "python benchmarks/runtime_throughput.py " + " ".join(argv or sys.argv[1:]),
-        "simulated": False,
-        "load_before": before,
-        "load_after": load_note(),
-        "cases": cases,
-    }
+                write_report(args.out, report)  # a run stopped midway keeps what it measured
+            report["cases"].append(summarize(case, runs, threads, todo, steps))
+            del report["unfinished"][case]
+    report["load_after"] = load_note()
+    del report["unfinished"]
     write_report(args.out, report)
     return 0
 

@@ -23,8 +23,8 @@ from rightsize.runtime.sharedmem import (
     remove_segments,
     sweep_stale,
 )
-from rightsize.runtime.slots import OUT, plan_layout
-from rightsize.runtime.transport import Client, Counters, Fill, Server, route, slot_layout
+from rightsize.runtime.slots import OUT, Fill, plan_layout, slot_layout
+from rightsize.runtime.transport import Client, Counters, Server, route
 
 HOST = "host-a/boot/1"
 

@@ -51,7 +51,8 @@ from rightsize.runtime.protocol import (
     data_request,
 )
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
-from rightsize.runtime.transport import Fill, Server, route
+from rightsize.runtime.slots import Fill
+from rightsize.runtime.transport import Server, route
 
 #: Seconds between heartbeats to the master (its commands arrive in the replies).
 HEARTBEAT_S = 0.1

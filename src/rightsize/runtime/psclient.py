@@ -23,7 +23,8 @@ import zmq
 from rightsize.runtime.protocol import ClusterView, Pull, Push
 from rightsize.runtime.shards import Key
 from rightsize.runtime.sharedmem import SharedMemory
-from rightsize.runtime.transport import Client, Counters, Header, slot_layout
+from rightsize.runtime.slots import slot_layout
+from rightsize.runtime.transport import Client, Counters, Header
 
 #: Seconds a worker waits on parameter servers before asking the master what is going on.
 STALL_CHECK_S = 1.0
@@ -91,7 +92,7 @@ class PSCluster:
 
     def reply_bytes(self, ps: str, ids: dict[str, torch.Tensor]) -> int:
         """The bytes of server ``ps``'s answer to a pull of rows ``ids``: its dense tensors,
-        then each table's rows, laid out as the server lays them (:func:`transport.slot_layout`)."""
+        then each table's rows, laid out as the server lays them (:func:`slots.slot_layout`)."""
         parts = [self.meta[n] for n in self.dense[ps]]
         for table, rows in ids.items():
             meta = self.meta[table]

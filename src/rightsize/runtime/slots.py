@@ -23,6 +23,10 @@ How many slots a connection needs follows from the requests in flight on it: wit
 server (:mod:`worker`), so :data:`MAX_SLOTS` slots cover a pull's request and reply
 slots and two pushes with room to spare; a request that finds none free goes over the
 socket instead. Pure bookkeeping: the segments are made by a factory passed in.
+
+A reply's tensors may be :class:`Fill` s, produced straight into their place (a lent
+slot, or a new tensor for the socket); :func:`slot_layout` lays out tensors and fills
+alike, so a worker sizes the slot it lends exactly as the server will fill it.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import torch
 
 #: Every tensor in a slot starts at a multiple of this many bytes (a cache line; more than
 #: any dtype needs, so a view at its offset is aligned).
@@ -91,6 +96,38 @@ def plan_layout(specs: Sequence[tuple[str, Sequence[int]]]) -> Layout:
 @functools.cache
 def itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Fill:
+    """A tensor a reply produces straight into its place: a slot lent in shared memory, or a
+    new tensor for the socket (a server's pull reply, copied once from its parameters)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    fill: Callable[[torch.Tensor], Any]
+
+    def materialize(self) -> torch.Tensor:
+        out = torch.empty(self.shape, dtype=self.dtype)
+        self.fill(out)
+        return out
+
+
+Part = torch.Tensor | Fill
+
+
+def payload_bytes(parts: Sequence[Part]) -> int:
+    return sum(math.prod(p.shape) * p.dtype.itemsize for p in parts)
+
+
+def slot_layout(parts: Sequence[Part]) -> Layout:
+    """Where ``parts`` lie in a slot (the same layout a worker sizes a lent slot with)."""
+    return plan_layout([(numpy_dtype(p.dtype), p.shape) for p in parts])
+
+
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> str:
+    return torch.empty(0, dtype=dtype).numpy().dtype.str
 
 
 def aligned(nbytes: int, to: int = ALIGN_BYTES) -> int:

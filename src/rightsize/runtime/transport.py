@@ -25,14 +25,12 @@ what the nodes exchange, whatever carries them.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +38,16 @@ import torch
 import zmq
 
 from rightsize.runtime.sharedmem import SegmentGone, SharedMemory
-from rightsize.runtime.slots import IN, OUT, Layout, SlotPool, plan_layout
+from rightsize.runtime.slots import (
+    IN,
+    OUT,
+    Fill,
+    Layout,
+    Part,
+    SlotPool,
+    payload_bytes,
+    slot_layout,
+)
 
 #: Frames at least this large are sent without copying (ZeroMQ's guidance:
 #: copying small messages is cheaper than tracking their buffers).
@@ -48,38 +55,6 @@ ZERO_COPY_BYTES = 64 * 1024
 
 
 Header = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Fill:
-    """A tensor a reply produces straight into its place: a slot lent in shared memory, or a
-    new tensor for the socket (a server's pull reply, copied once from its parameters)."""
-
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    fill: Callable[[torch.Tensor], Any]
-
-    def materialize(self) -> torch.Tensor:
-        out = torch.empty(self.shape, dtype=self.dtype)
-        self.fill(out)
-        return out
-
-
-Part = torch.Tensor | Fill
-
-
-def payload_bytes(parts: Sequence[Part]) -> int:
-    return sum(math.prod(p.shape) * p.dtype.itemsize for p in parts)
-
-
-def slot_layout(parts: Sequence[Part]) -> Layout:
-    """Where ``parts`` lie in a slot (the same layout a worker sizes a lent slot with)."""
-    return plan_layout([(numpy_dtype(p.dtype), p.shape) for p in parts])
-
-
-@functools.cache
-def numpy_dtype(dtype: torch.dtype) -> str:
-    return torch.empty(0, dtype=dtype).numpy().dtype.str
 
 
 def encode(header: Header, tensors: Sequence[torch.Tensor] = ()) -> list:
