@@ -232,6 +232,10 @@ def test_a_small_budget_rounds_worker_cpu_to_tenths_not_whole_cores():
     plan = dm.optimize(2, 0.576, 0.177, 16, core_step=0.1)
     assert (plan.n_workers, plan.worker_cores, plan.n_ps) == (2, 0.6, 1)
     assert plan.ps_total_cores == pytest.approx(0.8)
+    # workers that would take all but a float's residue leave the PS a real share (found by
+    # the invariant suite: 7.219 - 10 x 0.7219 = 8.9e-16 was a PS of "0 cpu")
+    plan = dm.optimize(7.219, 0.5, 0.21, 16, core_step=0.7219)
+    assert plan.n_workers == 9 and plan.ps_total_cores == pytest.approx(0.7219)
     policy = DLRoverPolicy()
     assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(2), Resources(2))) == 0.1
     assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(30), Resources(30))) == 1

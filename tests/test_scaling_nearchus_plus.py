@@ -146,3 +146,40 @@ def test_nearchus_plus_parameters_extend_the_faithful_ones():
     params = NearchusPlusPolicy(max_scale_out=3).params
     assert params.r_up == 0.5 and params.max_scale_out == 3
     assert NearchusPlusPolicy().initial_shape(Resources(100), Resources(100)).n_workers == 2
+
+
+def noisy(shape, used, speeds, start=60.0):
+    """One sample a minute with these speeds (``used`` alike in each): CPU steady, speed not."""
+    return tuple(sample(start + 60 * i, shape, used, s) for i, s in enumerate(speeds))
+
+
+def test_an_evident_saturated_ps_grows_the_job_before_the_speed_is_stable():
+    # The PS uses all of its 1 cpu in each of 5 samples while the speed varies by ~9% (CV >
+    # 5%): the faithful detector waits; nearchus+ reads a saturated PS in every point and
+    # grows as on a stable window. The same with act_on_evident off waits like the faithful.
+    shape = shape_of(ps=(1.0,), workers=(7.0, 7.0))
+    window = noisy(shape, (1.0, 5.95, 5.95), (1.0, 1.2, 0.9, 1.1, 1.0))
+    assert NearchusPolicy().decide(observe(shape, window)) is None
+    policy = NearchusPlusPolicy()
+    obs = observe(shape, window)
+    assert policy.decision_due_s(obs) == obs.time_s
+    plan = policy.decide(obs)
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("PS saturated")
+    assert plan.shape.total().cpu_cores > 90
+    waiting = NearchusPlusPolicy(act_on_evident=False)
+    assert waiting.decide(observe(shape, window)) is None
+
+
+def test_an_evident_idle_ps_is_rebalanced_and_mixed_readings_wait():
+    shape = shape_of(ps=(5.0,), workers=(5.0, 5.0))
+    speeds = (1.0, 1.2, 0.9, 1.1, 1.0)
+    plan = NearchusPlusPolicy().decide(observe(shape, noisy(shape, (0.5, 4.75, 4.75), speeds)))
+    assert plan.action == Action.REBALANCE and cores(plan.shape)[0] < 5.0
+    # one point with the PS busy (4.5 of 5: neither idle nor saturated) is not evident
+    window = noisy(shape, (0.5, 4.75, 4.75), speeds[:4]) + noisy(
+        shape, (4.5, 4.75, 4.75), speeds[4:], start=300.0
+    )
+    assert NearchusPlusPolicy().decide(observe(shape, window)) is None
+    # four points are too few: the detector's N_comp = 5 holds for evident readings too
+    window = noisy(shape, (0.5, 4.75, 4.75), speeds[:4])
+    assert NearchusPlusPolicy().decide(observe(shape, window)) is None

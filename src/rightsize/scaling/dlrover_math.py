@@ -18,6 +18,11 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, Observation
 
+#: The least CPU eq. 11 may leave the PS: a millicore, the finest CPU a cgroup quota
+#: holds. Less is no CPU at all — or a float's rounding residue (7.219 − 10 × 0.7219 is
+#: 8.9e-16, not 0, which the check ``> 0`` once let through as a PS's share).
+MIN_PS_TOTAL_CORES = 1e-3
+
 
 @dataclass(frozen=True)
 class OptimizedPlan:
@@ -42,7 +47,7 @@ def optimize(c_total: float, w_hat: float, s_hat: float, ps_cores: float,
         return None
     worker_cores = rounded_up(w_hat, core_step)
     n_workers = int(c_total // (w_hat + s_hat))
-    while n_workers > 0 and c_total - n_workers * worker_cores <= 0:
+    while n_workers > 0 and c_total - n_workers * worker_cores < MIN_PS_TOTAL_CORES:
         n_workers -= 1
     if n_workers < 1:
         return None

@@ -25,7 +25,7 @@ every worker's update, so it does):
    bottleneck and added workers, which cannot help.
 
 nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
-check and stop rule, and changes seven things:
+check and stop rule, and changes eight things:
 
 - **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
   or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
@@ -52,6 +52,13 @@ check and stop rule, and changes seven things:
   it already ran, instead of keeping the last one.
 - **Balance nodes only when they differ** by more than ``node_spread`` in
   efficiency, so noise alone does not trigger a restart.
+- **Act on an evident imbalance without waiting for stability**: a PS saturated in
+  every one of the last ``N_comp`` points, or idle in every one while the workers
+  are busy, is a steady reading however much the speed varies — grow the job or
+  rebalance it then (:func:`evident_imbalance`). On real jobs here a 2-s interval's
+  speed varies by 5-10% (samples/s from a few hundred steps), so the 5% CV test
+  can hold the first decision of a starved job for tens of seconds
+  (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
 - Everything else, and every threshold, is the faithful policy's.
 """
 
@@ -60,15 +67,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
+from itertools import chain
 from typing import Any
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.scaling import nearchus_optimizer
-from rightsize.scaling.api import Action, MetricSample, Observation, Plan
+from rightsize.scaling.api import Action, MetricSample, Observation, Plan, window_speed
 from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, on_clock
-from rightsize.scaling.nearchus_stability import StableWindow
+from rightsize.scaling.nearchus_stability import StableWindow, stability_points
 from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S
 from rightsize.scaling.params import with_overrides
 from rightsize.scaling.shapes import grows_within, redistributed, rounding_room, scaled_out
@@ -89,12 +98,15 @@ class NearchusPlusParams(NearchusParams):
             by more than this (0.1), so that measurement noise does not cost restarts.
         max_r_up: the largest growth ratio of one scale-up (8: up to 9x, in practice
             straight to the budget or what the cluster has free).
+        act_on_evident: act on an evident PS imbalance before the metrics are stable
+            (:func:`evident_imbalance`); False waits for the faithful detector.
     """
 
     ps_slack: float = 0.2
     max_scale_out: float = 2.0
     node_spread: float = 0.1
     max_r_up: float = 8.0
+    act_on_evident: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -116,6 +128,48 @@ def balanced_ps_cores(
     """
     k = ps_core_s_per_step * (1 + slack) / wk_core_s_per_step
     return total_cores * k / (1 + k)
+
+
+class Imbalance(Enum):
+    """What every point of a window shows about its PS (see :func:`evident_imbalance`)."""
+
+    PS_SATURATED = "PS saturated"
+    PS_IDLE = "PS idle"
+
+
+def evident_imbalance(
+    window: Sequence[MetricSample], shape: ClusterShape, params: NearchusPlusParams
+) -> tuple[Imbalance, StableWindow] | None:
+    """The PS imbalance that each of the window's last ``N_comp`` stability points shows,
+    with those points summarized, or None.
+
+    Each point must train (speed > 0) and read the same side of the thresholds: the PS
+    at least ``E_thd_job`` busy (PSC), or the PS below ``E_thd_opt`` while the workers
+    are at least ``E_thd_opt`` busy. Five readings in a row on one side are not noise,
+    whatever the speed's CV: the faithful detector's 5% CV guards decisions that weigh
+    small differences (``e_job`` against 0.95, one speed against another), not these.
+    """
+    points = stability_points(window, params.stability_period_s)[-params.n_comp :]
+    if len(points) < params.n_comp:
+        return None
+    seen: set[Imbalance | None] = set()
+    for point in points:
+        if window_speed(point) <= 0:
+            return None
+        used = StableWindow.of(point).used
+        if not all(n.name in used for n in shape.nodes):
+            return None  # a point from another shape
+        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
+        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        if e_ps >= params.e_thd_job:
+            seen.add(Imbalance.PS_SATURATED)
+        elif e_ps < params.e_thd_opt <= e_wk:
+            seen.add(Imbalance.PS_IDLE)
+        else:
+            return None
+    if len(seen) != 1:
+        return None
+    return seen.pop(), StableWindow.of(tuple(chain.from_iterable(points)))
 
 
 def max_link_utilization(window: Sequence[MetricSample]) -> float:
@@ -158,6 +212,8 @@ class NearchusPlusPolicy(NearchusPolicy):
     def __init__(self, params: NearchusPlusParams | None = None,
                  metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
         super().__init__()
+        #: The last window asked about and its evident imbalance (as ``stable`` remembers).
+        self._evident: tuple[Sequence[MetricSample], Any] | None = None
         params = with_overrides(NearchusPlusParams, params, overrides)
         self.params = on_clock(params, metric_interval_s)
 
@@ -171,7 +227,35 @@ class NearchusPlusPolicy(NearchusPolicy):
         stable = self.stable(observation)
         if stable is not None and self.converged(observation, stable):
             return observation.time_s  # it will revert to the best shape, or keep this one
+        if stable is None and self.evident(observation) is not None:
+            return observation.time_s
         return super().decision_due_s(observation)
+
+    def decide(self, observation: Observation) -> Plan | None:
+        if self.stable(observation) is None:
+            return self.decide_evident(observation)
+        return super().decide(observation)
+
+    def evident(self, obs: Observation) -> tuple[Imbalance, StableWindow] | None:
+        """The window's evident imbalance (only while the detector is not yet satisfied)."""
+        if not self.params.act_on_evident or not obs.window or self.finished(obs):
+            return None
+        if self._evident is None or self._evident[0] is not obs.window:
+            self._evident = (obs.window, evident_imbalance(obs.window, obs.shape, self.params))
+        return self._evident[1]
+
+    def decide_evident(self, obs: Observation) -> Plan | None:
+        """Grow a job whose PS is saturated (else give the PS its balanced share), or give
+        an idle PS's CPU to the workers — before the metrics are stable."""
+        found = self.evident(obs)
+        if found is None:
+            return None
+        imbalance, window = found
+        if self.converged(obs, window):
+            return None  # the stop rule's verdict needs the stable speed
+        if imbalance is Imbalance.PS_SATURATED:
+            return self.grow_saturated(obs, window) or self.rebalance(obs, window)
+        return self.rebalance(obs, window)
 
     def decide_stable(self, observation: Observation, stable: StableWindow) -> Plan | None:
         if self.finished(observation):
