@@ -3,9 +3,10 @@
 import math
 
 import pytest
-from tests.test_scaling_nearchus import cores, observe, sample, shape_of, steady
+from tests.test_scaling_nearchus import LINK, cores, observe, sample, shape_of, steady
 
 from rightsize.core.resources import Resources
+from rightsize.core.shape import NodeRole
 from rightsize.scaling.api import Action, Plan, ShapeRecord
 from rightsize.scaling.nearchus import NearchusPolicy
 from rightsize.scaling.nearchus_plus import NearchusPlusPolicy, balanced_ps_cores
@@ -183,3 +184,31 @@ def test_an_evident_idle_ps_is_rebalanced_and_mixed_readings_wait():
     # four points are too few: the detector's N_comp = 5 holds for evident readings too
     window = noisy(shape, (0.5, 4.75, 4.75), speeds[:4])
     assert NearchusPlusPolicy().decide(observe(shape, window)) is None
+
+
+def test_an_idle_extra_ps_is_folded_into_the_others_when_the_links_allow():
+    # 2 PS at 0.6 cpu using 0.15 each beside a saturated 0.4-cpu worker, 1 step/s, budget
+    # 2, nothing free: c_ps = 0.3, c_wk = 0.4 core-s per step, 20% slack -> k = 0.36/0.4 =
+    # 0.9, the one PS left gets 1.6 x 0.9/1.9 = 0.758 cpu and the worker the other 0.842;
+    # the PS role's memory is kept (the folded PS's shards move to ps-0).
+    shape = shape_of(ps=(0.6, 0.6), workers=(0.4,))
+    window = steady(shape, (0.15, 0.15, 0.4), speed=1.0)
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=0))
+    assert plan.action == Action.RESHAPE and "fold ps-1" in plan.reason
+    assert (plan.shape.n_ps, plan.shape.n_workers) == (1, 1)
+    assert cores(plan.shape) == pytest.approx([1.6 * 0.9 / 1.9, 1.6 - 1.6 * 0.9 / 1.9], abs=1e-3)
+    ps_memory = plan.shape.role_total(NodeRole.PS).memory_bytes
+    assert ps_memory == shape.role_total(NodeRole.PS).memory_bytes
+    # without the fold (NEARCHUS keeps every PS) the same window is rebalanced
+    kept = NearchusPlusPolicy(fold_idle_ps=False).decide(observe(shape, window, budget=2, free=0))
+    assert kept.action == Action.REBALANCE and kept.shape.n_ps == 2
+
+
+def test_a_ps_that_carries_the_link_is_not_folded():
+    # the same job with each PS link at 30%: one PS fewer would put 60% on a link, above
+    # fold_link_max (0.5) -> rebalanced, both PS kept
+    shape = shape_of(ps=(0.6, 0.6), workers=(0.4,))
+    net = {"ps-0": 0.3 * LINK, "ps-1": 0.3 * LINK}
+    window = steady(shape, (0.15, 0.15, 0.4), speed=1.0, net=net)
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=0.4))
+    assert plan.action == Action.REBALANCE and plan.shape.n_ps == 2

@@ -25,7 +25,7 @@ every worker's update, so it does):
    bottleneck and added workers, which cannot help.
 
 nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
-check and stop rule, and changes eight things:
+check and stop rule, and changes nine things:
 
 - **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
   or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
@@ -59,6 +59,10 @@ check and stop rule, and changes eight things:
   speed varies by 5-10% (samples/s from a few hundred steps), so the 5% CV test
   can hold the first decision of a starved job for tens of seconds
   (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
+- **Fold an idle PS** into the others when the servers are idle beside busy workers
+  and the busiest link would stay under ``fold_link_max`` (half its capacity) with
+  one PS fewer; NEARCHUS only adds PS, so a job started with too many keeps paying
+  for them (:meth:`NearchusPlusPolicy.fold_idle_ps`).
 - Everything else, and every threshold, is the faithful policy's.
 """
 
@@ -100,6 +104,12 @@ class NearchusPlusParams(NearchusParams):
             straight to the budget or what the cluster has free).
         act_on_evident: act on an evident PS imbalance before the metrics are stable
             (:func:`evident_imbalance`); False waits for the faithful detector.
+        fold_idle_ps: remove a PS when the servers are idle and the links allow it
+            (:meth:`NearchusPlusPolicy.fold_idle_ps`); False keeps every PS, as NEARCHUS.
+        fold_link_max: fold only if the busiest link, carrying ``n/(n−1)`` times its
+            traffic, stays under this fraction of its capacity (0.5): well below the PSN
+            threshold, as the scale-up sizes the PS count for the link (folding a PS of
+            such a job at 81% of its link slowed it, in the simulator).
     """
 
     ps_slack: float = 0.2
@@ -107,13 +117,17 @@ class NearchusPlusParams(NearchusParams):
     node_spread: float = 0.1
     max_r_up: float = 8.0
     act_on_evident: bool = True
+    fold_idle_ps: bool = True
+    fold_link_max: float = 0.5
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.ps_slack < 0 or self.max_scale_out < 1 or self.max_r_up < self.r_up:
+        if (self.ps_slack < 0 or self.max_scale_out < 1 or self.max_r_up < self.r_up
+                or not 0 < self.fold_link_max <= 1):  # fmt: skip
             raise SpecError(
                 f"nearchus+ parameters: ps_slack={self.ps_slack} must be >= 0, "
-                f"max_scale_out={self.max_scale_out} >= 1 and max_r_up={self.max_r_up} >= r_up"
+                f"max_scale_out={self.max_scale_out} >= 1, max_r_up={self.max_r_up} >= r_up "
+                f"and fold_link_max={self.fold_link_max} in (0, 1]"
             )
 
 
@@ -400,7 +414,11 @@ class NearchusPlusPolicy(NearchusPolicy):
         )
 
     def rebalance(self, obs: Observation, stable: StableWindow) -> Plan | None:
-        """Node-level balancing (faithful), then the balanced PS/worker split."""
+        """An idle PS folded into the others, else node-level balancing (faithful), then the
+        balanced PS/worker split."""
+        folded = self.fold_idle_ps(obs, stable)
+        if folded is not None:
+            return folded
         p = self.params
         used = stable.node_used()
         shape = obs.shape
@@ -418,6 +436,51 @@ class NearchusPlusPolicy(NearchusPolicy):
             Action.REBALANCE,
             f"balance PS and workers by their measured cost per step: move {moved:.3g} cpu",
             {"e_job": stable.e_job, "moved_cores": moved},
+        )
+
+    def fold_idle_ps(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """One PS fewer, when the PS are idle beside busy workers and the links allow it.
+
+        NEARCHUS only ever adds PS (for the link, PSN); a job started with more servers
+        than it needs keeps them, each with CPU for its own process and its share of every
+        step's requests. With the PS idle (``e_ps < E_thd_opt ≤ e_wk``) and the busiest
+        link, carrying ``n/(n−1)`` times its traffic, under ``fold_link_max``, the
+        last PS's shards go to the others (their memory total kept, so each holds more) and
+        the job's CPU is split by the measured cost per step as the balanced rebalance does
+        — the cost measured with more servers, an upper bound for fewer. The job's total is
+        kept: growing into the budget's room in the same move (the workers were saturated)
+        was not faster in a single trial on wide-deep here, and the busy-job rule grows the
+        job once the new shape is measured.
+        """
+        p, shape = self.params, obs.shape
+        if not p.fold_idle_ps or shape.n_ps < 2 or stable.speed <= 0:
+            return None
+        used = stable.node_used()
+        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
+        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        link = max_link_utilization(stable.samples) * shape.n_ps / (shape.n_ps - 1)
+        if not e_ps < p.e_thd_opt <= e_wk or link >= p.fold_link_max:
+            return None
+        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
+        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        if c_wk <= 0:
+            return None
+        total, n_ps = shape.total().cpu_cores, shape.n_ps - 1
+        limit = obs.node_limit.cpu_cores if obs.node_limit else math.inf
+        ps_cores = max(p.min_node_cores * n_ps, balanced_ps_cores(total, c_ps, c_wk, p.ps_slack))
+        ps_cores = min(ps_cores, n_ps * limit, total - p.min_node_cores * shape.n_workers)
+        memory = shape.role_total(NodeRole.PS).memory_bytes
+        fewer = shape.without_node(shape.ps[-1].name)
+        fewer = redistributed(fewer, NodeRole.PS, Resources(ps_cores, memory))
+        folded = with_role_total(fewer, NodeRole.WORKER, total - ps_cores)
+        if max(n.resources.cpu_cores for n in folded.workers) > limit:
+            return None
+        return Plan(
+            folded,
+            Action.RESHAPE,
+            f"PS idle (e_ps {e_ps:.2f}, e_wk {e_wk:.2f}), busiest link {link:.0%} with one PS "
+            f"fewer: fold {shape.ps[-1].name} into the others, PS and workers by cost per step",
+            {"e_job": stable.e_job, "removed_ps": shape.ps[-1].name},
         )
 
     def uneven(self, shape: ClusterShape, used: dict[str, float]) -> bool:
