@@ -109,13 +109,33 @@ def fit_sim_model(
                    "sweep_mape_percent": statistics.fmean(abs(e) for e in errors)}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Transitions:
+    """What the simulator charges for a plan, from the real runs' transitions: a plan that
+    launches or removes nodes (and the launch) costs ``restart_s``, their mean; one that
+    only resizes nodes in place ``resize_s``, the mean of those (the runtime writes the
+    cgroups; the simulator once charged every plan a launch, which made a policy of many
+    small rebalances tens of seconds slower than the real one)."""
+
+    restart_s: float
+    resize_s: float
+
+    @classmethod
+    def of(cls, rows: list[dict]) -> Transitions:
+        with_nodes = [t for r in rows for t in r.get("node_transitions_s", ())]
+        in_place = [t for r in rows for t in r.get("in_place_transitions_s", ())]
+        restart_s = statistics.fmean(with_nodes) if with_nodes else 0.0
+        # none measured: charge a restart, as the simulator did before
+        return cls(restart_s, statistics.fmean(in_place) if in_place else restart_s)
+
+
 def simulate(model: SimModel, policy: Policy, start: ClusterShape, samples: float,
-             restart_s: float, noise_cv: float, setting: Setting) -> dict:  # fmt: skip
+             costs: Transitions, noise_cv: float, setting: Setting) -> dict:  # fmt: skip
     """One job of ``samples`` started at ``start`` in the simulator; its JCT (None: it
     failed) and decisions."""
     interval = setting.metric_interval_s
     config = SimConfig(metric_interval_s=interval, decision_interval_s=interval,
-                       launch_s=restart_s, init_s=0.0,
+                       launch_s=costs.restart_s, init_s=0.0, resize_s=costs.resize_s,
                        noise=Noise(steady_cv=noise_cv, warmup_s=setting.warmup_s))  # fmt: skip
     job = TraceJob(model.name, 0.0, model.name, setting.budget, samples, initial_shape=start)
     sim = Simulator(machine_cluster(setting.budget), policy, config, models=lambda _name: model)
@@ -143,21 +163,21 @@ def simulated_rows(
     cluster = machine_cluster(setting.budget)
     base = base_sim_model(str(spec.workload), job_need(spec), spec.batch_size, sweep)
     model, fit = fit_sim_model(base, points, cluster)
-    transitions = [t for r in rows if "transitions_s" in r for t in r["transitions_s"]]
-    restart_s = statistics.fmean(transitions) if transitions else 0.0
+    costs = Transitions.of(rows)
     cv = coefficient_of_variation(oracle_rates)
     samples = spec.dataset_size * spec.epochs
     for row in rows:
         if "error" in row:
             continue
         policy = policy_of(row["policy"])
-        sim = simulate(model, policy, starts[row["start"]], samples, restart_s, cv, setting)
+        sim = simulate(model, policy, starts[row["start"]], samples, costs, cv, setting)
         row["sim"] = {**sim, "jct_error_percent": relative_error(sim["jct_s"], row["jct_s"])}
         print(f"  {row['start']:>10} {row['policy']:>9}: simulated JCT {sim['jct_s'] or 0:6.1f} s "
               f"(real {row['jct_s']:.1f} s)", file=sys.stderr)  # fmt: skip
     errors = [abs(r["sim"]["jct_error_percent"]) for r in rows
               if "sim" in r and r["sim"]["jct_error_percent"] is not None]  # fmt: skip
-    return {"sim_model": {"fit": fit, "restart_s": restart_s, "noise_cv": cv,
+    return {"sim_model": {"fit": fit, "restart_s": costs.restart_s,
+                          "resize_s": costs.resize_s, "noise_cv": cv,
                           "param_bytes": model.param_bytes, "batch_size": model.batch_size,
                           "worker_memory_bytes": model.worker_memory_bytes,
                           "ps_base_memory_bytes": model.ps_base_memory_bytes,

@@ -32,6 +32,7 @@ Every number is measured on this machine (``simulated: false`` rows), except the
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile
@@ -189,6 +190,21 @@ def plans_by_action(timeline: list[dict]) -> dict[str, dict[str, int]]:
     return counts
 
 
+def split_transitions(timeline: list[dict]) -> tuple[list[float], list[float]]:
+    """The applied rows' transition times, split: (in place — the same nodes, resized —,
+    with nodes launched or removed — the launch among them)."""
+    in_place: list[float] = []
+    with_nodes: list[float] = []
+    previous = None
+    for row in timeline:
+        if not row["applied"]:
+            continue
+        nodes = sorted((node["name"], node["role"]) for node in row["shape"]["nodes"])
+        (in_place if nodes == previous else with_nodes).append(row["transition_s"])
+        previous = nodes
+    return in_place, with_nodes
+
+
 def restart_count(report: dict) -> int:
     restarts = report["restarts"]
     return restarts["masters"] + sum(restarts["nodes"].values())
@@ -303,7 +319,13 @@ def policy_row(run: dict, oracle: Oracle) -> dict:
         "samples": report["samples"],
         "warnings": run["warnings"],
         "transitions_s": [t["transition_s"] for t in report["transitions"]],
+        **transition_fields(report["timeline"]),
     }  # fmt: skip
+
+
+def transition_fields(timeline: list[dict]) -> dict[str, list[float]]:
+    in_place, with_nodes = split_transitions(timeline)
+    return {"in_place_transitions_s": in_place, "node_transitions_s": with_nodes}
 
 
 def to_shape(shape: tuple) -> ClusterShape:
@@ -345,7 +367,7 @@ def run_workload(root: Path, name: str, workload: Workload, plan: RunPlan) -> di
                    **policy_row(run, oracle), "report": keep_report(plan.reports, key, run)}  # fmt: skip
             rows.append(row)
             _print_row(row)
-    sim = simulated_rows(root, name, workload, oracle, rows, plan)
+    sim = simulated_rows(root, name, workload, oracle, rows)
     return {"workload": name, "fields": workload.fields, "dataset_size": workload.dataset_size,
             "epochs": workload.epochs, "sweep_steps": workload.sweep_steps,
             "oracle": oracle_dict(oracle), "runs": rows, **sim,
@@ -377,8 +399,8 @@ def _print_row(row: dict) -> None:
           f", plans {sum(v['applied'] for v in row['plans'].values())}", file=sys.stderr)  # fmt: skip
 
 
-def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle, rows: list[dict],
-                   plan: RunPlan) -> dict:  # fmt: skip
+def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle,
+                   rows: list[dict]) -> dict:  # fmt: skip
     """Every real run again in the simulator (``rightsizing_sim``), from the same starts."""
     points = [(to_shape(r["shape_tuple"]), r["steady_samples_per_s"]) for r in oracle.sweep
               if r.get("steady_samples_per_s")]  # fmt: skip
@@ -388,6 +410,39 @@ def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle, ro
     spec = spec_for(root, f"{name}-model", workload, oracle.shape)
     return sim_rows(spec, oracle.sweep, points, oracle.steady_rates, rows, starts, policy_of,
                     setting)  # fmt: skip
+
+
+def resimulate(path: Path) -> int:
+    """The simulated half again for a saved result (its real runs, sweep and kept reports
+    as they are): after a change to the simulator or to how it is fitted."""
+    result = json.loads(path.read_text())
+    with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
+        for entry in result["workloads"]:
+            name = entry["workload"]
+            workload = Workload(entry["fields"], entry["dataset_size"], entry["epochs"],
+                                entry["sweep_steps"])  # fmt: skip
+            saved = entry["oracle"]
+            sweep_rows = [{**r, "shape_tuple": parse_label(r["shape"])} for r in saved["sweep"]]
+            oracle = Oracle(parse_label(saved["shape"]), saved["samples_per_s"], saved["jct_s"],
+                            saved["samples_per_cpu_s"], saved["steady_samples_per_s"],
+                            sweep_rows, saved["report"])  # fmt: skip
+            for row in entry["runs"]:
+                if "error" not in row and "node_transitions_s" not in row:
+                    report = json.loads(Path(row["report"]).read_text())
+                    row.update(transition_fields(report["timeline"]))
+            print(f"{name}: simulating {len(entry['runs'])} runs again", file=sys.stderr)
+            entry.update(simulated_rows(Path(tmp), name, workload, oracle, entry["runs"]))
+    result["resimulated_with"] = "python benchmarks/runtime_rightsizing.py --resimulate " + str(path)
+    write_report(path, result)
+    return 0
+
+
+def parse_label(text: str) -> tuple[int, float, int, float]:
+    """:func:`label`'s text back as a shape tuple (``2x0.5ps+2x0.5wk``)."""
+    ps, workers = text.removesuffix("wk").split("ps+")
+    n_ps, ps_cpu = ps.split("x")
+    n_workers, worker_cpu = workers.split("x")
+    return int(n_ps), float(ps_cpu), int(n_workers), float(worker_cpu)
 
 
 def goals(rows: list[dict]) -> dict:
@@ -450,7 +505,14 @@ def main(argv: list[str] | None = None) -> int:
         help="wide-deep, static and nearchus+, too-small, tiny work: checks it works",
     )
     parser.add_argument("--out", default="benchmarks/results/runtime_rightsizing.json")
+    parser.add_argument("--resimulate", metavar="RESULT", type=Path,
+                        help="only simulate a saved result's runs again (written back to it)")
     args = parser.parse_args(argv)
+    if args.resimulate:
+        if not args.resimulate.is_file():
+            print(f"error: --resimulate: no such file: {args.resimulate}", file=sys.stderr)
+            return 2
+        return resimulate(args.resimulate)
     if args.quick and args.out == parser.get_default("out"):
         args.out = "benchmarks/results/runtime_rightsizing_quick.json"
     plan = plan_from(args)

@@ -90,3 +90,19 @@ def test_goals_compare_each_policy_with_the_static_start():
         "nearchus+_within_10pct_of_oracle": True,
         "faster_than_static_start": {"nearchus+": True, "dlrover": False},
     }}  # fmt: skip
+
+
+def test_transitions_split_into_in_place_resizes_and_node_changes():
+    def row(applied, transition_s, *nodes):
+        shape = {"nodes": [{"name": n, "role": n.split("-")[0]} for n in nodes]}
+        return {"applied": applied, "transition_s": transition_s, "shape": shape}
+
+    timeline = [
+        row(True, 7.4, "ps-0", "worker-0"),  # the launch
+        row(True, 0.1, "ps-0", "worker-0"),  # resized in place
+        row(False, 0.0, "ps-0", "worker-0", "worker-1"),  # rejected: not counted
+        row(True, 9.5, "ps-0", "worker-0", "worker-1"),  # a worker added
+        row(True, 2.3, "ps-0", "worker-0"),  # ... and removed
+    ]
+    assert rs.split_transitions(timeline) == ([0.1], [7.4, 9.5, 2.3])
+    assert rs.parse_label(rs.label((2, 0.5, 3, 0.333))) == (2, 0.5, 3, 0.333)

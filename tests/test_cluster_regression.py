@@ -86,3 +86,17 @@ def test_simulated_results_are_exactly_the_recorded_ones(cluster, policy):
 @pytest.mark.parametrize(("cluster", "policy"), sorted(RECORDED_CLUSTER_SHARING))
 def test_cluster_wide_link_sharing_results_are_exactly_the_recorded_ones(cluster, policy):
     assert pinned(cluster, policy, "cluster") == RECORDED_CLUSTER_SHARING[(cluster, policy)]
+
+
+def test_a_plan_that_keeps_every_node_costs_a_resize_when_the_mechanism_resizes_in_place():
+    from rightsize.core.resources import Resources
+    from rightsize.core.shape import ClusterShape
+
+    shape = ClusterShape.from_counts(1, 2, Resources(1), Resources(2))
+    resized = shape.with_resources("ps-0", Resources(1.5))
+    grown = shape.with_node_added(shape.workers[0].role, Resources(1))
+    pods = SimConfig(launch_s=20, init_s=100)  # the papers' pods: every plan restarts
+    assert pods.transition_s(shape, resized) == pods.transition_s(shape, grown) == 120
+    in_place = SimConfig(launch_s=7, init_s=0, resize_s=0.1)
+    assert in_place.transition_s(shape, resized) == 0.1
+    assert in_place.transition_s(shape, grown) == 7

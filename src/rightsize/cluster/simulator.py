@@ -344,7 +344,7 @@ class _Run:
     # -- mechanics ---------------------------------------------------------------------
     def _restart(self, job: SimJob, plan: Plan) -> None:
         stopped = self.links.stop(job)
-        job.restart(self.now, plan, self.config.restart_s)
+        job.restart(self.now, plan, self.config.transition_s(job.shape, plan.shape))
         job.quiet = False
         self.push(job.ready_s, READY, job)
         if stopped:
