@@ -84,21 +84,21 @@ class Workload:
     sweep_steps: int
 
 
-#: Fixed work chosen from --quick runs on this machine (load 3-6 from others): wide-deep's
-#: oracle ran 30-48k samples/s, so 1.6M samples take about 40-55 s; small-cnn on the PS
-#: strategy ran 300-400 samples/s, so 16,000 samples take about 40-55 s. Sweep steps: 15-30 s
-#: of training per shape.
+#: Fixed work: wide-deep's 1.6M samples took the oracle 102 s on this machine on 2026-11-26
+#: (19-23k samples/s; an earlier session's machine ran the same job 3-4 times as fast), and
+#: small-cnn's 16,000 samples about a minute (250-320 samples/s on the PS strategy). Sweep
+#: steps: 15-25 s of training per shape here.
 WORKLOADS = {
     "wide-deep": Workload(
         {"workload": "wide-deep", "dataset": "synthetic-criteo", "batch_size": 512,
          "options": {"embed_dim": 8, "hidden": [64, 32]},
          "training": {"optimizer": "adagrad", "lr": 0.05}},
-        dataset_size=200_000, epochs=8, sweep_steps=1500,
+        dataset_size=200_000, epochs=8, sweep_steps=600,
     ),
     "small-cnn": Workload(
         {"workload": "small-cnn", "dataset": "synthetic-cifar", "batch_size": 64,
          "options": {}, "training": {"optimizer": "sgd", "lr": 0.05}},
-        dataset_size=4_000, epochs=4, sweep_steps=150,
+        dataset_size=4_000, epochs=4, sweep_steps=100,
     ),
 }  # fmt: skip
 #: Mis-sized starts as (PS count, PS cpu, worker count, worker cpu).
