@@ -144,6 +144,20 @@ def balanced_ps_cores(
     return total_cores * k / (1 + k)
 
 
+def role_efficiencies(shape: ClusterShape, used: dict[str, float]) -> tuple[float, float]:
+    """``(e_ps, e_wk)``: each role's ``Σu_i / Σa_i`` with the cores ``used`` per node."""
+    return (nearchus_optimizer.efficiency(shape.ps, used),
+            nearchus_optimizer.efficiency(shape.workers, used))  # fmt: skip
+
+
+def costs_per_step(
+    shape: ClusterShape, used: dict[str, float], speed: float
+) -> tuple[float, float]:
+    """``(c_ps, c_wk)``: the core-seconds each role uses per step at ``speed`` (> 0)."""
+    return (sum(used[n.name] for n in shape.ps) / speed,
+            sum(used[n.name] for n in shape.workers) / speed)  # fmt: skip
+
+
 class Imbalance(Enum):
     """What every point of a window shows about its PS (see :func:`evident_imbalance`)."""
 
@@ -151,9 +165,13 @@ class Imbalance(Enum):
     PS_IDLE = "PS idle"
 
 
+#: An evident imbalance and the points that show it, summarized.
+Evident = tuple[Imbalance, StableWindow]
+
+
 def evident_imbalance(
     window: Sequence[MetricSample], shape: ClusterShape, params: NearchusPlusParams
-) -> tuple[Imbalance, StableWindow] | None:
+) -> Evident | None:
     """The PS imbalance that each of the window's last ``N_comp`` stability points shows,
     with those points summarized, or None.
 
@@ -166,15 +184,14 @@ def evident_imbalance(
     points = stability_points(window, params.stability_period_s)[-params.n_comp :]
     if len(points) < params.n_comp:
         return None
-    seen: set[Imbalance | None] = set()
+    seen: set[Imbalance] = set()
     for point in points:
         if window_speed(point) <= 0:
             return None
         used = StableWindow.of(point).used
         if not all(n.name in used for n in shape.nodes):
             return None  # a point from another shape
-        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
-        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        e_ps, e_wk = role_efficiencies(shape, used)
         if e_ps >= params.e_thd_job:
             seen.add(Imbalance.PS_SATURATED)
         elif e_ps < params.e_thd_opt <= e_wk:
@@ -227,7 +244,7 @@ class NearchusPlusPolicy(NearchusPolicy):
                  metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
         super().__init__()
         #: The last window asked about and its evident imbalance (as ``stable`` remembers).
-        self._evident: tuple[Sequence[MetricSample], Any] | None = None
+        self._evident: tuple[Sequence[MetricSample], Evident | None] | None = None
         params = with_overrides(NearchusPlusParams, params, overrides)
         self.params = on_clock(params, metric_interval_s)
 
@@ -250,7 +267,7 @@ class NearchusPlusPolicy(NearchusPolicy):
             return self.decide_evident(observation)
         return super().decide(observation)
 
-    def evident(self, obs: Observation) -> tuple[Imbalance, StableWindow] | None:
+    def evident(self, obs: Observation) -> Evident | None:
         """The window's evident imbalance (only while the detector is not yet satisfied)."""
         if not self.params.act_on_evident or not obs.window or self.finished(obs):
             return None
@@ -296,17 +313,15 @@ class NearchusPlusPolicy(NearchusPolicy):
         """
         p, shape = self.params, obs.shape
         used = stable.node_used()
-        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
-        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        e_ps, e_wk = role_efficiencies(shape, used)
         saturated_ps = e_ps >= p.e_thd_job
         if not (saturated_ps or min(e_ps, e_wk) >= p.e_thd_opt) or stable.speed <= 0:
             return None
         total = shape.total().cpu_cores
         extra = min(rounding_room(obs, MAX_NODES_ROUNDING).cpu_cores, total * p.max_r_up)
-        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        c_ps, c_wk = costs_per_step(shape, used, stable.speed)
         if extra < max(self.min_step(obs), 1e-3) or c_wk <= 0:
             return None
-        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
         grown_total = total + extra
         ps_cores = balanced_ps_cores(grown_total, c_ps, c_wk, p.ps_slack)
         ps_cores = max(ps_cores, p.min_node_cores * shape.n_ps)
@@ -456,13 +471,11 @@ class NearchusPlusPolicy(NearchusPolicy):
         if not p.fold_idle_ps or shape.n_ps < 2 or stable.speed <= 0:
             return None
         used = stable.node_used()
-        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
-        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        e_ps, e_wk = role_efficiencies(shape, used)
         link = max_link_utilization(stable.samples) * shape.n_ps / (shape.n_ps - 1)
         if not e_ps < p.e_thd_opt <= e_wk or link >= p.fold_link_max:
             return None
-        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
-        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        c_ps, c_wk = costs_per_step(shape, used, stable.speed)
         if c_wk <= 0:
             return None
         total, n_ps = shape.total().cpu_cores, shape.n_ps - 1
@@ -495,14 +508,12 @@ class NearchusPlusPolicy(NearchusPolicy):
         self, shape: ClusterShape, used: dict[str, float], stable: StableWindow, limit: float
     ) -> ClusterShape | None:
         p = self.params
-        e_ps = nearchus_optimizer.efficiency(shape.ps, used)
-        e_wk = nearchus_optimizer.efficiency(shape.workers, used)
+        e_ps, e_wk = role_efficiencies(shape, used)
         ps_idle = e_ps < p.e_thd_opt <= e_wk
         ps_saturated = e_ps >= p.e_thd_job > e_wk
         if not (ps_idle or ps_saturated) or stable.speed <= 0:
             return None
-        c_ps = sum(used[n.name] for n in shape.ps) / stable.speed
-        c_wk = sum(used[n.name] for n in shape.workers) / stable.speed
+        c_ps, c_wk = costs_per_step(shape, used, stable.speed)
         if c_wk <= 0:
             return None
         total = shape.total().cpu_cores
