@@ -346,6 +346,7 @@ class RunPlan:
     starts: tuple[str, ...]
     grid: list | None  # None: the whole sweep grid
     reports: Path  # where each run's report JSON is kept
+    sweep_from: Path | None = None  # a saved result whose sweeps stand in for new ones
 
 
 def policy_of(name: str) -> Policy:
@@ -353,10 +354,14 @@ def policy_of(name: str) -> Policy:
 
 
 def run_workload(root: Path, name: str, workload: Workload, plan: RunPlan) -> dict:
-    grid = plan.grid or sweep_grid(BUDGET["cpu"])
-    print(f"{name}: sweep of {len(grid)} shapes, {workload.sweep_steps} steps each",
-          file=sys.stderr)  # fmt: skip
-    rows = sweep(root, name, workload, workload.sweep_steps, grid)
+    if plan.sweep_from is not None:
+        rows = saved_sweep(json.loads(plan.sweep_from.read_text()), name)
+        print(f"{name}: the sweep of {plan.sweep_from} ({len(rows)} shapes)", file=sys.stderr)
+    else:
+        grid = plan.grid or sweep_grid(BUDGET["cpu"])
+        print(f"{name}: sweep of {len(grid)} shapes, {workload.sweep_steps} steps each",
+              file=sys.stderr)  # fmt: skip
+        rows = sweep(root, name, workload, workload.sweep_steps, grid)
     oracle = find_oracle(root, name, workload, rows, plan.reports)
     rows = []
     for start in plan.starts:
@@ -422,7 +427,7 @@ def resimulate(path: Path) -> int:
             workload = Workload(entry["fields"], entry["dataset_size"], entry["epochs"],
                                 entry["sweep_steps"])  # fmt: skip
             saved = entry["oracle"]
-            sweep_rows = [{**r, "shape_tuple": parse_label(r["shape"])} for r in saved["sweep"]]
+            sweep_rows = saved_sweep(result, name)
             oracle = Oracle(parse_label(saved["shape"]), saved["samples_per_s"], saved["jct_s"],
                             saved["samples_per_cpu_s"], saved["steady_samples_per_s"],
                             sweep_rows, saved["report"])  # fmt: skip
@@ -432,9 +437,19 @@ def resimulate(path: Path) -> int:
                     row.update(transition_fields(report["timeline"]))
             print(f"{name}: simulating {len(entry['runs'])} runs again", file=sys.stderr)
             entry.update(simulated_rows(Path(tmp), name, workload, oracle, entry["runs"]))
-    result["resimulated_with"] = "python benchmarks/runtime_rightsizing.py --resimulate " + str(path)
+    result["resimulated_with"] = "python benchmarks/runtime_rightsizing.py --resimulate " + str(
+        path
+    )
     write_report(path, result)
     return 0
+
+
+def saved_sweep(result: dict, name: str) -> list[dict]:
+    """Workload ``name``'s sweep rows from a saved ``result``, their shapes parsed back."""
+    entry = next((e for e in result["workloads"] if e["workload"] == name), None)
+    if entry is None:
+        raise ValueError(f"the result has no {name} sweep")
+    return [{**r, "shape_tuple": parse_label(r["shape"])} for r in entry["oracle"]["sweep"]]
 
 
 def parse_label(text: str) -> tuple[int, float, int, float]:
@@ -480,9 +495,8 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
             workloads[name] = Workload(base.fields, int(base.dataset_size * QUICK_SCALE),
                                        base.epochs, max(1, int(steps * QUICK_SCALE)))  # fmt: skip
             return RunPlan(workloads, ("static", "nearchus+"), ("too-small",), QUICK_GRID, reports)
-    return RunPlan(
-        workloads, tuple(args.policies.split(",")), tuple(args.starts.split(",")), None, reports
-    )
+    return RunPlan(workloads, tuple(args.policies.split(",")), tuple(args.starts.split(",")),
+                   None, reports, args.sweep_from)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,9 +519,27 @@ def main(argv: list[str] | None = None) -> int:
         help="wide-deep, static and nearchus+, too-small, tiny work: checks it works",
     )
     parser.add_argument("--out", default="benchmarks/results/runtime_rightsizing.json")
-    parser.add_argument("--resimulate", metavar="RESULT", type=Path,
-                        help="only simulate a saved result's runs again (written back to it)")
+    parser.add_argument(
+        "--resimulate",
+        metavar="RESULT",
+        type=Path,
+        help="only simulate a saved result's runs again (written back to it)",
+    )
+    parser.add_argument(
+        "--sweep-from",
+        metavar="RESULT",
+        type=Path,
+        help="take each workload's sweep from a saved result instead of "
+        "sweeping again (the oracle's full run is still measured)",
+    )
     args = parser.parse_args(argv)
+    if args.sweep_from is not None:
+        try:
+            for name in args.workloads.split(","):
+                saved_sweep(json.loads(args.sweep_from.read_text()), name)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: --sweep-from {args.sweep_from}: {exc}", file=sys.stderr)
+            return 2
     if args.resimulate:
         if not args.resimulate.is_file():
             print(f"error: --resimulate: no such file: {args.resimulate}", file=sys.stderr)
@@ -527,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         "starts": {k: label(v) for k, v in STARTS.items()},
         "load_before": before, "load_after": load_note(),
         "elapsed_s": time.perf_counter() - started, "workloads": results,
+        "sweep_from": str(args.sweep_from) if args.sweep_from else None,
     })  # fmt: skip
     return 0
 

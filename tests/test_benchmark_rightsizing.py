@@ -106,3 +106,17 @@ def test_transitions_split_into_in_place_resizes_and_node_changes():
     ]
     assert rs.split_transitions(timeline) == ([0.1], [7.4, 9.5, 2.3])
     assert rs.parse_label(rs.label((2, 0.5, 3, 0.333))) == (2, 0.5, 3, 0.333)
+
+
+def test_a_saved_sweep_stands_in_for_a_new_one_and_a_missing_one_is_refused(tmp_path, capsys):
+    import json
+
+    saved = {"workloads": [{"workload": "small-cnn", "oracle": {"sweep": [
+        {"shape": "2x0.2ps+2x0.8wk", "steady_samples_per_s": 384.0}]}}]}  # fmt: skip
+    rows = rs.saved_sweep(saved, "small-cnn")
+    assert rows[0]["shape_tuple"] == (2, 0.2, 2, 0.8)
+    path = tmp_path / "saved.json"
+    path.write_text(json.dumps(saved))
+    # wide-deep has no sweep there: one line and exit 2 before anything runs
+    assert rs.main(["--sweep-from", str(path), "--workloads", "wide-deep"]) == 2
+    assert "no wide-deep sweep" in capsys.readouterr().err

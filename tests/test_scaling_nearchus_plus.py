@@ -81,6 +81,35 @@ def test_a_job_with_an_idle_component_is_rebalanced_not_grown():
     assert NearchusPlusPolicy().decide(observe(shape, window)).action == Action.ADD_WORKER
 
 
+def test_saturated_workers_beside_an_idle_ps_at_its_floor_grow_the_job():
+    # The real small CNN's start (benchmarks/runtime_rightsizing.py): the PS at the
+    # 0.1-core floor using 0.013, two workers using all of their 0.25; budget 2. e_job 0.85
+    # < 0.95 and the PS cannot give more, so faithful NEARCHUS reads an MU bottleneck and
+    # adds a worker sharing the same 0.5 cpu; nearchus+ grows the job into its budget.
+    shape = shape_of(ps=(0.1,), workers=(0.25, 0.25))
+    used = (0.013, 0.25, 0.25)
+    window = steady(shape, used, speed=1.0)
+    faithful = NearchusPolicy().decide(observe(shape, window, budget=2, free=2))
+    assert faithful.action == Action.ADD_WORKER
+    assert faithful.shape.role_total(NodeRole.WORKER).cpu_cores == pytest.approx(0.5, abs=2e-3)
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=2))
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("workers saturated")
+    assert plan.shape.total().cpu_cores == pytest.approx(2.0, abs=0.1)
+    assert plan.shape.role_total(NodeRole.PS).cpu_cores == pytest.approx(0.1)
+    # each worker may grow to a core (mu_free_cores) whatever R_up allows: 2 workers of
+    # 0.95, not 6 of 0.375 (0.25 x 1.5)
+    assert plan.shape.n_workers == 2
+    # the same reading while the speed varies (CV > 5%): evident, so it grows as early
+    plan = NearchusPlusPolicy().decide(
+        observe(shape, noisy(shape, used, (1.0, 1.2, 0.9, 1.1, 1.0)), budget=2, free=2)
+    )
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("workers saturated")
+    # workers at 0.9 of their cpu are not saturated: the faithful MU rule stands
+    window = steady(shape, (0.013, 0.225, 0.225), speed=1.0)
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=2))
+    assert plan.action == Action.ADD_WORKER
+
+
 def test_mu_bottleneck_adds_as_many_workers_as_the_measured_cap_needs():
     # workers hold 24 cpu each and use 16 (MU): 48 / 16 = 3 workers -> add 1 (at most 2x)
     shape = shape_of(ps=(2,), workers=(24, 24))

@@ -25,7 +25,7 @@ every worker's update, so it does):
    bottleneck and added workers, which cannot help.
 
 nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
-check and stop rule, and changes nine things:
+check and stop rule, and changes ten things:
 
 - **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
   or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
@@ -38,6 +38,11 @@ check and stop rule, and changes nine things:
   grow the job's CPU to what the budget and the cluster allow in one move,
   divided between PS and workers by the balanced split (the PS sized for the
   speed the workers will reach), workers added as in the one-move scale-up.
+- **Grow a job with saturated workers** (fixes 3 when the PS is the idle one): when
+  the workers use at least ``E_thd_job`` of their CPU and the rebalance has nothing
+  left to move (the idle PS at its floor), grow as above instead of reading an MU
+  bottleneck, which workers that would use more cannot have
+  (:meth:`NearchusPlusPolicy.grow_starved`).
 - **Scale out by what was measured**: an MU bottleneck adds as many workers as
   the workers' CPU needs at what one worker manages to use (``⌈r_wk / u_wk⌉``),
   a PSN bottleneck as many PS as the busiest link needs to fall to the PSN
@@ -110,6 +115,11 @@ class NearchusPlusParams(NearchusParams):
             traffic, stays under this fraction of its capacity (0.5): well below the PSN
             threshold, as the scale-up sizes the PS count for the link (folding a PS of
             such a job at 81% of its link slowed it, in the simulator).
+        mu_free_cores: a worker's CPU may grow to at least this (1 core) in one move,
+            whatever ``R_up`` allows: the MU bottleneck sets in at 16-37 vCPUs in the
+            paper (§III), never below a core, and a small CNN's workers at 0.25 CPU grown
+            by ``R_up`` became five workers at 0.37 that trained at 0.71 of the two at 0.8
+            of the measured sweep (benchmarks/runtime_rightsizing.py).
     """
 
     ps_slack: float = 0.2
@@ -119,15 +129,17 @@ class NearchusPlusParams(NearchusParams):
     act_on_evident: bool = True
     fold_idle_ps: bool = True
     fold_link_max: float = 0.5
+    mu_free_cores: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if (self.ps_slack < 0 or self.max_scale_out < 1 or self.max_r_up < self.r_up
-                or not 0 < self.fold_link_max <= 1):  # fmt: skip
+                or not 0 < self.fold_link_max <= 1 or self.mu_free_cores < 0):  # fmt: skip
             raise SpecError(
                 f"nearchus+ parameters: ps_slack={self.ps_slack} must be >= 0, "
-                f"max_scale_out={self.max_scale_out} >= 1, max_r_up={self.max_r_up} >= r_up "
-                f"and fold_link_max={self.fold_link_max} in (0, 1]"
+                f"max_scale_out={self.max_scale_out} >= 1, max_r_up={self.max_r_up} >= r_up, "
+                f"fold_link_max={self.fold_link_max} in (0, 1] "
+                f"and mu_free_cores={self.mu_free_cores} >= 0"
             )
 
 
@@ -286,7 +298,7 @@ class NearchusPlusPolicy(NearchusPolicy):
             return None  # the stop rule's verdict needs the stable speed
         if imbalance is Imbalance.PS_SATURATED:
             return self.grow_saturated(obs, window) or self.rebalance(obs, window)
-        return self.rebalance(obs, window)
+        return self.rebalance(obs, window) or self.grow_starved(obs, window)
 
     def decide_stable(self, observation: Observation, stable: StableWindow) -> Plan | None:
         if self.finished(observation):
@@ -296,8 +308,10 @@ class NearchusPlusPolicy(NearchusPolicy):
         return super().decide_stable(observation, stable)
 
     def without_psn(self, obs: Observation, stable: StableWindow) -> Plan | None:
-        """A saturated component grows the job (ours); otherwise the faithful rules."""
-        return self.grow_saturated(obs, stable) or super().without_psn(obs, stable)
+        """A saturated PS or busy job grows (ours); else the faithful rebalance; else
+        saturated workers grow (ours); else the faithful MU bottleneck."""
+        return (self.grow_saturated(obs, stable) or self.rebalance(obs, stable)
+                or self.grow_starved(obs, stable) or self.add_worker(obs, stable))  # fmt: skip
 
     def grow_saturated(self, obs: Observation, stable: StableWindow) -> Plan | None:
         """Grow a job whose PS is saturated, or whose PS and workers are both busy.
@@ -305,18 +319,43 @@ class NearchusPlusPolicy(NearchusPolicy):
         A saturated PS (``e_ps ≥ E_thd_job``: PSC) or both components at least
         ``E_thd_opt`` busy means ``e_job`` is below ``E_thd_job`` because nodes wait on
         each other, not because the job cannot use more CPU (no component is idle, which
-        the rebalance would fix). Give it what the budget and the cluster allow (up to
-        ``max_r_up``), the PS share from the measured cost per step
-        (:func:`balanced_ps_cores`), each node keeping its memory and new workers a
-        worker's memory. (In the simulator a job whose components are both this busy
-        reads ``e_job ≥ E_thd_job``, so this rule changes nothing simulated.)
+        the rebalance would fix), so it grows (:meth:`grow`). (In the simulator a job whose
+        components are both this busy reads ``e_job ≥ E_thd_job``, so this rule changes
+        nothing simulated.)
         """
+        p = self.params
+        e_ps, e_wk = role_efficiencies(obs.shape, stable.node_used())
+        saturated_ps = e_ps >= p.e_thd_job
+        if not (saturated_ps or min(e_ps, e_wk) >= p.e_thd_opt):
+            return None
+        return self.grow(obs, stable, "PS saturated" if saturated_ps else "PS and workers busy")
+
+    def grow_starved(self, obs: Observation, stable: StableWindow) -> Plan | None:
+        """Grow a job whose workers are saturated once the rebalance has nothing to move.
+
+        Workers using at least ``E_thd_job`` of their CPU are not an MU bottleneck — they
+        would use more — so the faithful answer (another worker sharing the same CPU) cannot
+        help, and with the idle PS already down to what the rebalance leaves it, growing
+        is the only move that can. NEARCHUS would grow such a job only at ``e_job ≥
+        E_thd_job``, which an idle PS keeps it below: on a real small CNN here, started
+        at 0.6 of its 2 CPUs with its PS at the 0.1-core floor using 0.013, the workers
+        read 1.00 and ``e_job`` 0.85, and the job ran to the end at 0.6 CPU
+        (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
+        """
+        _, e_wk = role_efficiencies(obs.shape, stable.node_used())
+        if e_wk < self.params.e_thd_job:
+            return None
+        return self.grow(obs, stable, "workers saturated")
+
+    def grow(self, obs: Observation, stable: StableWindow, busy: str) -> Plan | None:
+        """Grow the job to what the budget and the cluster allow (up to ``max_r_up``), the
+        PS share from the measured cost per step (:func:`balanced_ps_cores`), each node
+        keeping its memory and new workers a worker's memory; ``busy`` says why."""
         p, shape = self.params, obs.shape
+        if stable.speed <= 0:
+            return None
         used = stable.node_used()
         e_ps, e_wk = role_efficiencies(shape, used)
-        saturated_ps = e_ps >= p.e_thd_job
-        if not (saturated_ps or min(e_ps, e_wk) >= p.e_thd_opt) or stable.speed <= 0:
-            return None
         total = shape.total().cpu_cores
         extra = min(rounding_room(obs, MAX_NODES_ROUNDING).cpu_cores, total * p.max_r_up)
         c_ps, c_wk = costs_per_step(shape, used, stable.speed)
@@ -328,7 +367,6 @@ class NearchusPlusPolicy(NearchusPolicy):
         grown = self.grown_split(obs, extra / total, ps_cores, grown_total - ps_cores)
         if not grows_within(obs, grown):
             return None
-        busy = "PS saturated" if saturated_ps else "PS and workers busy"
         return Plan(
             grown,
             Action.SCALE_UP,
@@ -397,6 +435,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         """
         p, shape = self.params, obs.shape
         per_worker = max(w.resources.cpu_cores for w in shape.workers) * (1 + p.r_up)
+        per_worker = max(per_worker, p.mu_free_cores)
         per_worker = min(per_worker, self.known_mu(obs).get("worker_mu", per_worker))
         if obs.node_limit is not None:
             per_worker = min(per_worker, obs.node_limit.cpu_cores)
