@@ -104,10 +104,14 @@ def test_saturated_workers_beside_an_idle_ps_at_its_floor_grow_the_job():
         observe(shape, noisy(shape, used, (1.0, 1.2, 0.9, 1.1, 1.0)), budget=2, free=2)
     )
     assert plan.action == Action.SCALE_UP and plan.reason.startswith("workers saturated")
-    # workers at 0.9 of their cpu are not saturated: the faithful MU rule stands
+    # workers at 0.9 of their cpu are neither saturated nor idle: faithful NEARCHUS reads
+    # an MU bottleneck; nearchus+ keeps the shape (workers that use 90% of their cpu
+    # are not allocated more than they can use, and another worker costs a restart)
     window = steady(shape, (0.013, 0.225, 0.225), speed=1.0)
-    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=2))
-    assert plan.action == Action.ADD_WORKER
+    assert NearchusPolicy().decide(observe(shape, window, budget=2, free=2)).action == (
+        Action.ADD_WORKER
+    )
+    assert NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=2)) is None
 
 
 def test_mu_bottleneck_adds_as_many_workers_as_the_measured_cap_needs():
@@ -213,6 +217,21 @@ def test_an_evident_idle_ps_is_rebalanced_and_mixed_readings_wait():
     # four points are too few: the detector's N_comp = 5 holds for evident readings too
     window = noisy(shape, (0.5, 4.75, 4.75), speeds[:4])
     assert NearchusPlusPolicy().decide(observe(shape, window)) is None
+
+
+def test_evidently_idle_workers_get_the_faithful_mu_answer_before_the_speed_is_stable():
+    # The real small CNN after its idle PS was folded: one worker at 1.493 cpu using 0.995
+    # (one torch thread), the PS at 0.107 using 0.016, the speed varying by ~10%: no
+    # stable window, so faithful NEARCHUS waits; nearchus+ reads idle workers in every
+    # point and runs the engine: no PSN, nothing to rebalance, an MU bottleneck ->
+    # ceil(1.493 / 0.995) = 2 workers.
+    shape = shape_of(ps=(0.107,), workers=(1.493,))
+    window = noisy(shape, (0.016, 0.995), (1.0, 1.2, 0.9, 1.1, 1.0))
+    assert NearchusPolicy().decide(observe(shape, window, budget=2, free=0)) is None
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=0))
+    assert plan.action == Action.ADD_WORKER and plan.shape.n_workers == 2
+    waiting = NearchusPlusPolicy(act_on_evident=False)
+    assert waiting.decide(observe(shape, window, budget=2, free=0)) is None
 
 
 def test_an_idle_extra_ps_is_folded_into_the_others_when_the_links_allow():

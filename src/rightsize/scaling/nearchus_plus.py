@@ -43,7 +43,10 @@ check and stop rule, and changes ten things:
   left to move (the idle PS at its floor), grow as above instead of reading an MU
   bottleneck, which workers that would use more cannot have
   (:meth:`NearchusPlusPolicy.grow_starved`).
-- **Scale out by what was measured**: an MU bottleneck adds as many workers as
+- **Scale out by what was measured**: an MU bottleneck — read only when the workers
+  use less than ``E_thd_opt`` of their CPU (real workers that wait on their PS read
+  0.85-0.94 and are not allocated more than they can use; adding one cost a restart
+  of 11-14 s on wide-deep here for no gain) — adds as many workers as
   the workers' CPU needs at what one worker manages to use (``⌈r_wk / u_wk⌉``),
   a PSN bottleneck as many PS as the busiest link needs to fall to the PSN
   threshold — each at most ``max_scale_out`` times the current count — in one
@@ -59,8 +62,9 @@ check and stop rule, and changes ten things:
   efficiency, so noise alone does not trigger a restart.
 - **Act on an evident imbalance without waiting for stability**: a PS saturated in
   every one of the last ``N_comp`` points, or idle in every one while the workers
-  are busy, is a steady reading however much the speed varies — grow the job or
-  rebalance it then (:func:`evident_imbalance`). On real jobs here a 2-s interval's
+  are busy, or workers idle in every one, is a steady reading however much the speed
+  varies — grow the job, rebalance it, or run the engine's PSN and MU checks then
+  (:func:`evident_imbalance`). On real jobs here a 2-s interval's
   speed varies by 5-10% (samples/s from a few hundred steps), so the 5% CV test
   can hold the first decision of a starved job for tens of seconds
   (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
@@ -175,6 +179,7 @@ class Imbalance(Enum):
 
     PS_SATURATED = "PS saturated"
     PS_IDLE = "PS idle"
+    WORKERS_IDLE = "workers idle"
 
 
 #: An evident imbalance and the points that show it, summarized.
@@ -189,7 +194,9 @@ def evident_imbalance(
 
     Each point must train (speed > 0) and read the same side of the thresholds: the PS
     at least ``E_thd_job`` busy (PSC), or the PS below ``E_thd_opt`` while the workers
-    are at least ``E_thd_opt`` busy. Five readings in a row on one side are not noise,
+    are at least ``E_thd_opt`` busy, or the workers below ``E_thd_opt`` (with the PS not
+    saturated: ``e_job`` is then evidently below ``E_thd_job``, and the faithful engine's
+    PSN check and MU rule answer it). Five readings in a row on one side are not noise,
     whatever the speed's CV: the faithful detector's 5% CV guards decisions that weigh
     small differences (``e_job`` against 0.95, one speed against another), not these.
     """
@@ -208,6 +215,8 @@ def evident_imbalance(
             seen.add(Imbalance.PS_SATURATED)
         elif e_ps < params.e_thd_opt <= e_wk:
             seen.add(Imbalance.PS_IDLE)
+        elif e_wk < params.e_thd_opt:
+            seen.add(Imbalance.WORKERS_IDLE)
         else:
             return None
     if len(seen) != 1:
@@ -288,8 +297,9 @@ class NearchusPlusPolicy(NearchusPolicy):
         return self._evident[1]
 
     def decide_evident(self, obs: Observation) -> Plan | None:
-        """Grow a job whose PS is saturated (else give the PS its balanced share), or give
-        an idle PS's CPU to the workers — before the metrics are stable."""
+        """Grow a job whose PS is saturated (else give the PS its balanced share), give an
+        idle PS's CPU to the workers (else grow saturated workers), or run the faithful
+        engine on idle workers — before the metrics are stable."""
         found = self.evident(obs)
         if found is None:
             return None
@@ -298,7 +308,9 @@ class NearchusPlusPolicy(NearchusPolicy):
             return None  # the stop rule's verdict needs the stable speed
         if imbalance is Imbalance.PS_SATURATED:
             return self.grow_saturated(obs, window) or self.rebalance(obs, window)
-        return self.rebalance(obs, window) or self.grow_starved(obs, window)
+        if imbalance is Imbalance.PS_IDLE:
+            return self.rebalance(obs, window) or self.grow_starved(obs, window)
+        return self.decide_stable(obs, window)
 
     def decide_stable(self, observation: Observation, stable: StableWindow) -> Plan | None:
         if self.finished(observation):
@@ -567,8 +579,12 @@ class NearchusPlusPolicy(NearchusPolicy):
         return with_role_total(shape, NodeRole.WORKER, total - ps_cores)
 
     def add_worker(self, obs: Observation, stable: StableWindow) -> Plan | None:
-        """Enough workers for the workers' CPU at what one worker manages to use."""
+        """Enough workers for the workers' CPU at what one worker manages to use, if the
+        workers leave at least ``1 − E_thd_opt`` of it idle (else it is not MU)."""
         n = obs.shape.n_workers
+        _, e_wk = role_efficiencies(obs.shape, stable.node_used())
+        if e_wk >= self.params.e_thd_opt:
+            return None
         per_worker = sum(stable.node_used()[w.name] for w in obs.shape.workers) / n
         wanted = obs.shape.role_total(NodeRole.WORKER).cpu_cores / per_worker if per_worker else n
         count = self.scale_out_count(n, wanted)
