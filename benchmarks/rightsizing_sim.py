@@ -130,13 +130,13 @@ class Transitions:
 
 
 def simulate(model: SimModel, policy: Policy, start: ClusterShape, samples: float,
-             costs: Transitions, noise_cv: float, setting: Setting) -> dict:  # fmt: skip
+             costs: Transitions, noise: Noise, setting: Setting) -> dict:  # fmt: skip
     """One job of ``samples`` started at ``start`` in the simulator; its JCT (None: it
     failed) and decisions."""
     interval = setting.metric_interval_s
     config = SimConfig(metric_interval_s=interval, decision_interval_s=interval,
                        launch_s=costs.restart_s, init_s=0.0, resize_s=costs.resize_s,
-                       noise=Noise(steady_cv=noise_cv, warmup_s=setting.warmup_s))  # fmt: skip
+                       noise=noise)  # fmt: skip
     job = TraceJob(model.name, 0.0, model.name, setting.budget, samples, initial_shape=start)
     sim = Simulator(machine_cluster(setting.budget), policy, config, models=lambda _name: model)
     result = sim.run(Trace("rightsizing", (job,))).jobs[0]
@@ -150,6 +150,7 @@ def simulated_rows(
     sweep: list[dict],
     points: list[tuple[ClusterShape, float]],
     oracle_rates: list[float],
+    oracle_e_jobs: list[float],
     rows: list[dict],
     starts: dict[str, ClusterShape],
     policy_of: Callable[[str], Policy],
@@ -158,26 +159,29 @@ def simulated_rows(
     """Every real run of ``rows`` (each gets a ``sim`` entry) again in the simulator, for
     ``spec``'s fixed work: a model fitted to the sweep's ``points`` (shape, measured
     samples/s), the mean measured transition time as its restart cost, the CV of the
-    oracle's steady ``oracle_rates`` as its noise. Returns the model's fit and the mean
-    absolute JCT error."""
+    oracle's steady ``oracle_rates`` as its speed's noise and of its steady ``e_job``
+    readings (``oracle_e_jobs``) as its nodes' CPU noise (``Noise.cpu_cv``; none read:
+    the speed's). Returns the model's fit and the mean absolute JCT error."""
     cluster = machine_cluster(setting.budget)
     base = base_sim_model(str(spec.workload), job_need(spec), spec.batch_size, sweep)
     model, fit = fit_sim_model(base, points, cluster)
     costs = Transitions.of(rows)
     cv = coefficient_of_variation(oracle_rates)
+    cpu_cv = coefficient_of_variation(oracle_e_jobs) if len(oracle_e_jobs) > 1 else None
+    noise = Noise(steady_cv=cv, warmup_s=setting.warmup_s, cpu_cv=cpu_cv)
     samples = spec.dataset_size * spec.epochs
     for row in rows:
         if "error" in row:
             continue
         policy = policy_of(row["policy"])
-        sim = simulate(model, policy, starts[row["start"]], samples, costs, cv, setting)
+        sim = simulate(model, policy, starts[row["start"]], samples, costs, noise, setting)
         row["sim"] = {**sim, "jct_error_percent": relative_error(sim["jct_s"], row["jct_s"])}
         print(f"  {row['start']:>10} {row['policy']:>9}: simulated JCT {sim['jct_s'] or 0:6.1f} s "
               f"(real {row['jct_s']:.1f} s)", file=sys.stderr)  # fmt: skip
     errors = [abs(r["sim"]["jct_error_percent"]) for r in rows
               if "sim" in r and r["sim"]["jct_error_percent"] is not None]  # fmt: skip
     return {"sim_model": {"fit": fit, "restart_s": costs.restart_s,
-                          "resize_s": costs.resize_s, "noise_cv": cv,
+                          "resize_s": costs.resize_s, "noise_cv": cv, "cpu_noise_cv": cpu_cv,
                           "param_bytes": model.param_bytes, "batch_size": model.batch_size,
                           "worker_memory_bytes": model.worker_memory_bytes,
                           "ps_base_memory_bytes": model.ps_base_memory_bytes,

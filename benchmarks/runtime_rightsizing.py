@@ -413,8 +413,16 @@ def simulated_rows(root: Path, name: str, workload: Workload, oracle: Oracle,
     budget = Resources.parse(BUDGET["cpu"], BUDGET["memory"])
     setting = Setting(budget, METRIC_INTERVAL_S, WARMUP_INTERVALS * METRIC_INTERVAL_S)
     spec = spec_for(root, f"{name}-model", workload, oracle.shape)
-    return sim_rows(spec, oracle.sweep, points, oracle.steady_rates, rows, starts, policy_of,
-                    setting)  # fmt: skip
+    return sim_rows(spec, oracle.sweep, points, oracle.steady_rates, oracle_e_jobs(oracle),
+                    rows, starts, policy_of, setting)  # fmt: skip
+
+
+def oracle_e_jobs(oracle: Oracle) -> list[float]:
+    """The oracle's steady ``e_job`` readings, from its kept report (none if not kept)."""
+    if oracle.report is None or not Path(oracle.report).is_file():
+        return []
+    throughput = json.loads(Path(oracle.report).read_text())["throughput"]
+    return steady([row["e_job"] for row in throughput if row["e_job"] is not None])
 
 
 def resimulate(path: Path) -> int:
