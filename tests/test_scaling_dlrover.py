@@ -215,6 +215,27 @@ def test_usage_is_read_while_the_job_trains_not_while_it_starts():
     assert dm.Usage.of(observe(shape, (starting,), {})).cpu["ps-0"] == 0.01  # nothing trained
 
 
+def test_usage_means_are_summed_sample_by_sample_and_computed_when_read():
+    # each node's x / count added in sample order (the floats of the eager loop it replaced);
+    # the memory only when read: a decision reads it only to size new workers
+    shape = ClusterShape.from_counts(1, 2, Resources(1), Resources(1))
+    window = tuple(
+        MetricSample(10.0 * i, (node("ps-0", NodeRole.PS, 0.1 * i, 1, 7 * i),
+                                node("worker-0", NodeRole.WORKER, 0.3, 1, 5),
+                                node("worker-1", NodeRole.WORKER, 0.7 / i, 1, 5)), 1.0)
+        for i in (1, 2, 3)
+    )  # fmt: skip
+    usage = dm.Usage.of(observe(shape, window, {}))
+    ps_cpu = ps_memory = 0.0
+    for i in (1, 2, 3):
+        ps_cpu += 0.1 * i / 3
+        ps_memory += 7 * i / 3
+    assert "memory" not in vars(usage)
+    assert usage.cpu["ps-0"] == ps_cpu and usage.memory["ps-0"] == ps_memory
+    assert usage.role_used(NodeRole.WORKER) == usage.cpu["worker-0"] + usage.cpu["worker-1"]
+    assert usage.worker_memory() == 5
+
+
 def test_idle_ps_cpu_adds_workers_up_to_what_the_ps_can_serve():
     # PS use 4 of 16 (25% < 80%) with 4 workers: s_hat' = 1 per worker -> 16 workers;
     # each worker uses 2.5 -> 3 cpu; the budget leaves 40 - 28 = 12 -> 4 more workers

@@ -176,7 +176,7 @@ class DLRoverPolicy(Policy):
 
     def decide(self, observation: Observation) -> Plan | None:
         obs, p = observation, self.params
-        if any(e.kind == EventKind.OOM_KILLED for e in obs.events):
+        if obs.events and any(e.kind == EventKind.OOM_KILLED for e in obs.events):
             return self.relaunch_oom(obs)
         if not dm.observed_long_enough(obs.window, p.min_observe_s, p.min_observe_steps):
             return None
@@ -305,10 +305,11 @@ class DLRoverPolicy(Policy):
             return None  # the PS serve no more workers than the job has
         cores = min(dm.rounded_up(usage.worker_used(), self.core_step(obs)),
                     self.c_max(obs.node_limit))  # fmt: skip
-        room = growth_room(obs)
-        fits = int(room.cpu_cores // Resources(cores).cpu_cores)
+        # (growth_room's CPU is the headroom's: checked first, without building the room)
+        fits = int(obs.headroom.cpu_cores // Resources(cores).cpu_cores)
         if fits < 1:
             return None  # no room for one worker's CPU (often: asked every interval)
+        room = growth_room(obs)
         worker = Resources(cores, self.worker_memory(obs, usage))
         if worker.memory_bytes:
             fits = min(fits, int(room.memory_bytes // worker.memory_bytes))

@@ -13,10 +13,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, Observation
+from rightsize.scaling.frozen import remembered_property
+from rightsize.scaling.shapes import DERIVED_SHAPES
 
 #: The least CPU eq. 11 may leave the PS: a millicore, the finest CPU a cgroup quota
 #: holds. Less is no CPU at all — or a float's rounding residue (7.219 − 10 × 0.7219 is
@@ -77,17 +80,21 @@ def observed_long_enough(
     if len(window) < 2:
         return False
     interval = window[1].time_s - window[0].time_s
-    span = window[-1].time_s - window[0].time_s + interval
-    steps = sum(s.steps_per_s for s in window) * interval
-    return span >= min_seconds or steps >= min_steps
+    if window[-1].time_s - window[0].time_s + interval >= min_seconds:
+        return True  # (the steps are summed only when the time alone is not enough)
+    return sum(s.steps_per_s for s in window) * interval >= min_steps
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Mean CPU and memory each node used over an observation's window, while the job trained."""
+    """Mean CPU and memory each node used over an observation's window, while the job trained.
 
-    cpu: dict[str, float]
-    memory: dict[str, float]
+    Attributes:
+        samples: the samples averaged (see :meth:`of`).
+        shape: the job's shape.
+    """
+
+    samples: Sequence[MetricSample]
     shape: ClusterShape
 
     @classmethod
@@ -98,18 +105,44 @@ class Usage:
         torch on CPU borrowed while it starts (``runtime.startup_allowance``) — is not what
         they use to train. Averaged in, a launch's samples hid a hot PS that used all of its
         quota once training began (0.895 of it over the window, under the 0.9 threshold)."""
+        return cls([s for s in obs.window if s.steps_per_s > 0] or obs.window, obs.shape)
+
+    # Each mean is computed when first read: a decision reads the CPU at every tick, and the
+    # memory only when it sizes new workers (the simulator asks DLRover every interval). The
+    # two loops are written out: a getter called per node and sample measured slower.
+    @remembered_property
+    def cpu(self) -> dict[str, float]:
+        """Each node's mean CPU cores used (added in sample order)."""
         cpu: dict[str, float] = {}
-        memory: dict[str, float] = {}
-        window = [s for s in obs.window if s.steps_per_s > 0] or obs.window
-        count = len(window) or 1
-        for sample in window:
+        count = len(self.samples) or 1
+        for sample in self.samples:
             for node in sample.nodes:
-                cpu[node.name] = cpu.get(node.name, 0.0) + node.cpu_used_cores / count
-                memory[node.name] = memory.get(node.name, 0.0) + node.memory_used_bytes / count
-        return cls(cpu, memory, obs.shape)
+                name = node.name
+                cpu[name] = cpu.get(name, 0.0) + node.cpu_used_cores / count
+        return cpu
+
+    @remembered_property
+    def memory(self) -> dict[str, float]:
+        """Each node's mean memory bytes used (added in sample order)."""
+        memory: dict[str, float] = {}
+        count = len(self.samples) or 1
+        for sample in self.samples:
+            for node in sample.nodes:
+                name = node.name
+                memory[name] = memory.get(name, 0.0) + node.memory_used_bytes / count
+        return memory
+
+    @remembered_property
+    def _role_used(self) -> dict[NodeRole, float]:
+        cpu = self.cpu
+        return {
+            role: sum(cpu.get(n.name, 0.0) for n in self.shape.role(role))
+            for role in (NodeRole.PS, NodeRole.WORKER)
+        }
 
     def role_used(self, role: NodeRole) -> float:
-        return sum(self.cpu.get(n.name, 0.0) for n in self.shape.role(role))
+        """The mean cores all nodes of ``role`` used."""
+        return self._role_used[role]
 
     def worker_used(self) -> float:
         """``ŵ``: the mean cores one worker uses."""
@@ -147,6 +180,9 @@ class Usage:
         return per_worker * max(1.0, allocated / used) if used > 0 else per_worker
 
 
+# Remembered (a shape and a budget are immutable): jobs of one model launch from the same few
+# finished shapes under the trace's few budgets, once per job.
+@lru_cache(maxsize=DERIVED_SHAPES)
 def fit_into(shape: ClusterShape, budget: Resources) -> ClusterShape:
     """``shape`` brought within ``budget``: first fewer workers, then every node scaled down.
 
