@@ -346,7 +346,7 @@ class RunPlan:
     starts: tuple[str, ...]
     grid: list | None  # None: the whole sweep grid
     reports: Path  # where each run's report JSON is kept
-    sweep_from: Path | None = None  # a saved result whose sweeps stand in for new ones
+    sweep_from: dict | None = None  # a saved result whose sweeps stand in for new ones
 
 
 def policy_of(name: str) -> Policy:
@@ -355,8 +355,8 @@ def policy_of(name: str) -> Policy:
 
 def run_workload(root: Path, name: str, workload: Workload, plan: RunPlan) -> dict:
     if plan.sweep_from is not None:
-        rows = saved_sweep(json.loads(plan.sweep_from.read_text()), name)
-        print(f"{name}: the sweep of {plan.sweep_from} ({len(rows)} shapes)", file=sys.stderr)
+        rows = saved_sweep(plan.sweep_from, name)
+        print(f"{name}: the saved sweep ({len(rows)} shapes)", file=sys.stderr)
     else:
         grid = plan.grid or sweep_grid(BUDGET["cpu"])
         print(f"{name}: sweep of {len(grid)} shapes, {workload.sweep_steps} steps each",
@@ -491,7 +491,7 @@ QUICK_SCALE = 0.2
 QUICK_GRID = [(1, 0.5, 1, 1.5), (1, 0.7, 2, 0.65)]
 
 
-def plan_from(args: argparse.Namespace) -> RunPlan:
+def plan_from(args: argparse.Namespace, sweep_from: dict | None = None) -> RunPlan:
     out = Path(args.out)
     reports = out.parent / f"{out.stem}_reports"
     workloads = {}
@@ -504,7 +504,7 @@ def plan_from(args: argparse.Namespace) -> RunPlan:
                                        base.epochs, max(1, int(steps * QUICK_SCALE)))  # fmt: skip
             return RunPlan(workloads, ("static", "nearchus+"), ("too-small",), QUICK_GRID, reports)
     return RunPlan(workloads, tuple(args.policies.split(",")), tuple(args.starts.split(",")),
-                   None, reports, args.sweep_from)  # fmt: skip
+                   None, reports, sweep_from)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -541,10 +541,12 @@ def main(argv: list[str] | None = None) -> int:
         "sweeping again (the oracle's full run is still measured)",
     )
     args = parser.parse_args(argv)
+    saved = None
     if args.sweep_from is not None:
         try:
+            saved = json.loads(args.sweep_from.read_text())
             for name in args.workloads.split(","):
-                saved_sweep(json.loads(args.sweep_from.read_text()), name)
+                saved_sweep(saved, name)
         except (OSError, ValueError, KeyError) as exc:
             print(f"error: --sweep-from {args.sweep_from}: {exc}", file=sys.stderr)
             return 2
@@ -555,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         return resimulate(args.resimulate)
     if args.quick and args.out == parser.get_default("out"):
         args.out = "benchmarks/results/runtime_rightsizing_quick.json"
-    plan = plan_from(args)
+    plan = plan_from(args, saved)
     before, started = load_note(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rightsize-bench-") as tmp:
         results = [run_workload(Path(tmp), name, w, plan) for name, w in plan.workloads.items()]

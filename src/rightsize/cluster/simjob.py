@@ -342,6 +342,7 @@ class SimJob:
             return tuple(out)
         true, cap, link, bases = template.true, template.cap, template.link, template.bases
         names, roles, allocated = template.names, template.roles, template.allocated
+        cpu_true, cpu_cap = true[:count], cap[:count]  # (read only with ``noise.cpu_cv``)
         for t, draws in zip(times, block.tolist(), strict=True):
             cv = warmup_cv if t - ready < warmup_s else steady_cv
             row = [
@@ -350,7 +351,7 @@ class SimJob:
                 for v, d, c in zip(true, draws, cap, strict=True)
             ]  # fmt: skip
             if cpu_cv is not None and t - ready >= warmup_s:  # the CPU readings' own noise
-                row[:count] = measured_row(true[:count], cpu_cv, draws[:count], cap[:count])
+                row[:count] = measured_row(cpu_true, cpu_cv, draws[:count], cpu_cap)
             used, speed = row[:count], row[-1]
             fields = {"time_s": t - start, "nodes": (), "steps_per_s": speed,
                       "samples_per_s": speed * batch, "cpu_used_cores": sum(used)}  # fmt: skip

@@ -580,7 +580,7 @@ class NearchusPlusPolicy(NearchusPolicy):
 
     def add_worker(self, obs: Observation, stable: StableWindow) -> Plan | None:
         """Enough workers for the workers' CPU at what one worker manages to use, if the
-        workers leave at least ``1 − E_thd_opt`` of it idle (else it is not MU)."""
+        workers leave more than ``1 − E_thd_opt`` of it idle (else it is not MU)."""
         n = obs.shape.n_workers
         _, e_wk = role_efficiencies(obs.shape, stable.node_used())
         if e_wk >= self.params.e_thd_opt:
