@@ -498,7 +498,8 @@ def plan_from(args: argparse.Namespace, sweep_from: dict | None = None) -> RunPl
     for name in args.workloads.split(","):
         base = WORKLOADS[name]
         steps = args.sweep_steps or base.sweep_steps
-        workloads[name] = Workload(base.fields, base.dataset_size, base.epochs, steps)
+        epochs = args.epochs or base.epochs
+        workloads[name] = Workload(base.fields, base.dataset_size, epochs, steps)
         if args.quick:  # the first workload, a fifth of its work
             workloads[name] = Workload(base.fields, int(base.dataset_size * QUICK_SCALE),
                                        base.epochs, max(1, int(steps * QUICK_SCALE)))  # fmt: skip
@@ -522,6 +523,13 @@ def main(argv: list[str] | None = None) -> int:
         + ")",
     )
     parser.add_argument(
+        "--epochs",
+        type=int,
+        help="the fixed work in epochs, for each workload named (default: "
+        + ", ".join(f"{k} {w.epochs}" for k, w in WORKLOADS.items())
+        + "); the sweep measures speed per shape, so --sweep-from still applies",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="wide-deep, static and nearchus+, too-small, tiny work: checks it works",
@@ -541,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
         "sweeping again (the oracle's full run is still measured)",
     )
     args = parser.parse_args(argv)
+    if args.epochs is not None and args.epochs < 1:
+        print(f"error: --epochs must be at least 1, got {args.epochs}", file=sys.stderr)
+        return 2
     saved = None
     if args.sweep_from is not None:
         try:

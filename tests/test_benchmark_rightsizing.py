@@ -120,3 +120,14 @@ def test_a_saved_sweep_stands_in_for_a_new_one_and_a_missing_one_is_refused(tmp_
     # wide-deep has no sweep there: one line and exit 2 before anything runs
     assert rs.main(["--sweep-from", str(path), "--workloads", "wide-deep"]) == 2
     assert "no wide-deep sweep" in capsys.readouterr().err
+
+
+def test_epochs_sets_the_fixed_work_and_a_bad_count_is_refused(capsys):
+    args = rs.argparse.Namespace(workloads="small-cnn", policies="static", starts="too-small",
+                                 sweep_steps=None, epochs=16, quick=False,
+                                 out="x/result.json")  # fmt: skip
+    plan = rs.plan_from(args)
+    assert plan.workloads["small-cnn"].epochs == 16
+    assert plan.workloads["small-cnn"].dataset_size == rs.WORKLOADS["small-cnn"].dataset_size
+    assert rs.main(["--epochs", "0", "--workloads", "small-cnn"]) == 2
+    assert "--epochs must be at least 1" in capsys.readouterr().err
