@@ -66,6 +66,18 @@ def test_profile_and_predict_end_to_end(capsys, tmp_path):
     assert code == 0 and "compute model (dense)" in out and "samples/s" in out
     code, out, _ = run(capsys, "predict", str(out_file), "--method", "srift", "--json")
     assert json.loads(out)["compute_model"]["method"] == "srift"
+    # on a GPU, at any batch (not only powers of two), with its precision
+    code, out, _ = run(capsys, "predict", str(out_file), "--device", "A100-80GB", "--batch", "360",
+                       "--precision", "tf32", "--json")  # fmt: skip
+    gpu = json.loads(out)
+    assert code == 0 and gpu["device"] == "A100-80GB" and gpu["precision"] == "tf32"
+    (row,) = gpu["predictions"]
+    assert row["batch"] == 360 and row["fits_memory"] is True
+    low, high = row["samples_per_s_interval"]
+    assert low <= row["samples_per_s"] <= high and row["step_s"] > 0
+    code, out, _ = run(capsys, "predict", str(out_file), "--instance", "gcp:a2-ultragpu-1g",
+                       "--batch", "640")  # fmt: skip
+    assert code == 0 and "A100" in out and "pytorch default" in out and "samples/s" in out
 
 
 @pytest.mark.parametrize(
@@ -83,6 +95,12 @@ def test_profile_and_predict_end_to_end(capsys, tmp_path):
         (["catalog", "--gpu", "T5"], "unknown accelerator 'T5'"),
         (["predict", "/nonexistent.json"], "cannot read profile"),
         (["predict", "x.json", "--batches", "a,b"], "--batches 'a,b' must be comma-separated"),
+        (["predict", "x.json", "--precision", "amp"], "--precision applies to a GPU"),
+        (["predict", "x.json", "--device", "A1000"], "unknown accelerator 'A1000'"),
+        (["predict", "x.json", "--instance", "gcp"], "write CLOUD:TYPE"),
+        (["predict", "x.json", "--instance", "aws:m5.large"], "m5.large has no GPU"),
+        (["predict", "x.json", "--device", "T4", "--batch", "0"], "--batch must be a positive"),
+        (["predict", "x.json", "--device", "T4", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["profile"], "the following arguments are required: workload"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],

@@ -23,7 +23,7 @@ def plan_args(profile_file, *extra):
 
 def test_plan_table_and_json(capsys, profile_file):
     code, out, _ = run(capsys, *plan_args(profile_file, "--objective", "time"))
-    assert code == 0 and "srift" in out and "cap" in out and "tap" in out and "roofline" in out
+    assert code == 0 and "srift" in out and "cap" in out and "tap" in out and "device model" in out
     code, out, _ = run(capsys, *plan_args(profile_file, "--json", "--spot"))
     rows = json.loads(out)
     assert {

@@ -17,8 +17,10 @@ from rightsize.core.units import format_duration, format_money, parse_duration, 
 from rightsize.perf.comm import AnalyticCommModel, CommModel
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
+from rightsize.perf.precision import Precision
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
+from rightsize.planning.options import ComputeMethod, DeviceChoice
 from rightsize.planning.plan import CloudPlan
 from rightsize.planning.planner import build_options, parse_instances, plan
 from rightsize.planning.skypilot import task_yaml
@@ -117,9 +119,28 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ddp-probe", metavar="FILE", help="DDP probe from rightsize probe --ddp (for ddp-probe)"
     )
+    parser.add_argument(
+        "--precision",
+        choices=[p.value for p in Precision],
+        default=Precision.PYTORCH.value,
+        help="training precision on GPUs: fp32, tf32, amp (mixed fp16/bf16), or pytorch "
+        "(default: PyTorch's defaults, TF32 convolutions on Ampere and later, fp32 matmuls)",
+    )
+    parser.add_argument(
+        "--compute-model",
+        choices=[m.value for m in ComputeMethod],
+        default=ComputeMethod.CALIBRATED.value,
+        help="how GPUs without their own profile are predicted: calibrated (default; the "
+        "device model fitted on published training throughput), ratio (the profile's time "
+        "scaled by a roofline ratio, Srift's way) or absolute (roofline at 35%%)",
+    )
     parser.add_argument("--top", type=bounded(COUNT), default=5, help="plans to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def device_choice(args: argparse.Namespace) -> DeviceChoice:
+    return DeviceChoice(ComputeMethod(args.compute_model), Precision(args.precision))
 
 
 def comm_model(path: str | None) -> CommModel:
@@ -156,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         fc2 = _fc2_request(args, catalog, caps, request)
         return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2)
     profiles = resolve_profiles(args, progress)
-    options = build_options(profiles, catalog, caps, args.spot, args.region)
+    options = build_options(profiles, catalog, caps, args.spot, args.region,
+                            device_choice(args))
     progress(f"searching {len(options)} instance types")
     result = plan(options, comm, request, args.mode, args.top)
     if args.skypilot_yaml:
@@ -212,7 +234,8 @@ def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
 
 def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request) -> int:
     budget = fc2.budget_per_hour
-    workers = build_options(profiles, catalog, caps, args.spot, args.region)
+    workers = build_options(profiles, catalog, caps, args.spot, args.region,
+                            device_choice(args))
     ps_types = parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
     ps = choose_ps([catalog.get(name, args.region) if args.region else catalog.get(name)
                     for name in ps_types], budget)  # fmt: skip

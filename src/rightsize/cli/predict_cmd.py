@@ -6,25 +6,38 @@ import argparse
 
 from rightsize.cli.args import parse_count_list
 from rightsize.cli.output import format_table, print_json
+from rightsize.cli.predict_device import (
+    add_device_arguments,
+    device_report,
+    print_device_report,
+    resolve_target,
+)
+from rightsize.core.errors import SpecError
 from rightsize.core.units import format_duration
 from rightsize.perf.compute import METHODS, ComputeModel
+from rightsize.perf.precision import Precision
 from rightsize.profiling.profile import Profile
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "predict",
-        help="predict step time per batch from a saved profile",
+        help="predict step time per batch from a saved profile, here or on a GPU",
         description="Fit Srift's piecewise-linear compute model (§4.1) to a saved profile and "
-        "predict forward, backward and total time per training step at given batch sizes.",
+        "predict forward, backward and total time per training step at given batch sizes. "
+        "With --device or --instance, predict a GPU's step instead, from the profile's "
+        "counted costs and the GPU's datasheet at --precision (the calibrated device model).",
     )
     parser.add_argument("profile", help="a profile JSON written by `rightsize profile`")
     parser.add_argument(
         "--batches",
         default="",
         metavar="B1,B2",
-        help="batch sizes to predict (default powers of two up to B_max)",
+        help="batch sizes to predict (default powers of two up to B_max); any positive "
+        "whole number",
     )
+    parser.add_argument("--batch", type=int, metavar="B", help="one batch size (per device)")
+    add_device_arguments(parser)
     parser.add_argument(
         "--method",
         choices=METHODS,
@@ -91,7 +104,25 @@ def print_prediction_report(report: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     batches = parse_count_list(args.batches, "--batches") or None
+    if args.batch is not None:
+        if args.batch < 1:
+            raise SpecError(f"--batch must be a positive whole number, got {args.batch}")
+        batches = [*(batches or []), args.batch]
+    on_gpu = bool(args.device or args.instance)
+    if not on_gpu and args.precision != Precision.PYTORCH.value:
+        raise SpecError("--precision applies to a GPU: add --device or --instance")
+    target = resolve_target(args) if on_gpu else None  # bad names fail before the profile loads
     profile = Profile.load(args.profile)
+    if target is not None:
+        acc, instance = target
+        report = device_report(profile, acc, Precision(args.precision),
+                               batches or default_batches(profile.bmax, profile.min_batch),
+                               instance)  # fmt: skip
+        if args.json:
+            print_json({"profile": args.profile, "workload": profile.workload, **report})
+        else:
+            print_device_report(profile, report)
+        return 0
     report = prediction_report(profile, batches, args.method)
     if args.json:
         print_json({"profile": args.profile, "workload": profile.workload, **report})

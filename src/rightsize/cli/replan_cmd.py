@@ -6,7 +6,13 @@ import argparse
 
 from rightsize.cli.args import bounded
 from rightsize.cli.output import progress_printer
-from rightsize.cli.plan_cmd import add_request_arguments, comm_model, print_plans, request_from
+from rightsize.cli.plan_cmd import (
+    add_request_arguments,
+    comm_model,
+    device_choice,
+    print_plans,
+    request_from,
+)
 from rightsize.cli.profiles import resolve_profiles
 from rightsize.core.catalog import load_catalogs
 from rightsize.core.errors import SpecError
@@ -68,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         args.done, parse_duration(args.elapsed, "--elapsed"), parse_money(args.spent, "--spent")
     )
     request, comm = request_from(args), comm_model(args.comm_model)  # before any profiling
-    options = build_options(resolve_profiles(args, progress), catalog, caps, args.spot, args.region)
+    options = build_options(resolve_profiles(args, progress), catalog, caps, args.spot, args.region,
+                            device_choice(args))
     plans = replan(options, comm, request, status, interruption,
                    SearchSettings(top=args.top))  # fmt: skip
     header = (f"re-planning {plans[0].iterations} remaining iterations after losing "

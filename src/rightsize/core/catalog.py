@@ -3,7 +3,8 @@
 Instance rows use SkyPilot's catalog columns plus the rated network bandwidth
 (``InstanceType, AcceleratorName, AcceleratorCount, vCPUs, MemoryGiB,
 NetworkGbps, Price, SpotPrice, Region``); accelerators have their own table
-(``name, memory_gib, fp32_tflops, fp16_tflops, mem_bandwidth_gbs``) that the
+(``name, memory_gib, fp32_tflops, fp16_tflops, mem_bandwidth_gbs``, and an optional
+``tf32_tflops``) that the
 performance models read peak rates from. One CSV per cloud ships with the
 package (``catalog_data/``, sources and dates in its README); a user's CSV in
 the same format loads by path and is validated row by row, so an error names the
@@ -30,6 +31,8 @@ INSTANCE_COLUMNS = (
     "NetworkGbps", "Price", "SpotPrice", "Region",
 )  # fmt: skip
 ACCELERATOR_COLUMNS = ("name", "memory_gib", "fp32_tflops", "fp16_tflops", "mem_bandwidth_gbs")
+#: Optional: empty or absent where the device has no TF32 tensor cores (before Ampere).
+ACCELERATOR_OPTIONAL_COLUMNS = ("tf32_tflops",)
 _DATA_PACKAGE = "rightsize.core.catalog_data"
 
 
@@ -40,8 +43,9 @@ class Accelerator:
     name: str
     memory_gib: float
     fp32_tflops: float
-    fp16_tflops: float
+    fp16_tflops: float  # dense fp16/bf16 on tensor cores (P100: its 2x fp16 rate; K80: fp32)
     mem_bandwidth_gbs: float
+    tf32_tflops: float | None = None  # dense TF32 tensor-core peak; None before Ampere
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,16 @@ def load_catalog(source: str | Path, accelerators: str | Path | None = None) -> 
     return Catalog(instances, tuple(accs.values()))
 
 
+def find_accelerator(name: str) -> Accelerator:
+    """A built-in accelerator by name (case-insensitive), without loading a cloud's instances.
+
+    Raises:
+        UnknownNameError: with the closest known name.
+    """
+    accs = _read_accelerators(_builtin_text("accelerators"), "accelerators.csv")
+    return Catalog((), tuple(accs.values())).accelerator(name)
+
+
 def load_catalogs(sources: Iterable[str | Path]) -> Catalog:
     """Several catalogs merged into one."""
     catalogs = [load_catalog(s) for s in sources]
@@ -241,7 +255,9 @@ def _read_accelerators(text: str, label: str) -> dict[str, Accelerator]:
         if not row["name"]:
             raise SpecError(f"{where}: column name is empty")
         numbers = [_number(row, c, where) for c in ACCELERATOR_COLUMNS[1:]]
-        accs[row["name"]] = Accelerator(row["name"], *numbers)
+        optional = [_number({c: row.get(c, "")}, c, where, optional=True)
+                    for c in ACCELERATOR_OPTIONAL_COLUMNS]  # fmt: skip
+        accs[row["name"]] = Accelerator(row["name"], *numbers, *optional)
     return accs
 
 

@@ -4,9 +4,11 @@ For each candidate instance type the planner needs the step time of one VM at a
 per-VM batch. A VM with k accelerators splits its batch k ways (data parallel
 inside the VM; the intra-VM reduction over NVLink/PCIe is taken as hidden by the
 inter-VM one). The compute model comes from a measured profile of the workload
-on that accelerator when the user gave one (``measured``), else from the best
-profile scaled by the roofline (``roofline``, an estimate) — the option says
-which. Per-VM batches are powers of two from a saturating batch up to the
+on that accelerator when the user gave one (``measured``), else, on a GPU, from
+the calibrated device model at the requested precision (``device model``,
+perf/device_model.py), else from the best profile scaled by the roofline
+(``roofline``; the default for CPU instances, and selectable for GPUs as Srift's
+ratio method) — the option says which. Per-VM batches are powers of two from a saturating batch up to the
 largest that fits the device's memory (Srift §4.4 insight 1).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -22,12 +25,33 @@ from rightsize.core.catalog import InstanceType
 from rightsize.core.errors import SpecError
 from rightsize.perf.comm import Link
 from rightsize.perf.compute import ComputeModel, ComputeTime
+from rightsize.perf.device_model import GpuCompute
 from rightsize.perf.iteration import LayerGrad
+from rightsize.perf.precision import Precision
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
 from rightsize.profiling.profile import Profile
 
 SATURATION = 0.5  # a batch saturates the device when it reaches half the best throughput
 MEMORY_USABLE = 0.9  # of an accelerator's memory, after CUDA context and fragmentation
+
+
+class ComputeMethod(StrEnum):
+    """How a GPU nobody profiled is predicted."""
+
+    CALIBRATED = "calibrated"  # the device model: counted costs, datasheet, fitted efficiencies
+    RATIO = "ratio"  # the profile's measured time scaled by a roofline ratio (perf/roofline.py)
+    ABSOLUTE = "absolute"  # the roofline at a fixed efficiency
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """What the user asked about devices: the model for unprofiled GPUs and the precision."""
+
+    method: ComputeMethod = ComputeMethod.CALIBRATED
+    precision: Precision = Precision.PYTORCH
+
+
+DEFAULT_DEVICE = DeviceChoice()
 
 
 @dataclass(frozen=True)
@@ -48,7 +72,7 @@ class InstanceOption:
     """
 
     instance: InstanceType
-    compute: ComputeModel | RooflineCompute
+    compute: ComputeModel | RooflineCompute | GpuCompute
     devices: int
     bmax_per_device: int
     cv: float
@@ -94,11 +118,13 @@ def saturating_batch(compute, bmax: int, saturation: float = SATURATION) -> int:
     return next(b for b in candidates if speed[b] >= saturation * best)
 
 
-def bmax_on(profile: Profile, memory_bytes: int, usable: float = MEMORY_USABLE) -> int:
+def bmax_on(profile: Profile, memory_bytes: int, usable: float = MEMORY_USABLE,
+            activation_factor: float = 1.0) -> int:  # fmt: skip
     """Largest batch whose predicted peak fits ``usable`` of ``memory_bytes``.
 
     The peak is the line through the profile's measured (batch, peak memory)
-    probes: resident bytes plus a per-sample slope.
+    probes: resident bytes plus a per-sample slope, the slope scaled by
+    ``activation_factor`` (0.5 when autocast stores activations in 16 bits).
     """
     probes = np.array(profile.memory.probes, dtype=float)
     if len(probes) < 2 or np.ptp(probes[:, 0]) == 0:
@@ -106,6 +132,7 @@ def bmax_on(profile: Profile, memory_bytes: int, usable: float = MEMORY_USABLE) 
         base = float(profile.memory.resident_bytes)
     else:
         slope, base = np.polyfit(probes[:, 0], probes[:, 1], 1)
+    slope *= activation_factor
     return max(0, int((usable * memory_bytes - base) // max(slope, 1.0)))
 
 
@@ -132,7 +159,7 @@ def make_option(
     instance: InstanceType,
     cap: int,
     spot: bool = False,
-    method: str = "ratio",
+    device: DeviceChoice = DEFAULT_DEVICE,
 ) -> InstanceOption:
     """Resolve how one instance type computes, and what it may hold.
 
@@ -151,16 +178,24 @@ def make_option(
     if measured is not None:
         compute = ComputeModel.from_profile(measured)
         profile, provenance, bmax = measured, f"measured ({measured.device.name})", measured.bmax
+    elif instance.accelerator and device.method is ComputeMethod.CALIBRATED:
+        profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
+        compute = GpuCompute.of(profile, instance.accelerator, device.precision)
+        provenance = f"device model ({device.precision.value})"
+        bmax = bmax_on(profile, target.memory_bytes,
+                       activation_factor=device.precision.activation_bytes_factor)  # fmt: skip
     else:
         profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
+        method = (ComputeMethod.RATIO if device.method is ComputeMethod.CALIBRATED
+                  else device.method)  # CPU instances: the calibration is of GPUs  # fmt: skip
         compute = RooflineCompute(
             profile,
             ComputeModel.from_profile(profile),
             DeviceRates.of_profile(profile),
             target,
-            method,
+            method.value,
         )
-        provenance = f"roofline from {profile.device.kind} ({method})"
+        provenance = f"roofline from {profile.device.kind} ({method.value})"
         bmax = bmax_on(profile, target.memory_bytes)
     if bmax < 1:
         raise SpecError(f"{profile.workload} does not fit one {instance.describe_accelerators()} "

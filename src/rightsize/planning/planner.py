@@ -18,7 +18,12 @@ from rightsize.core.units import format_money
 from rightsize.perf.comm import CommModel
 from rightsize.planning.baselines import cap_plan, tap_plan
 from rightsize.planning.estimate import Estimator, PlanRequest
-from rightsize.planning.options import InstanceOption, make_option
+from rightsize.planning.options import (
+    DEFAULT_DEVICE,
+    DeviceChoice,
+    InstanceOption,
+    make_option,
+)
 from rightsize.planning.plan import CloudPlan
 from rightsize.planning.search import SearchSettings, search
 from rightsize.profiling.profile import Profile
@@ -62,7 +67,8 @@ def parse_instances(text: str, catalog: Catalog, flag: str = "--instances") -> d
 
 
 def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str, int],
-                  spot: bool, region: str | None = None) -> list[InstanceOption]:  # fmt: skip
+                  spot: bool, region: str | None = None,
+                  device: DeviceChoice = DEFAULT_DEVICE) -> list[InstanceOption]:  # fmt: skip
     """Plannable options for the given instance types (all GPU types of the catalog if none)."""
     if not caps:
         rows = catalog.filter(gpus_only=True, region=region or _main_region(catalog))
@@ -72,7 +78,7 @@ def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str,
         instance = catalog.get(name, region) if region else catalog.get(name)
         if spot and instance.spot_price_usd_per_hour is None:
             continue  # a type without a spot market cannot be rented as spot
-        options.append(make_option(profiles, instance, cap, spot))
+        options.append(make_option(profiles, instance, cap, spot, device))
     if not options:
         raise SpecError(
             "no instance type is left to plan with (with --spot, none has a spot price)"

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from rightsize.perf.precision import OpClass
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import Workload
 
@@ -25,6 +26,7 @@ class Layer:
 
     name: str
     params: tuple[nn.Parameter, ...]
+    op_class: OpClass = OpClass.MATMUL
 
     @property
     def param_count(self) -> int:
@@ -35,6 +37,26 @@ class Layer:
         return sum(p.numel() * p.element_size() for p in self.params)
 
 
+#: Module types by the operation class the device model times them as (perf/precision.py).
+MODULE_CLASSES: tuple[tuple[tuple[type[nn.Module], ...], OpClass], ...] = (
+    ((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+      nn.ConvTranspose3d), OpClass.CONV),
+    ((nn.MultiheadAttention,), OpClass.ATTENTION),
+    ((nn.Linear, nn.Bilinear, nn.RNNBase), OpClass.MATMUL),
+    ((nn.Embedding, nn.EmbeddingBag), OpClass.EMBEDDING),
+    ((nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm), OpClass.NORM),
+)  # fmt: skip
+
+
+def op_class_of(module: nn.Module | None) -> OpClass:
+    """A parameter-owning module's operation class; modules of other types hold a matmul's
+    weights more often than not (custom projections), so they count as one."""
+    for types, op_class in MODULE_CLASSES:
+        if isinstance(module, types):
+            return op_class
+    return OpClass.MATMUL
+
+
 def trainable_layers(model: nn.Module) -> list[Layer]:
     """Parameter-owning modules in registration order, each parameter counted once."""
     grouped: dict[str, list[nn.Parameter]] = {}
@@ -42,7 +64,9 @@ def trainable_layers(model: nn.Module) -> list[Layer]:
         if param.requires_grad:
             owner = full_name.rpartition(".")[0] or "(root)"
             grouped.setdefault(owner, []).append(param)
-    return [Layer(name, tuple(params)) for name, params in grouped.items()]
+    modules = dict(model.named_modules())
+    return [Layer(name, tuple(params), op_class_of(modules.get(name)))
+            for name, params in grouped.items()]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ class LayerProfile(_Frozen):
     forward_flops_per_sample: Amount
     backward_flops_per_sample: Amount
     output_bytes_per_sample: Amount
+    op_class: str | None = None  # perf/precision.py OpClass; None in profiles made before it
 
 
 class MemoryProfile(_Frozen):

@@ -274,6 +274,7 @@ class Profiler:
                     forward_flops_per_sample=cost.forward_flops,
                     backward_flops_per_sample=cost.backward_flops,
                     output_bytes_per_sample=cost.output_bytes,
+                    op_class=layer.op_class.value,
                 )
                 for layer, cost in zip(session.layers, costs.layers, strict=True)
             ),

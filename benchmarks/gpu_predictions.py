@@ -1,0 +1,192 @@
+"""GPU predictions against published measurements of real training (issue 18, item 2).
+
+Builds each measured model from the zoo on this CPU, counts its costs (no
+timing: FLOPs with PyTorch's counter, bytes, operation classes), and predicts its
+training throughput on each measured GPU with the calibrated device model
+(src/rightsize/perf/device_model.py). It reports:
+
+- the fit on every calibration row (benchmarks/data/measured/gpu_training_throughput.csv),
+  and its errors held out: leave one GPU out, leave one model out — absolute and
+  of the throughput ratio between two GPUs;
+- the independent check on rows nobody fitted to (Lambda Labs' benchmarks,
+  lambda_gpu_benchmarks.csv), predicted by the full fit;
+- the same errors for the old absolute roofline (one fp32 peak, 35% of it),
+  as the baseline.
+
+``--write-efficiencies`` stores the full fit, its held-out errors and its
+interval as the package's src/rightsize/perf/device_efficiencies.json.
+
+    python benchmarks/gpu_predictions.py --out benchmarks/results/gpu_predictions.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_io import write_report
+from rightsize.core.catalog import find_accelerator
+from rightsize.core.errors import UnknownNameError
+from rightsize.perf import calibration
+from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
+from rightsize.perf.precision import Precision
+
+DATA = Path(__file__).resolve().parent / "data" / "measured"
+EFFICIENCIES = (Path(__file__).resolve().parents[1] / "src" / "rightsize" / "perf"
+                / "device_efficiencies.json")  # fmt: skip
+#: The old model as a baseline: every layer's max(compute, memory) at the fp32 peak, / 0.35.
+OLD_ABSOLUTE = Efficiencies(
+    cuda_core={c: 0.35 for c in TENSOR_CLASSES}, tensor_core={c: 0.35 for c in TENSOR_CLASSES},
+    memory=0.35, kernel_s=5e-6, source="old absolute roofline",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """How a measured model is built from the zoo."""
+
+    workload: str
+    dataset: str | None = None
+    options: tuple[tuple[str, object], ...] = ()
+
+
+#: Measured model names (as the data files spell them) -> the zoo model that is the same
+#: architecture. Rows of models not here are skipped, and listed as skipped.
+MODELS = {
+    "resnet50": ZooModel("resnet50"),
+    "resnet18": ZooModel("resnet18"),
+    "resnet18-cifar": ZooModel("resnet18-cifar"),
+    "vgg19": ZooModel("vgg19"),
+    "densenet121": ZooModel("densenet121"),
+    "mobilenetv2": ZooModel("mobilenetv2"),
+}
+
+
+def cost_sheet(model: ZooModel, count_batch: int = 2) -> CostSheet:
+    """Count one zoo model's costs on this CPU (a few seconds; nothing is timed)."""
+    from rightsize.profiling.layers import layer_costs, trainable_layers
+    from rightsize.profiling.memory import saved_activation_bytes
+    from rightsize.workloads.registry import WorkloadRegistry
+
+    workload = WorkloadRegistry().get(model.workload, model.dataset, dict(model.options))
+    net = workload.make_model(0, "cpu")
+    net.train()
+    layers = trainable_layers(net)
+    costs = layer_costs(net, workload, layers, workload.example_batch(count_batch))
+    exclude = {p.untyped_storage().data_ptr() for p in net.parameters()}
+
+    def saved(size: int) -> int:
+        batch = workload.example_batch(size)
+        skip = exclude | {t.untyped_storage().data_ptr() for t in (*batch[0], batch[1])}
+        return saved_activation_bytes(lambda: workload.loss(net, batch), skip)
+
+    activation = (saved(2 * count_batch) - saved(count_batch)) / count_batch
+    sheet = [LayerCost(layer.op_class, c.forward_flops, c.backward_flops, c.output_bytes,
+                       layer.param_bytes) for layer, c in zip(layers, costs.layers, strict=True)]  # fmt: skip
+    return CostSheet.of_layers(sheet, costs.forward_flops, costs.backward_flops, activation)
+
+
+def read_rows(path: Path, sheets: dict[str, CostSheet], skipped: dict[str, int]):
+    """Measurements of ``path`` whose model and GPU rightsize knows (single-GPU rows)."""
+    out = []
+    with path.open() as handle:
+        for row in csv.DictReader(handle):
+            if int(row.get("num_gpus") or 1) != 1:
+                continue
+            model = row["model"]
+            try:
+                acc = find_accelerator(row["gpu"])
+            except UnknownNameError:
+                skipped[f"gpu {row['gpu']}"] = skipped.get(f"gpu {row['gpu']}", 0) + 1
+                continue
+            if model not in MODELS:
+                skipped[f"model {model}"] = skipped.get(f"model {model}", 0) + 1
+                continue
+            if model not in sheets:
+                print(f"counting {model}'s costs", file=sys.stderr)
+                sheets[model] = cost_sheet(MODELS[model])
+            out.append(calibration.Measurement(
+                model, sheets[model], acc, Precision.parse(row["precision"]),
+                int(row["per_gpu_batch"]), float(row["samples_per_s"]), row["source_id"],
+            ))  # fmt: skip
+    return out
+
+
+def errors(measurements, eff: Efficiencies) -> dict:
+    absolute = calibration.absolute_errors(measurements, eff)
+    ratio = calibration.ratio_errors(measurements, eff)
+    return {
+        "n": len(absolute),
+        "absolute_median": statistics.median(absolute) if absolute else None,
+        "ratio_pairs": len(ratio),
+        "ratio_median": statistics.median(ratio) if ratio else None,
+        "rows": [
+            {"model": m.model, "gpu": m.accelerator.name, "precision": m.precision.value,
+             "batch": m.batch, "measured": m.samples_per_s,
+             "predicted": calibration.predicted_samples_per_s(m, eff), "source": m.source}
+            for m in measurements
+        ],
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--out", default="benchmarks/results/gpu_predictions.json")
+    parser.add_argument("--write-efficiencies", action="store_true",
+                        help=f"store the full fit as {EFFICIENCIES.name} in the package")
+    args = parser.parse_args(argv)
+    fit_file = args.data / "gpu_training_throughput.csv"
+    check_file = args.data / "lambda_gpu_benchmarks.csv"
+    if not fit_file.is_file():
+        print(f"error: no calibration data at {fit_file}", file=sys.stderr)
+        return 2
+    sheets: dict[str, CostSheet] = {}
+    skipped: dict[str, int] = {}
+    fit_rows = read_rows(fit_file, sheets, skipped)
+    check_rows = read_rows(check_file, sheets, skipped) if check_file.is_file() else []
+    print(f"{len(fit_rows)} calibration rows, {len(check_rows)} check rows", file=sys.stderr)
+    full = calibration.fit(fit_rows, source=f"{fit_file.name}, {len(fit_rows)} rows")
+    by_gpu = calibration.leave_one_out(fit_rows, "gpu")
+    by_model = calibration.leave_one_out(fit_rows, "model")
+    spread = calibration.log_spread(by_gpu)
+    held = {"leave_one_gpu_out_ratio_median": by_gpu.summary()["ratio_median"],
+            "leave_one_gpu_out_absolute_median": by_gpu.summary()["absolute_median"],
+            "leave_one_model_out_ratio_median": by_model.summary()["ratio_median"],
+            "leave_one_model_out_absolute_median": by_model.summary()["absolute_median"]}  # fmt: skip
+    full = Efficiencies(full.cuda_core, full.tensor_core, full.memory, full.kernel_s,
+                        spread or 0.0, full.source, held)  # fmt: skip
+    result = {
+        "benchmark": "gpu_predictions",
+        "command": "python benchmarks/gpu_predictions.py " + " ".join(argv or sys.argv[1:]),
+        "efficiencies": full.to_dict(),
+        "fit": errors(fit_rows, full),
+        "leave_one_gpu_out": by_gpu.summary(),
+        "leave_one_model_out": by_model.summary(),
+        "independent_check": errors(check_rows, full) if check_rows else None,
+        "baseline_old_absolute": {
+            "fit_rows": errors(fit_rows, OLD_ABSOLUTE),
+            "check_rows": errors(check_rows, OLD_ABSOLUTE) if check_rows else None,
+        },
+        "skipped": skipped,
+    }
+    write_report(args.out, result)
+    if args.write_efficiencies:
+        EFFICIENCIES.write_text(json.dumps(full.to_dict(), indent=1) + "\n")
+    for name in ("leave_one_gpu_out", "leave_one_model_out"):
+        print(name, json.dumps(result[name]))
+    if check_rows:
+        check = result["independent_check"]
+        print(f"independent check: absolute median {check['absolute_median']:.3f}, "
+              f"ratio median {check['ratio_median']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
