@@ -12,7 +12,6 @@ otherwise the check fails.  Exit status 0 means every check passed.
 from __future__ import annotations
 
 import csv
-import re
 import sys
 from collections import Counter
 from pathlib import Path
