@@ -9,6 +9,7 @@ src/rightsize/core/catalog_data/accelerators.csv.  GPU names that are not in the
 catalogue are printed; they must be listed in README.md's "to add" table,
 otherwise the check fails.  Exit status 0 means every check passed.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,10 +21,30 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 CATALOG = ROOT / "src" / "rightsize" / "core" / "catalog_data" / "accelerators.csv"
 
-THROUGHPUT_COLS = ["source_id", "model", "framework", "gpu", "num_gpus", "precision",
-                   "per_gpu_batch", "samples_per_s", "image_size_or_seq_len", "notes"]
-CMDARE_COLS = ["source_id", "model", "gpu", "num_ps", "num_workers", "per_worker_batch",
-               "steps_per_s", "steps_per_s_std", "cluster_samples_per_s", "notes"]
+THROUGHPUT_COLS = [
+    "source_id",
+    "model",
+    "framework",
+    "gpu",
+    "num_gpus",
+    "precision",
+    "per_gpu_batch",
+    "samples_per_s",
+    "image_size_or_seq_len",
+    "notes",
+]
+CMDARE_COLS = [
+    "source_id",
+    "model",
+    "gpu",
+    "num_ps",
+    "num_workers",
+    "per_worker_batch",
+    "steps_per_s",
+    "steps_per_s_std",
+    "cluster_samples_per_s",
+    "notes",
+]
 PRECISIONS = {"fp32", "tf32", "amp"}
 RESERVED = {"lambda_v1", "lambda_v2", "cmdare_icdcs20", "cmdare_icdcs20_base"}
 
@@ -106,10 +127,19 @@ def main() -> int:
                 positive(r["per_gpu_batch"], "per_gpu_batch", where, integer=True)
                 positive(r["samples_per_s"], "samples_per_s", where)
                 if r["image_size_or_seq_len"]:
-                    positive(r["image_size_or_seq_len"], "image_size_or_seq_len", where, integer=True)
+                    positive(
+                        r["image_size_or_seq_len"], "image_size_or_seq_len", where, integer=True
+                    )
                 if n and n > 1 and "MULTI-GPU" not in r["notes"]:
                     fail(f"{where}: multi-GPU row without a MULTI-GPU label in notes")
-                if r["precision"] == "tf32" and r["gpu"] in {"K80", "P100", "P100-SXM2", "V100", "V100-32GB", "T4"}:
+                if r["precision"] == "tf32" and r["gpu"] in {
+                    "K80",
+                    "P100",
+                    "P100-SXM2",
+                    "V100",
+                    "V100-32GB",
+                    "T4",
+                }:
                     fail(f"{where}: tf32 on a GPU without TF32 ({r['gpu']})")
             else:
                 positive(r["num_ps"], "num_ps", where, integer=True)
@@ -120,7 +150,9 @@ def main() -> int:
                 if r["steps_per_s_std"]:
                     float(r["steps_per_s_std"])
                 if sps and bs and tot and abs(tot - sps * bs) > 0.01 * tot:
-                    fail(f"{where}: cluster_samples_per_s {tot} != steps_per_s x batch {sps * bs:.1f}")
+                    fail(
+                        f"{where}: cluster_samples_per_s {tot} != steps_per_s x batch {sps * bs:.1f}"
+                    )
         print(f"{fname}: {len(rows)} rows, sources {dict(Counter(r['source_id'] for r in rows))}")
 
     missing = sorted(g for g in gpus_seen if g not in catalog)
