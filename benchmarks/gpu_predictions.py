@@ -26,19 +26,20 @@ import csv
 import json
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+import gpu_models
 from bench_io import write_report
 from rightsize.core.catalog import find_accelerator
 from rightsize.core.errors import UnknownNameError
 from rightsize.perf import calibration
 from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
-from rightsize.perf.precision import Precision
+from rightsize.perf.precision import OpClass, Precision
 
 DATA = Path(__file__).resolve().parent / "data" / "measured"
 EFFICIENCIES = (Path(__file__).resolve().parents[1] / "src" / "rightsize" / "perf"
                 / "device_efficiencies.json")  # fmt: skip
+SHEETS = Path(__file__).resolve().parent / "results" / "gpu_cost_sheets.json"
 #: The old model as a baseline: every layer's max(compute, memory) at the fp32 peak, / 0.35.
 OLD_ABSOLUTE = Efficiencies(
     cuda_core={c: 0.35 for c in TENSOR_CLASSES}, tensor_core={c: 0.35 for c in TENSOR_CLASSES},
@@ -46,44 +47,47 @@ OLD_ABSOLUTE = Efficiencies(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ZooModel:
-    """How a measured model is built from the zoo."""
-
-    workload: str
-    dataset: str | None = None
-    options: tuple[tuple[str, object], ...] = ()
-
-
-#: Measured model names (as the data files spell them) -> the zoo model that is the same
-#: architecture. Rows of models not here are skipped, and listed as skipped.
-MODELS = {
-    "resnet50": ZooModel("resnet50"),
-    "resnet18": ZooModel("resnet18"),
-    "resnet18-cifar": ZooModel("resnet18-cifar"),
-    "vgg19": ZooModel("vgg19"),
-    "densenet121": ZooModel("densenet121"),
-    "mobilenetv2": ZooModel("mobilenetv2"),
+#: Measured model names (as the data files spell them) -> (zoo model, its input size): the
+#: same architecture. Models in gpu_models.BUILDERS are built there; rows of other models,
+#: or at another input size, are skipped and counted as skipped.
+ZOO = {
+    "resnet50": ("resnet50", 224),
+    "resnet50-v1.5": ("resnet50", 224),  # stride on the 3x3 instead of the 1x1: same FLOPs
+    "resnet18": ("resnet18", 224),
+    "resnet18-cifar": ("resnet18-cifar", 32),
+    "densenet121": ("densenet121", 224),
+    "mobilenetv2": ("mobilenetv2", 224),
+    "vgg19": ("vgg19", 224),
 }
 
 
-def cost_sheet(model: ZooModel, count_batch: int = 2) -> CostSheet:
-    """Count one zoo model's costs on this CPU (a few seconds; nothing is timed)."""
+def knows(model: str, size: str) -> bool:
+    if model in ZOO:
+        return size in ("", str(ZOO[model][1]))
+    return model in gpu_models.BUILDERS
+
+
+def cost_sheet(model: str, size: str, count_batch: int = 2) -> CostSheet:
+    """Count one model's costs on this CPU (seconds to a minute; nothing is timed)."""
     from rightsize.profiling.layers import layer_costs, trainable_layers
     from rightsize.profiling.memory import saved_activation_bytes
     from rightsize.workloads.registry import WorkloadRegistry
 
-    workload = WorkloadRegistry().get(model.workload, model.dataset, dict(model.options))
-    net = workload.make_model(0, "cpu")
+    if model in ZOO:
+        feeder = WorkloadRegistry().get(ZOO[model][0])
+        net = feeder.make_model(0, "cpu")
+    else:
+        feeder = gpu_models.BUILDERS[model](int(size) if size else None)
+        net = feeder.model
     net.train()
     layers = trainable_layers(net)
-    costs = layer_costs(net, workload, layers, workload.example_batch(count_batch))
+    costs = layer_costs(net, feeder, layers, feeder.example_batch(count_batch))
     exclude = {p.untyped_storage().data_ptr() for p in net.parameters()}
 
-    def saved(size: int) -> int:
-        batch = workload.example_batch(size)
+    def saved(n: int) -> int:
+        batch = feeder.example_batch(n)
         skip = exclude | {t.untyped_storage().data_ptr() for t in (*batch[0], batch[1])}
-        return saved_activation_bytes(lambda: workload.loss(net, batch), skip)
+        return saved_activation_bytes(lambda: feeder.loss(net, batch), skip)
 
     activation = (saved(2 * count_batch) - saved(count_batch)) / count_batch
     sheet = [LayerCost(layer.op_class, c.forward_flops, c.backward_flops, c.output_bytes,
@@ -91,7 +95,31 @@ def cost_sheet(model: ZooModel, count_batch: int = 2) -> CostSheet:
     return CostSheet.of_layers(sheet, costs.forward_flops, costs.backward_flops, activation)
 
 
-def read_rows(path: Path, sheets: dict[str, CostSheet], skipped: dict[str, int]):
+def load_sheets(path: Path | None) -> dict[tuple[str, str], CostSheet]:
+    """Counted sheets saved by an earlier run (counting is deterministic; BERT-large takes
+    minutes on this CPU)."""
+    if path is None or not path.is_file():
+        return {}
+    sheets = {}
+    for entry in json.loads(path.read_text()):
+        layers = tuple(LayerCost(OpClass(c["op_class"]), c["forward_flops"], c["backward_flops"],
+                                 c["output_bytes"], c["param_bytes"]) for c in entry["layers"])  # fmt: skip
+        sheets[entry["model"], entry["size"]] = CostSheet(layers, entry["param_bytes"])
+    return sheets
+
+
+def save_sheets(path: Path, sheets: dict[tuple[str, str], CostSheet]) -> None:
+    path.write_text(json.dumps([
+        {"model": model, "size": size, "param_bytes": sheet.param_bytes,
+         "layers": [{"op_class": c.op_class.value, "forward_flops": c.forward_flops,
+                     "backward_flops": c.backward_flops, "output_bytes": c.output_bytes,
+                     "param_bytes": c.param_bytes} for c in sheet.layers]}
+        for (model, size), sheet in sorted(sheets.items())
+    ]) + "\n")  # fmt: skip
+
+
+def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dict[str, int],
+              frameworks: set[str] | None = None):  # fmt: skip
     """Measurements of ``path`` whose model and GPU rightsize knows (single-GPU rows)."""
     out = []
     with path.open() as handle:
@@ -104,14 +132,15 @@ def read_rows(path: Path, sheets: dict[str, CostSheet], skipped: dict[str, int])
             except UnknownNameError:
                 skipped[f"gpu {row['gpu']}"] = skipped.get(f"gpu {row['gpu']}", 0) + 1
                 continue
-            if model not in MODELS:
+            size = row["image_size_or_seq_len"]
+            if not knows(model, size) or (frameworks and row["framework"] not in frameworks):
                 skipped[f"model {model}"] = skipped.get(f"model {model}", 0) + 1
                 continue
-            if model not in sheets:
-                print(f"counting {model}'s costs", file=sys.stderr)
-                sheets[model] = cost_sheet(MODELS[model])
+            if (model, size) not in sheets:
+                print(f"counting {model} ({size or '-'})'s costs", file=sys.stderr)
+                sheets[model, size] = cost_sheet(model, size)
             out.append(calibration.Measurement(
-                model, sheets[model], acc, Precision.parse(row["precision"]),
+                model, sheets[model, size], acc, Precision.parse(row["precision"]),
                 int(row["per_gpu_batch"]), float(row["samples_per_s"]), row["source_id"],
             ))  # fmt: skip
     return out
@@ -139,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", default="benchmarks/results/gpu_predictions.json")
+    parser.add_argument("--sheets", type=Path, default=SHEETS,
+                        help="cache of counted cost sheets (read, then written back)")
+    parser.add_argument("--frameworks", default="",
+                        help="only rows of these frameworks, comma-separated (default all)")
     parser.add_argument("--write-efficiencies", action="store_true",
                         help=f"store the full fit as {EFFICIENCIES.name} in the package")
     args = parser.parse_args(argv)
@@ -147,10 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     if not fit_file.is_file():
         print(f"error: no calibration data at {fit_file}", file=sys.stderr)
         return 2
-    sheets: dict[str, CostSheet] = {}
+    sheets = load_sheets(args.sheets)
     skipped: dict[str, int] = {}
-    fit_rows = read_rows(fit_file, sheets, skipped)
-    check_rows = read_rows(check_file, sheets, skipped) if check_file.is_file() else []
+    frameworks = set(args.frameworks.split(",")) if args.frameworks else None
+    fit_rows = read_rows(fit_file, sheets, skipped, frameworks)
+    check_rows = read_rows(check_file, sheets, skipped, frameworks) if check_file.is_file() else []
+    if args.sheets:
+        save_sheets(args.sheets, sheets)
     print(f"{len(fit_rows)} calibration rows, {len(check_rows)} check rows", file=sys.stderr)
     full = calibration.fit(fit_rows, source=f"{fit_file.name}, {len(fit_rows)} rows")
     by_gpu = calibration.leave_one_out(fit_rows, "gpu")

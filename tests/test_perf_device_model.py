@@ -118,3 +118,49 @@ def test_accelerators_know_tf32_only_from_ampere():
     assert find_accelerator("V100").tf32_tflops is None
     with pytest.raises(UnknownNameError, match="did you mean 'H100'"):
         find_accelerator("H1000")
+
+
+class _Feeder:
+    """What layer_costs needs of a workload: a loss over (inputs, target)."""
+
+    def loss(self, model, batch):
+        inputs, target = batch
+        out = model(*inputs)
+        out = out[0] if isinstance(out, tuple) else out
+        return (out.float().mean() - target.float().mean()) ** 2
+
+
+def test_nested_layers_are_counted_once_and_rnns_are_counted():
+    import torch
+
+    from rightsize.profiling.layers import layer_costs, rnn_flops
+
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn, self.ff = attention, nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.ff(self.attn(x, x, x, need_weights=False)[0])
+
+    block = Block()
+    layers = trainable_layers(block)
+    assert [layer.name for layer in layers] == ["attn", "attn.out_proj", "ff"]
+    x = torch.randn(2, 5, 16)
+    costs = layer_costs(block, _Feeder(), layers, ((x,), torch.zeros(2)))
+    # every FLOP the counter saw belongs to exactly one layer: the layers add up to the model
+    assert sum(c.forward_flops for c in costs.layers) == pytest.approx(costs.forward_flops)
+    assert sum(c.backward_flops for c in costs.layers) == pytest.approx(costs.backward_flops)
+    # one LSTM layer of 8 over inputs of 4, 3 steps, 2 samples: 4 gates x 2 x 8 x (4 + 8) per
+    # step and sample = 768; x 3 x 2 = 4608 (the counter sees none of it on CPU)
+    lstm = nn.LSTM(4, 8, batch_first=True)
+    assert rnn_flops(lstm, torch.randn(2, 3, 4)) == 4608
+    net = nn.Sequential(lstm)
+    costs = layer_costs(net, _Feeder(), trainable_layers(net),
+                        ((torch.randn(2, 3, 4),), torch.zeros(2)))  # fmt: skip
+    assert costs.layers[0].forward_flops == pytest.approx(4608 / 2)  # per sample
+    assert costs.layers[0].backward_flops == pytest.approx(2 * 4608 / 2)
+    assert costs.forward_flops == pytest.approx(4608 / 2)

@@ -21,7 +21,14 @@ from rightsize.perf.iteration import (
     simulate_iteration,
     straggler_compute,
 )
-from rightsize.perf.ps import PSSpec, WorkerSpec, ps_throughput
+from rightsize.perf.ps import (
+    PSModel,
+    PSSpec,
+    WorkerSpec,
+    predict_ps,
+    ps_throughput,
+    ps_throughput_queueing,
+)
 
 LINK = Link("test", rated_gbps=8.0)
 
@@ -140,3 +147,31 @@ def test_ps_model_by_hand():
     # PS compute: 4 cores / 0.4 core-s = 10 steps/s caps 16 workers on a fat link
     fat = PSSpec(count=1, update_core_s=0.4, cores=4, link_bytes_per_s=1e12)
     assert ps_throughput([w] * 16, fat, 10**8).bottleneck == "ps-compute"
+
+
+def test_ps_queueing_model_by_hand():
+    # one PS, 1 core: 0.01 core-s per update + 1e-9 core-s per byte; 1e7 B model -> each step
+    # moves 2e7 B: D_cpu = 0.01 + 0.02 = 0.03 s; link 1e9 B/s at 50%: D_net = 2e7 / 5e8 = 0.04 s
+    ps = PSSpec(count=1, update_core_s=0.01, cores=1, link_bytes_per_s=1e9,
+                cpu_s_per_byte=1e-9, network_efficiency=0.5)  # fmt: skip
+    # worker: 0.1 s compute + 2e7 B over its own 2e10 B/s link = 0.001 -> Z = 0.101 s
+    w = WorkerSpec(batch=10, compute_s=0.1, link_bytes_per_s=2e10)
+    one = ps_throughput_queueing([w], ps, 10**7)
+    assert one.steps_per_s == pytest.approx(1 / (0.101 + 0.03 + 0.04))
+    # two workers (MVA): Q_cpu(1) = X1 * 0.03, Q_net(1) = X1 * 0.04, then
+    # R_cpu = 0.03 (1 + Q_cpu), R_net = 0.04 (1 + Q_net), X2 = 2 / (Z + R_cpu + R_net)
+    x1 = one.steps_per_s
+    r_cpu, r_net = 0.03 * (1 + x1 * 0.03), 0.04 * (1 + x1 * 0.04)
+    two = ps_throughput_queueing([w] * 2, ps, 10**7)
+    assert two.steps_per_s == pytest.approx(2 / (0.101 + r_cpu + r_net))
+    assert two.samples_per_s == pytest.approx(10 * two.steps_per_s)
+    # many workers: the link (the larger demand) caps the job at 1 / 0.04 = 25 steps/s
+    many = ps_throughput_queueing([w] * 200, ps, 10**7)
+    assert many.steps_per_s == pytest.approx(25, rel=0.01) and many.bottleneck == "ps-network"
+    assert one.bottleneck == "workers"
+    # a free PS on a free link scales linearly: n / Z
+    free = PSSpec(count=1, update_core_s=0.0, cores=1, link_bytes_per_s=float("inf"))
+    assert ps_throughput_queueing([w] * 5, free, 10**7).steps_per_s == pytest.approx(5 / 0.101)
+    assert predict_ps([w], ps, 10**7, PSModel.DLROVER) == ps_throughput([w], ps, 10**7)
+    with pytest.raises(ValueError, match="at least one worker"):
+        ps_throughput_queueing([], ps, 10**7)

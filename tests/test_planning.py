@@ -316,3 +316,33 @@ def test_ddp_probe_adds_the_probed_overhead_on_its_host_and_falls_back_elsewhere
     assert elsewhere.models["comm"] == "slow, no DDP probe"
     with pytest.raises(ValueError, match="needs a DDP probe"):
         PlanRequest(64, 1000, exchange="ddp-probe")
+
+
+def test_plans_carry_their_models_interval_and_overlaps_are_named(catalog):
+    from rightsize.perf.device_model import GpuCompute
+    from rightsize.planning.options import ComputeMethod, DeviceChoice
+    from rightsize.planning.plan import CloudPlan, overlapping
+
+    cpu_profile = linear_profile(0.01, 0.02)  # not measured on any GPU: the device model
+    calibrated = make_option([cpu_profile], catalog.get("fast.x"), 8)
+    assert isinstance(calibrated.compute, GpuCompute)
+    assert calibrated.provenance == "device model (pytorch)"
+    assert calibrated.log_spread == calibrated.compute.efficiencies.log_spread
+    ratio = make_option([cpu_profile.model_copy(update={"device": cpu_profile.device.model_copy(
+        update={"peak_flops_per_s": 1e11, "peak_mem_bytes_per_s": 1e10})})],
+        catalog.get("fast.x"), 8, device=DeviceChoice(ComputeMethod.RATIO))  # fmt: skip
+    assert ratio.provenance.startswith("roofline") and ratio.log_spread is None
+    measured = options_for(catalog, {"fast.x": 8})[0]
+    assert measured.log_spread == 0.0
+    # plans: 100 s at x/÷ e^0.1 = 90.5-110.5 s; a second at 105 s overlaps, one at 130 s not
+    config = Config((Slot("fast.x", 1, 8),))
+
+    def plan_of(seconds, spread=0.1):
+        return CloudPlan(config, seconds, 1, 3.6, "srift", log_spread=spread)
+
+    plans = [plan_of(100), plan_of(105), plan_of(130)]
+    assert overlapping(plans, "time") == [1]
+    low, high = plans[0].interval(100)
+    assert low == pytest.approx(100 / 1.10517, rel=1e-4) and high == pytest.approx(110.517, rel=1e-4)
+    assert overlapping([plan_of(100, None), plan_of(100)], "time") == []  # unknown: no claim
+    assert plans[0].to_dict()["total_cost_interval"][1] == pytest.approx(0.1 * 1.10517, rel=1e-4)

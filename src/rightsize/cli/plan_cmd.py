@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from rightsize.cli.args import bounded, ignored_unless
@@ -21,7 +22,7 @@ from rightsize.perf.precision import Precision
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
 from rightsize.planning.options import ComputeMethod, DeviceChoice
-from rightsize.planning.plan import CloudPlan
+from rightsize.planning.plan import CloudPlan, overlapping
 from rightsize.planning.planner import build_options, parse_instances, plan
 from rightsize.planning.skypilot import task_yaml
 
@@ -185,11 +186,14 @@ def run(args: argparse.Namespace) -> int:
         _write_skypilot(args, result.plans)
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
               f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
-    return print_plans(result.plans + result.baselines, header, args.json)
+    return print_plans(result.plans + result.baselines, header, args.json,
+                       request.objective.value)
 
 
-def print_plans(plans: list[CloudPlan], header: str, as_json: bool) -> int:
-    """The plans as a table under ``header``, or as a JSON list of objects."""
+def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
+                objective: str | None = None) -> int:  # fmt: skip
+    """The plans as a table under ``header``, or as a JSON list of objects; with
+    ``objective``, a note when the next plans lie within the best plan's interval."""
     if as_json:
         print_json([p.to_dict() for p in plans])
         return 0
@@ -200,6 +204,13 @@ def print_plans(plans: list[CloudPlan], header: str, as_json: bool) -> int:
           format_money(p.total_cost), f"{p.price_per_hour:.4g}",
           "; ".join(f"{k}: {v}" for k, v in p.models.items())] for p in plans],
     ))  # fmt: skip
+    ranked = [p for p in plans if p.policy == plans[0].policy] if plans else []
+    close = overlapping(ranked, objective) if objective else []
+    if close:
+        factor = math.exp(ranked[0].log_spread or 0.0)
+        print(f"note: plan{'s' if len(close) > 1 else ''} {', '.join(str(i + 1) for i in close)} "
+              f"within the first plan's {objective} interval (x/÷ {factor:.2f}, the device "
+              "model's held-out error): their order is uncertain")  # fmt: skip
     return 0
 
 

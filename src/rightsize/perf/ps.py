@@ -14,12 +14,26 @@ sum over workers, ``R = Σ B / t_step,i`` (eq. 1). Two caps bound the sum:
 
 The bandwidth one worker puts on the PS, ``b_t = 2 · model bytes · steps/s``,
 is what FC2's Scala-Opt divides the PS capacity by.
+
+That model scales linearly until a cap, and it misses what saturates real PS
+clusters (issue 18): the PS spends CPU on every byte it receives and sends
+(deserialising, copying, the socket), not only on the update, and a link
+carries less than its line rate. :func:`ps_throughput_queueing` adds both and
+replaces the hard caps by exact mean-value analysis of the closed system real
+PS training is: ``n`` workers each compute for ``Z`` seconds (the delay), then
+queue at the PS's CPU (service demand ``D_cpu = (update + bytes · cpu_per_byte)
+/ cores``) and its link (``D_net = bytes / (link · efficiency)``). Throughput
+bends smoothly towards ``1 / max(D)`` as workers are added, as measured curves
+do (benchmarks/ps_scaling.py). One worker's step is DLRover's eq. 1 with the
+transfer timed over the worker's link and then the PS's. Both models stay
+selectable (:class:`PSModel`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 FC2_HEADROOM = 0.95  # p in FC2's Scala-Opt: keep the PS link below 95% (FC2 §8.2 footnote 11)
 
@@ -52,6 +66,8 @@ class PSSpec:
         usable_cores: ``ŝ``, cores the update can actually use (MU bottleneck).
         link_bytes_per_s: network bandwidth of one PS node (``B_ps``).
         headroom: ``p``, the fraction of ``B_ps`` the workers may fill.
+        cpu_s_per_byte: CPU-seconds the PS spends per byte pulled or pushed (queueing model).
+        network_efficiency: goodput over line rate of the PS link (queueing model).
     """
 
     count: int
@@ -60,6 +76,17 @@ class PSSpec:
     link_bytes_per_s: float
     usable_cores: float = float("inf")
     headroom: float = FC2_HEADROOM
+    cpu_s_per_byte: float = 0.0
+    network_efficiency: float = 1.0
+
+    @property
+    def effective_cores(self) -> float:
+        return min(self.cores, self.usable_cores)
+
+
+class PSModel(StrEnum):
+    DLROVER = "dlrover"  # DLRover eq. 1 summed over workers, FC2's network cap (faithful)
+    QUEUEING = "queueing"  # PS CPU per byte, link efficiency, mean-value analysis
 
 
 @dataclass(frozen=True)
@@ -103,3 +130,45 @@ def ps_throughput(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int) -
     samples = sum(w.batch * r * scale for w, r in zip(workers, rates, strict=True))
     per_worker = tuple(2 * model_bytes * r * scale for r in rates)
     return PSThroughput(steps, samples, step_times, bottleneck, per_worker)
+
+
+def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
+                           model_bytes: int) -> PSThroughput:  # fmt: skip
+    """The job's steps per second by exact mean-value analysis (module docstring).
+
+    Workers are taken as alike at their mean step (FC2 provisions one type); each step moves
+    ``2 · model_bytes`` through the PS: gradients in, parameters out.
+    """
+    if not workers:
+        raise ValueError("a parameter-server job needs at least one worker")
+    moved = 2 * model_bytes
+    think = [w.io_s + w.compute_s + moved / w.link_bytes_per_s for w in workers]
+    demands = {
+        "ps-compute": (ps.update_core_s + moved * ps.cpu_s_per_byte) / ps.effective_cores,
+        "ps-network": moved / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
+    }
+    z = sum(think) / len(think)
+    queue = dict.fromkeys(demands, 0.0)
+    steps = 0.0
+    for k in range(1, len(workers) + 1):
+        response = {s: d * (1 + queue[s]) for s, d in demands.items()}
+        steps = k / (z + sum(response.values()))
+        queue = {s: steps * r for s, r in response.items()}
+    busiest = max(demands, key=demands.get)
+    # the PS limits the job once it is busy most of the time; before that, the workers do
+    bottleneck = busiest if steps * demands[busiest] >= SATURATED else "workers"
+    step_s = len(workers) / steps
+    samples = steps * sum(w.batch for w in workers) / len(workers)
+    per_worker = tuple(moved * steps / len(workers) for _ in workers)
+    return PSThroughput(steps, samples, tuple(step_s for _ in workers), bottleneck, per_worker)
+
+
+SATURATED = 0.8  # utilisation from which a PS resource is named the bottleneck
+
+
+def predict_ps(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
+               model: PSModel = PSModel.QUEUEING) -> PSThroughput:  # fmt: skip
+    """Throughput by the chosen model."""
+    if model is PSModel.DLROVER:
+        return ps_throughput(workers, ps, model_bytes)
+    return ps_throughput_queueing(workers, ps, model_bytes)

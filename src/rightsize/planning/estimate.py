@@ -171,8 +171,10 @@ class Estimator:
         return self._plan(config, seconds, policy, models)
 
     def _plan(self, config: Config, seconds: float, policy: str, models: dict) -> CloudPlan:
+        spreads = [self.options[s.instance].log_spread for s in config.slots]
+        spread = None if None in spreads else max(spreads)
         return CloudPlan(config, seconds, self.request.iterations, self.price_per_hour(config),
-                         policy, models, self.request.startup_s(config))  # fmt: skip
+                         policy, models, self.request.startup_s(config), spread)  # fmt: skip
 
     def feasible(self, plan: CloudPlan) -> bool:
         limits = self.request.constraints

@@ -69,6 +69,9 @@ class InstanceOption:
         cap: how many VMs of this type may be used (CAPS[i]).
         layers: the gradients to exchange, with their ready times.
         mem_bytes_per_s: one device's memory bandwidth (DDP's bucket copies).
+        log_spread: the compute model's interval half-width in log space (0 when measured on
+            the device, the calibration's held-out spread for the device model, None for a
+            roofline scaling, whose error is not known per prediction).
     """
 
     instance: InstanceType
@@ -81,6 +84,7 @@ class InstanceOption:
     cap: int
     layers: tuple[LayerGrad, ...]
     mem_bytes_per_s: float
+    log_spread: float | None = 0.0
 
     @property
     def name(self) -> str:
@@ -178,10 +182,12 @@ def make_option(
     if measured is not None:
         compute = ComputeModel.from_profile(measured)
         profile, provenance, bmax = measured, f"measured ({measured.device.name})", measured.bmax
+        spread = 0.0
     elif instance.accelerator and device.method is ComputeMethod.CALIBRATED:
         profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
         compute = GpuCompute.of(profile, instance.accelerator, device.precision)
         provenance = f"device model ({device.precision.value})"
+        spread = compute.efficiencies.log_spread
         bmax = bmax_on(profile, target.memory_bytes,
                        activation_factor=device.precision.activation_bytes_factor)  # fmt: skip
     else:
@@ -196,6 +202,7 @@ def make_option(
             method.value,
         )
         provenance = f"roofline from {profile.device.kind} ({method.value})"
+        spread = None
         bmax = bmax_on(profile, target.memory_bytes)
     if bmax < 1:
         raise SpecError(f"{profile.workload} does not fit one {instance.describe_accelerators()} "
@@ -204,4 +211,5 @@ def make_option(
         instance=instance, compute=compute, devices=devices, bmax_per_device=bmax,
         cv=profile.compute_cv, provenance=provenance, price_per_hour=instance.price(spot),
         cap=cap, layers=grads_of(profile, bmax), mem_bytes_per_s=target.mem_bytes_per_s,
+        log_spread=spread,
     )  # fmt: skip

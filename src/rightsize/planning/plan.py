@@ -8,6 +8,7 @@ and how they were made. Configurations print as in the Srift paper,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,8 @@ class CloudPlan:
         policy: who chose it (``srift``, ``cap``, ``tap``, ``cost-opt``, ...).
         models: how the numbers were predicted (compute and comm model per instance).
         price_per_hour: the whole configuration's hourly price.
+        log_spread: half-width of the step time's interval in log space, from the held-out
+            errors of the models behind it (0: measured on the device; None: not known).
     """
 
     config: Config
@@ -65,6 +68,7 @@ class CloudPlan:
     policy: str
     models: dict[str, str] = field(default_factory=dict)
     launch_s: float = 0.0  # startup time before training, counted in time and cost
+    log_spread: float | None = 0.0
 
     @property
     def total_seconds(self) -> float:
@@ -73,6 +77,13 @@ class CloudPlan:
     @property
     def total_cost(self) -> float:
         return self.total_seconds / 3600 * self.price_per_hour
+
+    def interval(self, value: float) -> tuple[float, float] | None:
+        """``value`` (this plan's time or cost) stretched by the step time's interval."""
+        if self.log_spread is None:
+            return None
+        factor = math.exp(self.log_spread)
+        return value / factor, value * factor
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,4 +96,23 @@ class CloudPlan:
             "price_per_hour": self.price_per_hour,
             "policy": self.policy,
             "models": dict(self.models),
+            "total_seconds_interval": self.interval(self.total_seconds),
+            "total_cost_interval": self.interval(self.total_cost),
         }
+
+
+def overlapping(plans: list[CloudPlan], objective: str) -> list[int]:
+    """Indexes of the plans after the first whose interval of ``objective`` (``time`` or
+    ``cost``) reaches into the first plan's: their order is within the models' error."""
+    if not plans:
+        return []
+    value = (lambda p: p.total_seconds) if objective == "time" else (lambda p: p.total_cost)
+    best = plans[0].interval(value(plans[0]))
+    if best is None:
+        return []
+    out = []
+    for i, plan in enumerate(plans[1:], start=1):
+        other = plan.interval(value(plan))
+        if other is not None and other[0] <= best[1]:
+            out.append(i)
+    return out

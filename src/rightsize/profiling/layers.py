@@ -98,12 +98,15 @@ def layer_costs(
     batch_size = batch[1].shape[0]
     modules = dict(model.named_modules())
     outputs: dict[str, float] = {}
+    recurrent: dict[str, float] = {}  # forward FLOPs of RNN layers, which the counter misses
 
     def record_output(name: str):
-        def hook(_module, _inputs, output):
+        def hook(module, inputs, output):
             tensors = output if isinstance(output, (tuple, list)) else (output,)
             size = sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t))
             outputs[name] = outputs.get(name, 0.0) + size
+            if isinstance(module, nn.RNNBase) and torch.is_tensor(inputs[0]):
+                recurrent[name] = recurrent.get(name, 0.0) + rnn_flops(module, inputs[0])
 
         return hook
 
@@ -119,6 +122,7 @@ def layer_costs(
         with forward:
             workload.loss(model, batch)
         outputs.clear()
+        recurrent.clear()
         both = FlopCounterMode(display=False)
         with both:
             workload.loss(model, batch).backward()
@@ -126,19 +130,61 @@ def layer_costs(
         for handle in handles:
             handle.remove()
         model.zero_grad(set_to_none=True)
-    fwd, total = _per_module(forward), _per_module(both)
-    root = type(model).__name__
+    raw_forward, raw_both = _per_module(forward), _per_module(both)
+    fwd, total = _own_counts(raw_forward, layers, model), _own_counts(raw_both, layers, model)
+    forward_total = raw_forward.get("Global", 0.0)
+    backward_total = raw_both.get("Global", 0.0) - forward_total
+    for name, flops in recurrent.items():
+        if fwd.get(name, 0.0) == 0.0:  # backward: the gradients of inputs and of weights
+            fwd[name], total[name] = flops, 3 * flops
+            forward_total, backward_total = forward_total + flops, backward_total + 2 * flops
     costs: list[LayerCosts] = []
     for layer in layers:
-        key = f"{root}.{layer.name}"
         costs.append(LayerCosts(
-            forward_flops=fwd.get(key, 0.0) / batch_size,
-            backward_flops=(total.get(key, 0.0) - fwd.get(key, 0.0)) / batch_size,
+            forward_flops=fwd.get(layer.name, 0.0) / batch_size,
+            backward_flops=(total.get(layer.name, 0.0) - fwd.get(layer.name, 0.0)) / batch_size,
             output_bytes=outputs.get(layer.name, 0.0) / batch_size,
         ))  # fmt: skip
-    forward_total = fwd.get("Global", 0.0)
-    backward_total = total.get("Global", 0.0) - forward_total
     return ModelCosts(costs, forward_total / batch_size, backward_total / batch_size)
+
+
+RNN_GATES = {"LSTM": 4, "GRU": 3}  # plain RNNs: 1
+
+
+def rnn_flops(rnn: nn.RNNBase, inputs: torch.Tensor) -> float:
+    """Forward FLOPs of a recurrent layer over ``inputs`` (PyTorch's fused RNN kernels on CPU
+    are not seen by FlopCounterMode): per time step, per layer and direction, each gate's
+    two matmuls, ``2 · hidden · (input + hidden)`` FLOPs per sample."""
+    if inputs.dim() == 2:  # unbatched (seq, features)
+        steps, samples = inputs.shape[0], 1
+    else:
+        steps, samples = (inputs.shape[1], inputs.shape[0]) if rnn.batch_first else inputs.shape[:2]
+    gates = RNN_GATES.get(rnn.mode, 1)
+    directions = 2 if rnn.bidirectional else 1
+    flops = 0.0
+    for layer in range(rnn.num_layers):
+        width = rnn.input_size if layer == 0 else rnn.hidden_size * directions
+        flops += directions * gates * 2 * rnn.hidden_size * (width + rnn.hidden_size)
+    return flops * steps * samples
+
+
+def _own_counts(counts: dict[str, float], layers: list[Layer], model: nn.Module) -> dict[str, float]:
+    """Each layer's FLOPs without those of the layers inside it.
+
+    The counter's per-module totals include submodules: an attention block that owns its
+    input projection also counts its output projection, itself a layer (nn.MultiheadAttention's
+    ``out_proj``), so that projection would be counted twice.
+    """
+    root = type(model).__name__
+    names = {layer.name for layer in layers}
+    own = {name: counts.get(f"{root}.{name}", 0.0) for name in names}
+    for name in names:
+        parent = name.rpartition(".")[0]
+        while parent and parent not in names:  # the nearest enclosing layer, if any
+            parent = parent.rpartition(".")[0]
+        if parent:
+            own[parent] -= counts.get(f"{root}.{name}", 0.0)
+    return own
 
 
 def _per_module(mode: FlopCounterMode) -> dict[str, float]:

@@ -1,0 +1,251 @@
+"""PS scaling on this machine's runtime, and the PS models fitted and checked against it.
+
+Issue 18 item 4: the PS model must carry the costs that saturate real PS clusters.
+This runs real PS jobs through the runtime (the master in this process, every node
+a process in its own CPU cgroup, gradients and parameters over TCP sockets: the
+shared-memory carrier is off, as across hosts) with one PS at ``--ps-cpus`` cores
+and 1..``--max-workers`` workers of ``--worker-cpu`` each, and measures per run the
+steady steps/s, the PS's CPU use and the bytes each step moves. Then it fits:
+
+- the PS's CPU-seconds per update and per byte moved, by least squares on the
+  PS's own CPU readings (cgroup cpuacct: what it used, not what it was given)
+  against updates/s and bytes/s;
+- the workers' step outside the PS (``Z``) from the one-worker runs;
+
+and predicts every curve with the queueing model (perf/ps.py
+``ps_throughput_queueing``) and DLRover's eq. 1 (``ps_throughput``, the update
+cost fitted alone, as that model has no per-byte cost). Errors are held out:
+each PS setting's curve is predicted by a fit on the other settings. Reported:
+MAPE per curve and model, and the saturation point (the first worker count
+whose next worker adds < 10%) measured and predicted.
+
+    python benchmarks/ps_scaling.py --lock /tmp/rightsize-cpu.lock \\
+        --out benchmarks/results/ps_scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench_io import write_report
+from rightsize.perf.ps import PSSpec, WorkerSpec, ps_throughput, ps_throughput_queueing
+from rightsize.scaling.registry import make_policy
+from runtime_common import job_spec, load_note, run_job, steady
+
+#: (workload, dataset, options, batch, optimizer): a dense MLP, every tensor moved every step,
+#: as in CM-DARE's CIFAR-10 ResNets.
+CASES = {
+    "mlp3": ("mlp3", "synthetic-cifar", {"hidden": 256}, 128, "sgd"),
+    "wide-deep": ("wide-deep", "synthetic-criteo", {"embed_dim": 8, "hidden": [64, 32]}, 512,
+                  "adagrad"),
+}  # fmt: skip
+#: Quotas that never add up to more than this machine's 2 cores: a 1-core PS and 6 workers
+#: of 1/6 core fill it.
+PS_CPUS = (0.25, 0.5, 1.0)
+WORKER_CPU = 0.166
+MAX_WORKERS = 6
+STEPS_PER_WORKER = 150
+SATURATION_GAIN = 0.10  # saturated once one more worker adds less than this
+
+
+def run_spec(root: Path, case: str, ps_cpu: float, workers: int, worker_cpu: float,
+             steps_per_worker: int):  # fmt: skip
+    workload, dataset, options, batch, optimizer = CASES[case]
+    return job_spec(
+        root, name=f"ps-{case}", workload=workload, dataset=dataset, options=options,
+        dataset_size=50_000, batch_size=batch, steps=steps_per_worker * workers,
+        training={"optimizer": optimizer, "lr": 0.05},
+        runtime={"shared_memory": "off", "metric_interval": "1s"},
+        budget={"cpu": 2, "memory": "8Gi"},
+        initial_shape={"ps": {"count": 1, "cpu": ps_cpu, "memory": "1Gi"},
+                       "workers": {"count": workers, "cpu": worker_cpu, "memory": "1Gi"}},
+    )  # fmt: skip
+
+
+def measure(spec) -> dict:
+    """One static run: steady steps/s, the PS's CPU use and the bytes a step moves through it."""
+    _master, report, warnings = run_job(spec, make_policy("static"))
+    rows = steady(report["throughput"])
+    steps, ps_cpu, ps_bytes = [], [], []
+    for row in rows:
+        ps = [n for n in row["nodes"] if n["role"] == "ps"]
+        if not ps or not row["steps_per_s"]:
+            continue
+        steps.append(row["steps_per_s"])
+        ps_cpu.append(sum(n["cpu_used"] for n in ps))
+        ps_bytes.append(sum(n["net_in"] + n["net_out"] for n in ps))
+    if not steps:
+        return {"error": "no steady samples", "warnings": warnings}
+    return {
+        "steps_per_s": statistics.median(steps),
+        "ps_cpu_used": statistics.median(ps_cpu),
+        "ps_bytes_per_s": statistics.median(ps_bytes),
+        "bytes_per_step": statistics.median(b / s for b, s in zip(ps_bytes, steps, strict=True)),
+        "samples": len(steps),
+        "exactly_once": report["accounting"].get("exactly_once"),
+        "wall_time_s": report["wall_time_s"],
+        "warnings": warnings,
+    }
+
+
+@contextlib.contextmanager
+def held(lock: str | None):
+    with open(lock or os.devnull, "a") as handle:
+        if lock:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+# -- the fits -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    update_cpu_s: float  # PS CPU-seconds per update
+    cpu_s_per_byte: float  # PS CPU-seconds per byte moved
+    think_s: float  # a worker's step outside the PS
+
+
+def fit_ps_cpu(rows: list[dict], per_byte: bool = True) -> tuple[float, float]:
+    """PS cores used ≈ a · updates/s + b · bytes/s (non-negative least squares)."""
+    from scipy.optimize import nnls
+
+    x = np.array([[r["steps_per_s"], r["ps_bytes_per_s"]] if per_byte else [r["steps_per_s"]]
+                  for r in rows])  # fmt: skip
+    y = np.array([r["ps_cpu_used"] for r in rows])
+    scale = x.max(axis=0)
+    coef, _ = nnls(x / scale, y)
+    coef = coef / scale
+    return float(coef[0]), float(coef[1]) if per_byte else 0.0
+
+
+def fit(rows: list[dict], per_byte: bool = True) -> Fit:
+    a, b = fit_ps_cpu(rows, per_byte)
+    thinks = []
+    for r in rows:
+        if r["workers"] == 1:
+            demand = (a + b * r["bytes_per_step"]) / r["ps_cpu"]
+            thinks.append(1 / r["steps_per_s"] - demand)
+    return Fit(a, b, max(1e-6, statistics.median(thinks)))
+
+
+def predict(f: Fit, ps_cpu: float, workers: int, bytes_per_step: float, queueing: bool) -> float:
+    # bytes_per_step counts both directions: the models move 2 x model bytes
+    model_bytes = int(bytes_per_step / 2)
+    worker = WorkerSpec(batch=1, compute_s=f.think_s, link_bytes_per_s=float("inf"))
+    if queueing:
+        ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), cpu_s_per_byte=f.cpu_s_per_byte)
+        return ps_throughput_queueing([worker] * workers, ps, model_bytes).steps_per_s
+    ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), headroom=1.0)
+    return ps_throughput([worker] * workers, ps, model_bytes).steps_per_s
+
+
+def saturation(curve: dict[int, float]) -> int | None:
+    """The first worker count whose next worker adds less than :data:`SATURATION_GAIN`."""
+    counts = sorted(curve)
+    for n, nxt in zip(counts, counts[1:], strict=False):
+        if curve[nxt] < curve[n] * (1 + SATURATION_GAIN):
+            return n
+    return None
+
+
+def held_out(rows: list[dict]) -> dict:
+    """Each PS setting's curve predicted by fits on the others, by both models."""
+    out = {}
+    for ps_cpu in sorted({r["ps_cpu"] for r in rows}):
+        seen = [r for r in rows if r["ps_cpu"] != ps_cpu]
+        test = sorted((r for r in rows if r["ps_cpu"] == ps_cpu), key=lambda r: r["workers"])
+        if not seen or not test:
+            continue
+        entry = {"measured": {r["workers"]: r["steps_per_s"] for r in test}}
+        for name, queueing in (("queueing", True), ("dlrover", False)):
+            f = fit(seen, per_byte=queueing)
+            predicted = {r["workers"]: predict(f, ps_cpu, r["workers"], r["bytes_per_step"],
+                                               queueing) for r in test}  # fmt: skip
+            errors = [abs(predicted[n] / m - 1) for n, m in entry["measured"].items()]
+            entry[name] = {"predicted": predicted, "mape": statistics.fmean(errors),
+                           "saturation_at": saturation(predicted), "fit": f.__dict__}  # fmt: skip
+        entry["measured_saturation_at"] = saturation(entry["measured"])
+        out[f"{ps_cpu:g}"] = entry
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", default="mlp3", help="comma-separated: " + ",".join(CASES))
+    parser.add_argument("--ps-cpus", default=",".join(f"{c:g}" for c in PS_CPUS))
+    parser.add_argument("--max-workers", type=int, default=MAX_WORKERS)
+    parser.add_argument("--worker-cpu", type=float, default=WORKER_CPU)
+    parser.add_argument("--steps-per-worker", type=int, default=STEPS_PER_WORKER)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--lock", help="hold this file's flock for each run (shared machine)")
+    parser.add_argument("--refit", type=Path, help="only fit a saved result's runs again")
+    parser.add_argument("--out", default="benchmarks/results/ps_scaling.json")
+    args = parser.parse_args(argv)
+    if args.refit:
+        result = json_load(args.refit)
+        for case in result["cases"]:
+            case["held_out"] = held_out(case["runs"])
+        write_report(args.out, result)
+        return 0
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown or args.max_workers < 1 or args.repeats < 1:
+        print(f"error: unknown case(s) {unknown} or a count below 1", file=sys.stderr)
+        return 2
+    ps_cpus = [float(c) for c in args.ps_cpus.split(",")]
+    result = {"benchmark": "ps_scaling",
+              "command": "python benchmarks/ps_scaling.py " + " ".join(argv or sys.argv[1:]),
+              "load_before": load_note(), "worker_cpu": args.worker_cpu, "cases": []}  # fmt: skip
+    for case in args.cases.split(","):
+        runs = []
+        with tempfile.TemporaryDirectory(prefix="rightsize-ps-") as tmp:
+            for repeat in range(args.repeats):
+                for ps_cpu in ps_cpus:
+                    for workers in range(1, args.max_workers + 1):
+                        spec = run_spec(Path(tmp) / f"{repeat}-{ps_cpu}-{workers}", case, ps_cpu,
+                                        workers, args.worker_cpu, args.steps_per_worker)  # fmt: skip
+                        with held(args.lock):
+                            row = measure(spec)
+                        row.update(ps_cpu=ps_cpu, workers=workers, repeat=repeat)
+                        print(f"{case} ps {ps_cpu:g} x {workers}: "
+                              f"{row.get('steps_per_s', 0):.1f} steps/s, PS "
+                              f"{row.get('ps_cpu_used', 0):.2f} cores", file=sys.stderr)  # fmt: skip
+                        runs.append(row)
+        good = merge_repeats([r for r in runs if "error" not in r])
+        result["cases"].append({"case": case, "runs": good, "all_runs": runs,
+                                "held_out": held_out(good)})  # fmt: skip
+    result["load_after"] = load_note()
+    write_report(args.out, result)
+    return 0
+
+
+def merge_repeats(runs: list[dict]) -> list[dict]:
+    """One row per (PS cores, workers): the medians over repeats."""
+    keyed: dict[tuple, list[dict]] = {}
+    for r in runs:
+        keyed.setdefault((r["ps_cpu"], r["workers"]), []).append(r)
+    fields = ("steps_per_s", "ps_cpu_used", "ps_bytes_per_s", "bytes_per_step")
+    return [{"ps_cpu": k[0], "workers": k[1], "repeats": len(v),
+             **{f: statistics.median(r[f] for r in v) for f in fields}}
+            for k, v in sorted(keyed.items())]  # fmt: skip
+
+
+def json_load(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
