@@ -56,6 +56,7 @@ CATALOG_HEAD = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Ne
 # plan/replan with a good profile and a small catalog: only the row's own flag is bad
 PLAN = ["plan", "--profile", "p.json", "--global-batch", "512", "--iterations", "1000",
         "--cloud", "srift-2020", "--instances", "g4dn.8xlarge:4,g3.8xlarge:4", "--quiet"]  # fmt: skip
+TASK = ["--run-command", "python train.py"]  # what an exported SkyPilot task runs
 REPLAN = ["replan", *PLAN[1:], "--done", "10", "--elapsed", "60s", "--lost", "g3.8xlarge"]
 GOOD = {"p.json": PROFILE}
 PROBE = ["probe", "--world-sizes", "2", "--max-size", "64", "--quiet"]
@@ -162,9 +163,17 @@ ROWS = [
     row("plan-binary-comm-model", [*PLAN, "--comm-model", "m.json"], {**GOOD, "m.json": BINARY}),
     row("plan-damaged-comm-model", [*PLAN, "--comm-model", "m.json"], {**GOOD, "m.json": '{"schema": "rightsize.comm-model"}'}),
     row("plan-dir-as-ddp-probe", [*PLAN, "--exchange", "ddp-probe", "--ddp-probe", "d"], {**GOOD, "d": DIR}),
-    row("plan-skypilot-yaml-is-dir", [*PLAN, "--skypilot-yaml", "d"], {**GOOD, "d": DIR}),
-    row("plan-skypilot-yaml-in-proc", [*PLAN, "--skypilot-yaml", "/proc/task.yaml"], GOOD),
-    row("plan-skypilot-yaml-kept", [*PLAN, "--region", "mars-1", "--skypilot-yaml", "t.yaml"], {**GOOD, "t.yaml": PRECIOUS}),
+    row("plan-skypilot-yaml-is-dir", [*PLAN, *TASK, "--skypilot-yaml", "d"], {**GOOD, "d": DIR}),
+    row("plan-skypilot-yaml-in-proc", [*PLAN, *TASK, "--skypilot-yaml", "/proc/task.yaml"], GOOD),
+    row("plan-skypilot-yaml-kept", [*PLAN, *TASK, "--region", "mars-1", "--skypilot-yaml", "t.yaml"], {**GOOD, "t.yaml": PRECIOUS}),
+    row("plan-skypilot-yaml-runs-nothing", [*PLAN, "--skypilot-yaml", "t.yaml"], GOOD),
+    row("plan-run-command-without-task", [*PLAN, *TASK], GOOD),
+    row("plan-run-command-blank", [*PLAN, "--skypilot-yaml", "t.yaml", "--run-command", " "], GOOD),
+    row("plan-run-job-and-command", [*PLAN, *TASK, "--skypilot-yaml", "t.yaml", "--run-job", "j.yaml"], {**GOOD, "j.yaml": job(strategy="allreduce")}),
+    row("plan-run-job-missing", [*PLAN, "--skypilot-yaml", "t.yaml", "--run-job", "nope.yaml"], GOOD),
+    row("plan-run-job-binary", [*PLAN, "--skypilot-yaml", "t.yaml", "--run-job", "j.yaml"], {**GOOD, "j.yaml": BINARY}),
+    row("plan-run-job-bad-field", [*PLAN, "--skypilot-yaml", "t.yaml", "--run-job", "j.yaml"], {**GOOD, "j.yaml": job(strategy="allreduce", batch_size=0)}),
+    row("plan-run-job-other-strategy", [*PLAN, "--skypilot-yaml", "t.yaml", "--run-job", "j.yaml"], {**GOOD, "j.yaml": job()}),
     row("plan-ps-flag-without-ps", [*PLAN, "--worker-type", "g3.8xlarge"], GOOD),
     row("plan-max-workers-0", [*PLAN, "--strategy", "ps", "--max-workers", "0"], GOOD),
     row("plan-workload-bad-option", ["plan", "--workload", "mlp3", "--option", "activation=zzz", *PLAN[3:]]),

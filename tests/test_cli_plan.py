@@ -1,6 +1,7 @@
 """plan, replan and probe from the command line, including the bad inputs of issue 3."""
 
 import json
+import math
 
 import pytest
 import yaml
@@ -42,10 +43,61 @@ def test_plan_table_and_json(capsys, profile_file):
 
 def test_plan_writes_a_skypilot_task(capsys, profile_file, tmp_path):
     path = tmp_path / "task.yaml"
-    code, out, _ = run(capsys, *plan_args(profile_file, "--skypilot-yaml", str(path), "--spot"))
-    assert code == 0 and "SkyPilot task" in out
+    code, out, err = run(capsys, *plan_args(profile_file, "--skypilot-yaml", str(path), "--spot",
+                                            "--run-command", "python train.py", "--json"))  # fmt: skip
+    assert code == 0 and json.loads(out)  # what was written is said on stderr: stdout stays JSON
+    assert f"SkyPilot task written to {path}" in err
     task = yaml.safe_load(path.read_text())
     assert task["resources"]["use_spot"] is True and task["num_nodes"] >= 1
+    assert task["resources"]["infra"] == "aws/us-east-1"  # srift-2020 is an EC2 price list
+    assert task["run"].endswith("\npython train.py\n")
+
+
+def test_a_mixed_best_plan_exports_the_best_single_type_plan(capsys, profile_file, tmp_path):
+    path = tmp_path / "task.yaml"
+    # one VM of each type: together they split the batch, either alone trains all of it
+    code, out, err = run(capsys, *plan_args(profile_file, "--objective", "time", "--top", "1",
+                                            "--instances", "g4dn.8xlarge:1,g3.8xlarge:1",
+                                            "--skypilot-yaml", str(path), "--run-command", "x",
+                                            "--json"))  # fmt: skip
+    best, best_s = json.loads(out)[0]["config"], json.loads(out)[0]["total_seconds"]
+    assert code == 0 and " + " in best, out
+    assert f"the best plan, {best}" in err and "this is the best single-type plan" in err
+    text = path.read_text()
+    assert yaml.safe_load(text)["resources"]["instance_type"] in best
+    assert "# note: the best plan" in text
+    # a deadline only the mixed plan meets (a single type within 1% of it would have won the
+    # tie): the plans still print, and no task is written
+    path.unlink()
+    deadline = f"{math.ceil(best_s * 1.005)}s"
+    code, out, err = run(capsys, *plan_args(profile_file, "--objective", "time", "--top", "1",
+                                            "--instances", "g4dn.8xlarge:1,g3.8xlarge:1",
+                                            "--deadline", deadline, "--skypilot-yaml", str(path),
+                                            "--run-command", "x"))  # fmt: skip
+    assert best in out and not path.exists()
+    assert_one_line_error(code, err, "no SkyPilot task written: the best plan")
+
+
+def test_a_ps_plan_exports_with_the_job_run_on_the_head_node(capsys, profile_file, tmp_path):
+    job, path = tmp_path / "job.yaml", tmp_path / "task.yaml"
+    job.write_text("workload: wide-deep\nbatch_size: 64\nbudget: {cpu: 2, memory: 4Gi}\n")
+    code, out, err = run(capsys, "plan", "--profile", profile_file, "--global-batch", "64",
+                         "--iterations", "100", "--cloud", "fc2-2018", "--strategy", "ps",
+                         "--instances", "m4.xlarge,c4.xlarge", "--budget-per-hour", "2",
+                         "--ps-types", "m4.large", "--quiet", "--skypilot-yaml", str(path),
+                         "--run-job", str(job))  # fmt: skip
+    assert code == 0
+    task = yaml.safe_load(path.read_text())
+    # the cheapest recommendation (--objective cost): scala-opt's 2 m4.xlarge and the server
+    # ($0.03), where the server's 0.5 Gbps holds cost-opt's 8 c4.xlarge back ($0.08)
+    assert "scala-opt's 2×m4.xlarge@64 + 1×m4.large@ps" in err
+    assert (task["num_nodes"], task["envs"]["RIGHTSIZE_NUM_PS"]) == (3, "1")
+    assert task["resources"]["instance_type"] == "m4.xlarge"
+    assert task["resources"]["infra"] == "aws/ap-southeast-1"
+    assert task["file_mounts"] == {"~/rightsize-job/job.yaml": str(job)}
+    assert "rightsize run ~/rightsize-job/job.yaml" in task["run"]
+    assert "parameter server runs on m4.xlarge nodes, not the planned m4.large" in err
+    assert "nodes 1-2 have nothing to run" in err
 
 
 def test_fc2_strategy(capsys, profile_file):

@@ -3,7 +3,6 @@
 import textwrap
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,10 +16,9 @@ from rightsize.planning.baselines import cap_plan, greedy_config, tap_plan
 from rightsize.planning.estimate import Estimator, PlanRequest
 from rightsize.planning.options import bmax_on, make_option
 from rightsize.planning.plan import Config, Slot
-from rightsize.planning.planner import check_budget, parse_instances, plan
+from rightsize.planning.planner import best_single_type, check_budget, parse_instances, plan
 from rightsize.planning.replan import Interruption, Progress, remaining_request, replan
 from rightsize.planning.search import InfeasiblePlanError, SearchSettings, configurations, search
-from rightsize.planning.skypilot import task_yaml
 
 # Three GPU types. FAST: 1 V100 at $3/h; SLOW: 1 T4 at $1/h; QUAD: 4 T4 at $4/h.
 CATALOG = textwrap.dedent("""\
@@ -222,29 +220,21 @@ def test_replan_keeps_survivors_never_asks_for_the_lost_type_and_pays_launch(cat
         remaining_request(original, Progress(400, 10, 0), lost)
 
 
-def test_skypilot_task_for_a_homogeneous_plan(catalog):
-    options = options_for(catalog, {"fast.x": 8})
-    best = run(catalog, {"fast.x": 8}, PlanRequest(256, 1000, objective=Objective.TIME))[0][0]
-    text = task_yaml(best, "aws", spot=True)
-    task = yaml.safe_load(text)
-    assert task["num_nodes"] == 8 and task["resources"] == {
-        "cloud": "aws",
-        "instance_type": "fast.x",
-        "use_spot": True,
-    }
-    assert task["envs"]["RIGHTSIZE_BATCH_PER_NODE"] == 32 and text.startswith(
-        "# rightsize plan 8×fast.x@32"
-    )
-    hetero = best.__class__(
-        Config((Slot("fast.x", 1, 128), Slot("slow.x", 1, 128))), 1.0, 10, 4.0, "srift"
-    )
-    with pytest.raises(SpecError, match="one instance type"):
-        task_yaml(hetero, "aws", spot=False)
-    # the papers' price tables are EC2's; a user's own catalog names no SkyPilot cloud
-    assert yaml.safe_load(task_yaml(best, "srift-2020", spot=False))["resources"]["cloud"] == "aws"
-    assert "cloud" not in yaml.safe_load(task_yaml(best, "my-prices", spot=False))["resources"]
-    assert "torchrun" in task["run"] and task["run"].endswith("train.py\n")
-    assert options[0].price_per_hour == 3.0
+def test_best_single_type_when_the_best_plan_mixes_types(catalog):
+    # what a SkyPilot task (identical nodes) can launch. One fast.x holds 256 of the 512 at
+    # 0.02 + 0.01*256 = 2.58 s, two slow.x the rest at 0.02 + 0.03*128 = 3.86 s: the best
+    # plan. Alone, only the two slow.x hold it, at 256 each: 0.02 + 0.03*256 = 7.70 s.
+    options = options_for(catalog, {"fast.x": 1, "slow.x": 2})
+    request = PlanRequest(512, 100, objective=Objective.TIME)
+    best = plan(options, FreeComm(), request).plans[0]
+    assert str(best.config) == "1×fast.x@256 + 2×slow.x@128"
+    assert best.seconds_per_iter == pytest.approx(3.86)
+    single = best_single_type(options, FreeComm(), request)
+    assert str(single.config) == "2×slow.x@256" and single.seconds_per_iter == pytest.approx(7.70)
+    # 1024 samples need both types (each holds at most 2 x 256)
+    with pytest.raises(InfeasiblePlanError):
+        best_single_type(options_for(catalog, {"fast.x": 2, "slow.x": 2}), FreeComm(),
+                         PlanRequest(1024, 100, objective=Objective.TIME))  # fmt: skip
 
 
 def test_memory_line_gives_the_target_bmax():

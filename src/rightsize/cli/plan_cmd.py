@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 from rightsize.cli.args import bounded, ignored_unless
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cli.profiles import add_profile_arguments, resolve_profiles
+from rightsize.cli.skypilot_export import (
+    add_skypilot_arguments,
+    exported_plan,
+    node_command,
+    write_task,
+)
 from rightsize.core.catalog import load_catalogs
 from rightsize.core.errors import SpecError
-from rightsize.core.files import atomic_write_text, check_output_path
 from rightsize.core.limits import BATCH, COUNT, INSTANCES, ITERATIONS
 from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money, parse_duration, parse_money
@@ -24,7 +28,7 @@ from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
 from rightsize.planning.options import ComputeMethod, DeviceChoice
 from rightsize.planning.plan import CloudPlan, overlapping
 from rightsize.planning.planner import build_options, parse_instances, plan
-from rightsize.planning.skypilot import task_yaml
+from rightsize.planning.skypilot import NodeCommand, task_shape
 
 FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
 #: Flags that only --strategy ps reads (FC2's recommenders).
@@ -62,11 +66,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--worker-type", help="Scala-Opt-M's manually chosen worker type (--strategy ps)"
     )
-    parser.add_argument(
-        "--skypilot-yaml",
-        metavar="FILE",
-        help="write a SkyPilot task for the best (homogeneous) plan",
-    )
+    add_skypilot_arguments(parser)
     parser.set_defaults(run=run)  # fmt: skip
 
 
@@ -167,8 +167,7 @@ def request_from(args: argparse.Namespace) -> PlanRequest:
 def run(args: argparse.Namespace) -> int:
     # every input is checked, and every file read, before a profile may be measured
     ignored_unless(args, PS_ONLY, args.strategy == "ps", "with --strategy ps")
-    if args.skypilot_yaml:
-        check_output_path(args.skypilot_yaml, "--skypilot-yaml")
+    command = node_command(args)
     progress = progress_printer(args.quiet)
     catalog = load_catalogs(args.cloud or ["aws"])
     caps = parse_instances(args.instances, catalog)
@@ -176,18 +175,23 @@ def run(args: argparse.Namespace) -> int:
     comm = comm_model(args.comm_model)
     if args.strategy == "ps":
         fc2 = _fc2_request(args, catalog, caps, request)
-        return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2)
+        return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2, command)
     profiles = resolve_profiles(args, progress)
     options = build_options(profiles, catalog, caps, args.spot, args.region,
                             device_choice(args))
     progress(f"searching {len(options)} instance types")
     result = plan(options, comm, request, args.mode, args.top)
-    if args.skypilot_yaml:
-        _write_skypilot(args, result.plans)
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
               f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
-    return print_plans(result.plans + result.baselines, header, args.json,
-                       request.objective.value)
+    status = print_plans(result.plans + result.baselines, header, args.json,
+                         request.objective.value)
+    if command is not None:
+        best = result.plans[0]
+        exported = exported_plan(best, options, comm, request)
+        instances = {o.name: o.instance for o in options}
+        shape = task_shape(exported, instances, args.spot, best)
+        write_task(args.skypilot_yaml, shape, command, args.spot)
+    return status
 
 
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
@@ -214,23 +218,6 @@ def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
     return 0
 
 
-def _write_skypilot(args: argparse.Namespace, plans: list[CloudPlan]) -> None:
-    homogeneous = [p for p in plans if len(p.config.slots) == 1]
-    if not homogeneous:
-        raise SpecError(
-            "no homogeneous plan among the best ones to export; SkyPilot tasks use one instance type"
-        )
-    best = homogeneous[0]
-    cloud = (args.cloud or ["aws"])[0]
-    path = atomic_write_text(Path(args.skypilot_yaml), task_yaml(best, cloud, args.spot))
-    note = (
-        ""
-        if best is plans[0]
-        else " (the best homogeneous plan; the best overall is heterogeneous)"
-    )
-    print(f"SkyPilot task for {best.config} written to {path}{note}")
-
-
 def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
     budget = (
         parse_money(args.budget_per_hour, "--budget-per-hour") if args.budget_per_hour else None
@@ -243,7 +230,7 @@ def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
     return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers)
 
 
-def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request) -> int:
+def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request, command: NodeCommand | None) -> int:
     budget = fc2.budget_per_hour
     workers = build_options(profiles, catalog, caps, args.spot, args.region,
                             device_choice(args))
@@ -255,4 +242,10 @@ def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request) -> int:
     plans = [planner.recommend(name, args.worker_type) for name in names]
     header = (f"FC2 recommendations: parameter server {ps.name} ({ps.network_gbps:g} Gbps), "
               f"worker batch {fc2.worker_batch}, {fc2.iterations} global steps")  # fmt: skip
-    return print_plans(plans, header, args.json)
+    status = print_plans(plans, header, args.json)
+    if command is not None:  # FC2's recommenders are not ranked: export the best by --objective
+        by_time = Objective(args.objective) == Objective.TIME
+        chosen = min(plans, key=lambda p: p.total_seconds if by_time else p.total_cost)
+        instances = {o.name: o.instance for o in workers} | {ps.name: ps}
+        write_task(args.skypilot_yaml, task_shape(chosen, instances, args.spot), command, args.spot)
+    return status

@@ -116,3 +116,17 @@ def plan(options: Sequence[InstanceOption], comm: CommModel, request: PlanReques
     plans = search(options, estimator, SearchSettings(mode=mode, top=top))
     baselines = [p for p in (cap_plan(options, estimator), tap_plan(options, estimator)) if p]
     return PlanResult(plans, baselines, mode)
+
+
+def best_single_type(options: Sequence[InstanceOption], comm: CommModel,
+                     request: PlanRequest) -> CloudPlan:  # fmt: skip
+    """The best plan whose VMs are all of one type: what one SkyPilot task can launch.
+
+    Each type alone is a small space (counts times batches), so it is searched
+    exhaustively, whatever mode found the best plan overall.
+
+    Raises:
+        InfeasiblePlanError: no single-type configuration meets the constraints.
+    """
+    estimator = Estimator({o.name: o for o in options}, comm, request)
+    return search(options, estimator, SearchSettings(mode="exhaustive", top=1, max_types=1))[0]
