@@ -67,8 +67,9 @@ def knows(model: str, size: str) -> bool:
     return model in gpu_models.BUILDERS
 
 
-def cost_sheet(model: str, size: str, count_batch: int = 2) -> CostSheet:
-    """Count one model's costs on this CPU (seconds to a minute; nothing is timed)."""
+def cost_sheet(model: str, size: str, count_batch: int = 1) -> CostSheet:
+    """Count one model's costs on this CPU (seconds to minutes; nothing is timed). At batch 1
+    and 2: BERT-large at 512 tokens holds ~10 GB of activations at batch 4."""
     from rightsize.profiling.layers import layer_costs, trainable_layers
     from rightsize.profiling.memory import saved_activation_bytes
     from rightsize.workloads.registry import WorkloadRegistry
@@ -93,6 +94,17 @@ def cost_sheet(model: str, size: str, count_batch: int = 2) -> CostSheet:
     sheet = [LayerCost(layer.op_class, c.forward_flops, c.backward_flops, c.output_bytes,
                        layer.param_bytes) for layer, c in zip(layers, costs.layers, strict=True)]  # fmt: skip
     return CostSheet.of_layers(sheet, costs.forward_flops, costs.backward_flops, activation)
+
+
+def counted_apart(model: str, size: str) -> CostSheet:
+    """:func:`cost_sheet` in a process of its own, so that each model's weights, gradients and
+    activations (gigabytes for BERT-large) go back to the system when it is counted."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(cost_sheet, model, size).result()
 
 
 def load_sheets(path: Path | None) -> dict[tuple[str, str], CostSheet]:
@@ -138,7 +150,7 @@ def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dic
                 continue
             if (model, size) not in sheets:
                 print(f"counting {model} ({size or '-'})'s costs", file=sys.stderr)
-                sheets[model, size] = cost_sheet(model, size)
+                sheets[model, size] = counted_apart(model, size)
             out.append(calibration.Measurement(
                 model, sheets[model, size], acc, Precision.parse(row["precision"]),
                 int(row["per_gpu_batch"]), float(row["samples_per_s"]), row["source_id"],

@@ -73,3 +73,12 @@ def test_leave_one_out_predicts_what_it_did_not_see():
 def test_fit_refuses_no_data():
     with pytest.raises(ValueError, match="at least one measurement"):
         calibration.fit([])
+
+
+def test_the_fits_vectorised_step_is_the_device_models_step():
+    for m in synthetic():
+        for eff in (TRUE, calibration.PRIOR):
+            fast = calibration._fast_samples_per_s(calibration._prepare(m),
+                                                   calibration._efficiency_vector(eff),
+                                                   eff.memory, eff.kernel_s)  # fmt: skip
+            assert fast == pytest.approx(calibration.predicted_samples_per_s(m, eff), rel=1e-9)
