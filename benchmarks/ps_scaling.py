@@ -41,6 +41,7 @@ from bench_io import write_report
 from rightsize.perf.ps import PSSpec, WorkerSpec, ps_throughput, ps_throughput_queueing
 from rightsize.scaling.registry import make_policy
 from runtime_common import job_spec, load_note, run_job, steady
+from runtime_throughput import master_samples
 
 #: (workload, dataset, options, batch, optimizer): a dense MLP, every tensor moved every step,
 #: as in CM-DARE's CIFAR-10 ResNets.
@@ -74,8 +75,8 @@ def run_spec(root: Path, case: str, ps_cpu: float, workers: int, worker_cpu: flo
 
 def measure(spec) -> dict:
     """One static run: steady steps/s, the PS's CPU use and the bytes a step moves through it."""
-    _master, report, warnings = run_job(spec, make_policy("static"))
-    rows = steady(report["throughput"])
+    master, report, warnings = run_job(spec, make_policy("static"))
+    rows = steady(master_samples(master))  # the state's samples keep every node's readings
     steps, ps_cpu, ps_bytes = [], [], []
     for row in rows:
         ps = [n for n in row["nodes"] if n["role"] == "ps"]
