@@ -23,6 +23,7 @@ from rightsize.perf.comm import AnalyticCommModel, CommModel
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.precision import Precision
+from rightsize.perf.ps import PSModel
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
 from rightsize.planning.options import ComputeMethod, DeviceChoice
@@ -32,7 +33,7 @@ from rightsize.planning.skypilot import NodeCommand, task_shape
 
 FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
 #: Flags that only --strategy ps reads (FC2's recommenders).
-PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type")
+PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type", "ps_model")
 
 
 def register(subparsers) -> None:
@@ -65,6 +66,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--worker-type", help="Scala-Opt-M's manually chosen worker type (--strategy ps)"
+    )
+    parser.add_argument(
+        "--ps-model",
+        choices=[m.value for m in PSModel],
+        help="--strategy ps: dlrover (DLRover eq. 1 with FC2's PS network cap, default) or "
+        "queueing (PS CPU per byte, link efficiency, mean-value analysis; perf/ps.py)",
     )
     add_skypilot_arguments(parser)
     parser.set_defaults(run=run)  # fmt: skip
@@ -227,7 +234,8 @@ def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
     if args.worker_type:
         catalog.get(args.worker_type)
     parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
-    return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers)
+    return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers,
+                      ps_model=PSModel(args.ps_model or PSModel.DLROVER))  # fmt: skip
 
 
 def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request, command: NodeCommand | None) -> int:

@@ -36,6 +36,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 FC2_HEADROOM = 0.95  # p in FC2's Scala-Opt: keep the PS link below 95% (FC2 §8.2 footnote 11)
+#: CPU-seconds rightsize's own PS spends per byte pulled or pushed over TCP, fitted on this
+#: machine's runtime (benchmarks/ps_scaling.py; docs/benchmarks.md): ~1 ns/B.
+PS_CPU_S_PER_BYTE = 1e-9
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from rightsize.core.catalog import InstanceType
 from rightsize.core.errors import ResourceError
 from rightsize.perf.comm import GBPS
-from rightsize.perf.ps import FC2_HEADROOM, PSSpec, PSThroughput, WorkerSpec, ps_throughput
+from rightsize.perf.ps import (
+    FC2_HEADROOM,
+    PS_CPU_S_PER_BYTE,
+    PSModel,
+    PSSpec,
+    PSThroughput,
+    WorkerSpec,
+    predict_ps,
+)
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config, Slot
 from rightsize.profiling.profile import Profile
@@ -44,6 +52,7 @@ class Fc2Request:
         iterations: global steps to train (one per worker update, asynchronous).
         budget_per_hour: FC2's indicative budget ``C``; or ``max_workers`` instead.
         headroom: ``p`` in Scala-Opt.
+        ps_model: how a PS cluster's throughput is predicted (perf/ps.py).
     """
 
     worker_batch: int
@@ -51,6 +60,7 @@ class Fc2Request:
     budget_per_hour: float | None = None
     max_workers: int | None = None
     headroom: float = FC2_HEADROOM
+    ps_model: PSModel = PSModel.DLROVER
 
     def __post_init__(self) -> None:
         if (self.budget_per_hour is None) == (self.max_workers is None):
@@ -100,7 +110,8 @@ class Fc2Planner:
         update_core_s = self.profile.samples[0].optimizer_s * self.profile.device.threads
         return PSSpec(count=1, update_core_s=update_core_s, cores=self.ps.vcpus,
                       link_bytes_per_s=self.ps.network_gbps * GBPS,
-                      headroom=self.request.headroom)  # fmt: skip
+                      headroom=self.request.headroom,
+                      cpu_s_per_byte=PS_CPU_S_PER_BYTE)  # fmt: skip
 
     def _worker_spec(self, option: InstanceOption) -> WorkerSpec:
         batch = self.request.worker_batch
@@ -109,9 +120,8 @@ class Fc2Planner:
         )
 
     def throughput(self, option: InstanceOption, count: int) -> PSThroughput:
-        return ps_throughput(
-            [self._worker_spec(option)] * count, self._ps_spec(), self.profile.param_bytes
-        )
+        return predict_ps([self._worker_spec(option)] * count, self._ps_spec(),
+                          self.profile.param_bytes, self.request.ps_model)  # fmt: skip
 
     def bandwidth_per_worker(self, option: InstanceOption) -> float:
         """FC2's ``b_t``: bytes/s one worker of this type alone puts on the PS."""
@@ -168,7 +178,8 @@ class Fc2Planner:
             Slot(self.ps.name, 1, 0, "ps"),
         )
         price = count * option.price_per_hour + self.ps.price_usd_per_hour
-        models = {option.name: option.provenance, "ps": f"dlrover-eq1 ({speed.bottleneck}-bound)"}
+        ps_model = "dlrover-eq1" if self.request.ps_model is PSModel.DLROVER else "ps-queueing"
+        models = {option.name: option.provenance, "ps": f"{ps_model} ({speed.bottleneck}-bound)"}
         return CloudPlan(
             Config(slots), 1 / speed.steps_per_s, self.request.iterations, price, policy, models
         )
