@@ -91,7 +91,8 @@ def test_a_step_time_bound_stops_the_doubling_where_the_time_line_crosses_it():
     search = BmaxSearch(rel_tolerance=0, max_step_s=2.0)
     result = find_max_batch(measure, 1000 * MB, search, step_time=step_time)
     assert result.bmax == 190 and result.limited_by == "time"
-    assert timed == [1, 2, 4, 8, 16, 32, 64, 128, 256]  # only batches known to fit are timed
+    # only batches known to fit are timed; the one over the bound twice (the faster counts)
+    assert timed == [1, 2, 4, 8, 16, 32, 64, 128, 256, 256]
     assert max(batch for batch, _ in result.probes) == 256
 
 
@@ -118,3 +119,21 @@ def test_a_time_bound_needs_a_timer_and_must_be_positive():
         find_max_batch(measure, 1000 * MB, BmaxSearch(max_step_s=1.0))
     with pytest.raises(ResourceError, match="max_step_s"):
         BmaxSearch(max_step_s=0)
+
+
+def test_a_step_over_the_time_bound_is_timed_again_and_the_faster_counts():
+    # the first step at 16 pays one-off work (5 s); timed again it takes 0.26 s, under 1 s
+    measure, _ = linear_memory(100, 3)
+    first = {16}
+    timed = []
+
+    def step_time(batch: int) -> float:
+        timed.append(batch)
+        if batch in first:
+            first.discard(batch)
+            return 5.0
+        return 0.1 + 0.01 * batch
+
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(max_step_s=1.0), step_time=step_time)
+    assert timed.count(16) == 2 and dict(result.step_times)[16] == pytest.approx(0.26)
+    assert result.limited_by == "time" and result.bmax == 90  # 64 (0.74 s) to 128 (1.38 s)
