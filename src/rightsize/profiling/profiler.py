@@ -27,7 +27,7 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.units import format_bytes
 from rightsize.profiling.bmax import BmaxResult, BmaxSearch, find_max_batch
 from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
-from rightsize.profiling.device import cpu_memory_capacity, describe_device
+from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
 from rightsize.profiling.memory import (
     CpuPeakMeter,
@@ -333,7 +333,8 @@ class Profiler:
                 return MemoryBound(device_info.memory_bytes, "device")
             return MemoryBound(given, "--memory-limit")
         overhead = max(0, self.meter.settled_rss() - session.resident_bytes())
-        return cpu_bound(overhead, cpu_memory_capacity(), process_limit, memory_limit)
+        # the free memory described with the device: the default and its announcement agree
+        return cpu_bound(overhead, device_info.memory_bytes, process_limit, memory_limit)
 
     def _profile(self, workload: Workload, session: _Session, device_info, bound: MemoryBound,
                  search: BmaxResult, samples: list[LatencySample], problems: dict) -> Profile:  # fmt: skip
