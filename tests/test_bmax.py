@@ -63,3 +63,77 @@ def test_bad_settings():
         BmaxSearch(max_batch=0)
     with pytest.raises(ResourceError):
         BmaxSearch(rel_tolerance=1.5)
+
+
+def test_a_probe_stopped_at_the_bound_does_not_fit_and_is_recorded():
+    # the profiler's child process answers None when the kernel stopped it at the bound
+    measure, _ = linear_memory(100, 3)
+
+    def bounded(batch: int) -> int | None:
+        peak = measure(batch)
+        return None if peak > 1000 * MB else peak
+
+    result = find_max_batch(bounded, 1000 * MB, BmaxSearch(rel_tolerance=0))
+    assert result.bmax == 300 and result.limited_by == "memory"
+    assert result.stopped and all(batch > 300 for batch in result.stopped)
+    assert all(batch <= 300 for batch, _ in result.probes)  # only measured peaks are kept
+
+
+def test_a_step_time_bound_stops_the_doubling_where_the_time_line_crosses_it():
+    # 0.1 s + 10 ms/sample: a 2 s bound is crossed at batch 190; memory would allow 300
+    measure, _ = linear_memory(100, 3)
+    timed = []
+
+    def step_time(batch: int) -> float:
+        timed.append(batch)
+        return 0.1 + 0.01 * batch
+
+    search = BmaxSearch(rel_tolerance=0, max_step_s=2.0)
+    result = find_max_batch(measure, 1000 * MB, search, step_time=step_time)
+    assert result.bmax == 190 and result.limited_by == "time"
+    # only batches known to fit are timed; the one over the bound twice (the faster counts)
+    assert timed == [1, 2, 4, 8, 16, 32, 64, 128, 256, 256]
+    assert max(batch for batch, _ in result.probes) == 256
+
+
+def test_the_time_bound_also_limits_bisection_by_its_line():
+    # memory stops the doubling at 512 (judged by its line, 1636 MB); between 256 and 512
+    # the 2.905 s bound is crossed after 280 (0.1 + 0.01 * 280), before memory's 300; bisection
+    # uses the time line through the timed steps instead of timing more
+    measure, _ = linear_memory(100, 3)
+    timed = []
+
+    def step_time(batch: int) -> float:
+        timed.append(batch)
+        return 0.1 + 0.01 * batch
+
+    search = BmaxSearch(rel_tolerance=0, max_step_s=2.905)
+    result = find_max_batch(measure, 1000 * MB, search, step_time=step_time)
+    assert result.bmax == 280 and result.limited_by == "time"
+    assert max(timed) == 256 and 512 in result.skipped
+
+
+def test_a_time_bound_needs_a_timer_and_must_be_positive():
+    measure, _ = linear_memory(100, 3)
+    with pytest.raises(ValueError, match="step_time"):
+        find_max_batch(measure, 1000 * MB, BmaxSearch(max_step_s=1.0))
+    with pytest.raises(ResourceError, match="max_step_s"):
+        BmaxSearch(max_step_s=0)
+
+
+def test_a_step_over_the_time_bound_is_timed_again_and_the_faster_counts():
+    # the first step at 16 pays one-off work (5 s); timed again it takes 0.26 s, under 1 s
+    measure, _ = linear_memory(100, 3)
+    first = {16}
+    timed = []
+
+    def step_time(batch: int) -> float:
+        timed.append(batch)
+        if batch in first:
+            first.discard(batch)
+            return 5.0
+        return 0.1 + 0.01 * batch
+
+    result = find_max_batch(measure, 1000 * MB, BmaxSearch(max_step_s=1.0), step_time=step_time)
+    assert timed.count(16) == 2 and dict(result.step_times)[16] == pytest.approx(0.26)
+    assert result.limited_by == "time" and result.bmax == 90  # 64 (0.74 s) to 128 (1.38 s)

@@ -54,14 +54,21 @@ def test_catalog_table_and_json(capsys):
 def test_profile_and_predict_end_to_end(capsys, tmp_path):
     out_file = tmp_path / "mlp3.json"
     code, out, err = run(capsys, "profile", "mlp3", "--max-batch", "64", "--repeats", "2", "--warmup", "1",
-                         "--memory-limit", "128Mi", "--out", str(out_file), "--json")  # fmt: skip
+                         "--memory-limit", "2Gi", "--out", str(out_file), "--json")  # fmt: skip
     assert code == 0, err
     data = json.loads(out)
     assert data["profile"]["bmax"] == 64 and out_file.exists()
+    assert data["profile"]["memory"]["process_limit_bytes"] == 2 * 2**30  # the process's bound
     assert [p["batch"] for p in data["predictions"]] == [1, 2, 4, 8, 16, 32, 64]
-    assert "B_max" in err  # progress goes to stderr
+    assert "B_max search" not in err  # no progress under --json
     code, out, _ = run(capsys, "predict", str(out_file), "--batches", "10,20", "--json")
     assert code == 0 and [p["batch"] for p in json.loads(out)["predictions"]] == [10, 20]
+    code, out, _ = run(capsys, "predict", str(out_file), "--batches", "32,100", "--json")
+    report = json.loads(out)  # 100 is past B_max = 64: flagged, and said in a warning
+    assert [p["extrapolated"] for p in report["predictions"]] == [False, True]
+    assert any("batch 100 is above the profile's B_max 64" in w for w in report["warnings"])
+    code, out, _ = run(capsys, "predict", str(out_file), "--batches", "100")
+    assert "100*" in out and "warning: batch 100 is above" in out
     code, out, _ = run(capsys, "predict", str(out_file))
     assert code == 0 and "compute model (dense)" in out and "samples/s" in out
     code, out, _ = run(capsys, "predict", str(out_file), "--method", "srift", "--json")
@@ -78,6 +85,17 @@ def test_profile_and_predict_end_to_end(capsys, tmp_path):
     code, out, _ = run(capsys, "predict", str(out_file), "--instance", "gcp:a2-ultragpu-1g",
                        "--batch", "640")  # fmt: skip
     assert code == 0 and "A100" in out and "pytorch default" in out and "samples/s" in out
+
+
+def test_profile_says_its_bounds_and_progress_on_stderr(capsys, tmp_path):
+    code, _, err = run(capsys, "profile", "mlp3", "--max-batch", "16", "--repeats", "1",
+                       "--warmup", "0", "--max-step-time", "30s", "--sampling", "srift",
+                       "--out", str(tmp_path / "p.json"))  # fmt: skip
+    assert code == 0, err
+    # the default memory bound and the time bound are said before the search
+    assert "B_max search up to batch 16 or a 30s step, memory bound" in err
+    assert "50% of the" in err and "--memory-limit, --max-batch and --max-step-time" in err
+    assert "elapsed, about" in err and "timing: round 1 of 1" in err
 
 
 @pytest.mark.parametrize(

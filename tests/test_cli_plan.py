@@ -130,7 +130,7 @@ def test_replan(capsys, profile_file):
             "unknown instance type 'g4dn.8xlarg'; did you mean 'g4dn.8xlarge'?",
         ),
         (["--deadline", "1s"], "deadline 1s cannot be met: the fastest plan"),
-        (["--budget", "0.1"], "below one instance-hour of the cheapest instance"),
+        (["--budget", "0.0001"], "is too small: the cheapest plan"),
         (["--deadline", "two hours"], "--deadline 'two hours': expected a duration"),
         (["--cloud", "ibm"], "unknown cloud catalog"),
         (["--exchange", "ddp-probe"], "--exchange ddp-probe and --ddp-probe FILE go together"),

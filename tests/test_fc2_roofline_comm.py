@@ -1,6 +1,7 @@
 """FC2's recommenders on the paper's Table 1-2 prices; roofline scaling; the learned comm model."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -146,3 +147,43 @@ def test_bad_comm_model_files(tmp_path):
         LearnedCommModel.load(tmp_path / "missing.json")
     with pytest.raises(SpecError, match="no probe records"):
         LearnedCommModel.fit([])
+
+
+def exact_analytic_records(noise: float = 0.0) -> list[ProbeRecord]:
+    """Records the default analytic model predicts exactly (``noise``: lognormal spread)."""
+    rng, model, link = np.random.default_rng(1), AnalyticCommModel(), Link("box", 10.0, 2, 24.0)
+    records = []
+    for world in (2, 3, 4):
+        for k in range(2, 29):
+            bus = model.bus_bandwidth(2**k, world, link) * rng.lognormal(0, noise)
+            seconds = 2 * 2**k * (world - 1) / (world * bus)
+            records.append(ProbeRecord("box", 2, 24.0, 10.0, "", 9001, "gloo", 2**k, world, 1,
+                                       seconds, bus))  # fmt: skip
+    return records
+
+
+def test_a_learned_model_worse_than_the_analytic_one_is_not_used_and_the_plan_says_so(tmp_path):
+    from rightsize.cli.plan_cmd import comm_model
+
+    # the probes follow the analytic model exactly: its error is 0, the trees' cannot be
+    model = LearnedCommModel.fit(exact_analytic_records())
+    assert model.analytic_mape == pytest.approx(0.0) and model.cv_mape > 0
+    chosen, note = model.or_analytic()
+    assert chosen is model.fallback and chosen.kind == "analytic"
+    assert "not used" in note and f"{model.cv_mape:.1f}%" in note
+    path = model.save(tmp_path / "m.json")
+    notes: list[str] = []
+    assert comm_model(str(path), notes).kind == "analytic" and notes == [note]
+    # probes the analytic model misses by 5x (a slow loopback rated 10 Gbps): the trees win
+    slow = [replace(r, bus_bytes_per_s=r.bus_bytes_per_s / 5) for r in exact_analytic_records(0.05)]
+    learned = LearnedCommModel.fit(slow)
+    assert learned.cv_mape < learned.analytic_mape and learned.or_analytic() == (learned, None)
+    assert LearnedCommModel.load(learned.save(tmp_path / "l.json")).analytic_mape == pytest.approx(
+        learned.analytic_mape
+    )
+
+
+def test_probes_without_a_rated_link_keep_the_learned_model():
+    records = [replace(r, rated_gbps=0.0) for r in exact_analytic_records(0.05)]
+    model = LearnedCommModel.fit(records)
+    assert model.analytic_mape == float("inf") and model.or_analytic()[0] is model

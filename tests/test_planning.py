@@ -16,7 +16,7 @@ from rightsize.planning.baselines import cap_plan, greedy_config, tap_plan
 from rightsize.planning.estimate import Estimator, PlanRequest
 from rightsize.planning.options import bmax_on, make_option
 from rightsize.planning.plan import Config, Slot
-from rightsize.planning.planner import best_single_type, check_budget, parse_instances, plan
+from rightsize.planning.planner import best_single_type, parse_instances, plan
 from rightsize.planning.replan import Interruption, Progress, remaining_request, replan
 from rightsize.planning.search import InfeasiblePlanError, SearchSettings, configurations, search
 
@@ -185,12 +185,21 @@ def test_cap_and_tap(catalog):
     assert greedy_config(options[:1], 3) is None  # fast.x batches start at 2: 2 + nothing = 3 fails
 
 
-def test_budget_below_one_instance_hour_and_instance_parsing(catalog):
+def test_a_budget_below_one_instance_hour_plans_a_job_that_costs_less(catalog):
+    # slow.x costs $1.00/h; a job of a few seconds costs cents, billed per second
     options = options_for(catalog, {"fast.x": 2, "slow.x": 2})
-    with pytest.raises(
-        ResourceError, match="below one instance-hour of the cheapest instance .slow.x at \\$1.00/h"
-    ):
-        check_budget(options, 0.5)
+    request = PlanRequest(256, 10, Constraints(budget_usd=0.5))
+    result = plan(options, FreeComm(), request)
+    assert result.plans and all(p.total_cost <= 0.5 for p in result.plans)
+    assert min(o.price_per_hour for o in options) > 0.5
+    # a budget the cheapest plan exceeds is refused with that plan's cost, not an hourly rule
+    tiny = PlanRequest(256, 10, Constraints(budget_usd=result.plans[0].total_cost / 100))
+    with pytest.raises(InfeasiblePlanError, match="is too small: the cheapest plan"):
+        plan(options, FreeComm(), tiny)
+
+
+def test_instance_parsing(catalog):
+    options = options_for(catalog, {"fast.x": 2, "slow.x": 2})
     assert parse_instances("fast.x:4, slow.x", catalog) == {"fast.x": 4, "slow.x": 16}
     with pytest.raises(SpecError, match="count must be at least 1"):
         parse_instances("fast.x:0", catalog)

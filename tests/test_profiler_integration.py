@@ -86,3 +86,48 @@ def test_cpu_meter_sees_a_real_allocation():
 
     peak = meter.measure(allocate, resident_bytes=0)
     assert 0.98 * 100 * 2**20 <= peak < 1.3 * 100 * 2**20  # page-level slack around the RSS
+
+
+# A model whose activations are wide and cheap (a 64-wide input copied 16384 times, then a
+# Linear): memory binds long before time does, in a few seconds. Run in its own process so
+# that ru_maxrss is this profile's alone.
+BOUND_SCRIPT = """
+import json, resource, sys, torch
+from torch import nn
+from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.memory import status_bytes
+from rightsize.profiling.profiler import Profiler, ProfilerSettings
+from rightsize.workloads.datasets import make_dataset
+from rightsize.workloads.workload import Workload
+
+class Widen(nn.Module):
+    def forward(self, x):
+        return x.flatten(1).repeat(1, 256)  # 64 -> 16384 features: 64 KiB a sample
+
+workload = Workload("wide", make_dataset("digits"),
+                    lambda: nn.Sequential(Widen(), nn.Linear(64 * 256, 10)))
+limit = status_bytes("VmRSS") + int(sys.argv[1]) * 2**20
+settings = ProfilerSettings(warmup=0, repeats=1, hook_repeats=1, sampling="srift",
+                            search=BmaxSearch(max_batch=2**16))
+profile = Profiler(torch.device("cpu"), settings).run(workload, process_limit_bytes=limit)
+print(json.dumps({
+    "limit": limit, "bmax": profile.bmax, "limited_by": profile.bmax_limited_by,
+    "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+    "process_limit": profile.memory.process_limit_bytes,
+}))
+"""
+
+
+def test_memory_limit_bounds_the_profiler_and_its_probes():
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", BOUND_SCRIPT, "400"], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["limited_by"] == "memory" and result["process_limit"] == result["limit"]
+    # the search probed past the limit (it must, to find it), yet no process held more
+    assert result["children"] <= result["limit"]
+    assert result["self"] <= result["limit"]

@@ -51,3 +51,14 @@ def progress_printer(quiet: bool):
         print(f"  {message}", file=sys.stderr, flush=True)
 
     return emit
+
+
+def warning_printer(quiet: bool):
+    """A warning callback writing ``warning: ...`` to stderr (kept under --json, not --quiet)."""
+    if quiet:
+        return lambda _message: None
+
+    def emit(message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+    return emit

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from collections.abc import Sequence
 
 from rightsize.cli.args import bounded, ignored_unless
 from rightsize.cli.output import format_table, print_json, progress_printer
@@ -151,8 +153,15 @@ def device_choice(args: argparse.Namespace) -> DeviceChoice:
     return DeviceChoice(ComputeMethod(args.compute_model), Precision(args.precision))
 
 
-def comm_model(path: str | None) -> CommModel:
-    return LearnedCommModel.load(path) if path else AnalyticCommModel()
+def comm_model(path: str | None, notes: list[str] | None = None) -> CommModel:
+    """The comm model to plan with: the learned one from ``path`` unless it predicted its own
+    probes worse than the analytic model (then the analytic one, and a line in ``notes``)."""
+    if not path:
+        return AnalyticCommModel()
+    chosen, note = LearnedCommModel.load(path).or_analytic()
+    if note and notes is not None:
+        notes.append(note)
+    return chosen
 
 
 def request_from(args: argparse.Namespace) -> PlanRequest:
@@ -179,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     catalog = load_catalogs(args.cloud or ["aws"])
     caps = parse_instances(args.instances, catalog)
     request = request_from(args)
-    comm = comm_model(args.comm_model)
+    notes: list[str] = []
+    comm = comm_model(args.comm_model, notes)
     if args.strategy == "ps":
         fc2 = _fc2_request(args, catalog, caps, request)
         return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2, command)
@@ -190,8 +200,9 @@ def run(args: argparse.Namespace) -> int:
     result = plan(options, comm, request, args.mode, args.top)
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
               f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
+    notes += [line for profile in profiles for line in profile.timing_warnings()]
     status = print_plans(result.plans + result.baselines, header, args.json,
-                         request.objective.value)
+                         request.objective.value, notes)  # fmt: skip
     if command is not None:
         best = result.plans[0]
         exported = exported_plan(best, options, comm, request)
@@ -202,13 +213,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
-                objective: str | None = None) -> int:  # fmt: skip
+                objective: str | None = None, notes: Sequence[str] = ()) -> int:  # fmt: skip
     """The plans as a table under ``header``, or as a JSON list of objects; with
-    ``objective``, a note when the next plans lie within the best plan's interval."""
+    ``objective``, a note when the next plans lie within the best plan's interval;
+    ``notes`` (what the plans rest on that the user should know) under the header, or
+    on stderr with JSON."""
     if as_json:
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         print_json([p.to_dict() for p in plans])
         return 0
     print(header)
+    for note in notes:
+        print(f"note: {note}")
     print(format_table(
         ["policy", "configuration", "s/iter", "total time", "total cost", "$/h", "models"],
         [[p.policy, str(p.config), f"{p.seconds_per_iter:.4g}", format_duration(p.total_seconds),

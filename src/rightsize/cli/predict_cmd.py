@@ -80,11 +80,26 @@ def prediction_report(
             "backward_s": time.backward_s,
             "total_s": time.total_s,
             "samples_per_s": batch / time.total_s if time.total_s > 0 else None,
+            "extrapolated": batch > profile.bmax,  # beyond what fit in the profiled memory
         })  # fmt: skip
     return {
         "compute_model": {"method": model.method, "segments": segments},
         "predictions": predictions,
+        "warnings": prediction_warnings(profile, predictions),
     }
+
+
+def prediction_warnings(profile: Profile, predictions: list[dict]) -> list[str]:
+    """Extrapolation past B_max, and the timing problems the profile recorded."""
+    beyond = [str(p["batch"]) for p in predictions if p["extrapolated"]]
+    lines = []
+    if beyond:
+        lines.append(
+            f"batch {', '.join(beyond)} is above the profile's B_max {profile.bmax} (limited by "
+            f"{profile.bmax_limited_by}): extrapolated, never measured"
+            + (", and it may not fit in memory" if profile.bmax_limited_by == "memory" else "")
+        )
+    return lines + profile.timing_warnings()
 
 
 def print_prediction_report(report: dict) -> None:
@@ -97,9 +112,12 @@ def print_prediction_report(report: dict) -> None:
     print()
     print(format_table(
         ["batch", "forward", "backward", "fwd+bwd", "samples/s"],
-        [[p["batch"], format_duration(p["forward_s"]), format_duration(p["backward_s"]),
-          format_duration(p["total_s"]), f"{p['samples_per_s']:.1f}"] for p in report["predictions"]],
+        [[f"{p['batch']}*" if p["extrapolated"] else p["batch"], format_duration(p["forward_s"]),
+          format_duration(p["backward_s"]), format_duration(p["total_s"]),
+          f"{p['samples_per_s']:.1f}"] for p in report["predictions"]],
     ))  # fmt: skip
+    for line in report["warnings"]:
+        print(f"warning: {line}" + (" (* in the table)" if line.startswith("batch ") else ""))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,13 +7,15 @@ import argparse
 import torch
 
 from rightsize.cli.args import bounded, parse_count_list, parse_options
-from rightsize.cli.output import print_json, progress_printer
+from rightsize.cli.output import print_json, progress_printer, warning_printer
 from rightsize.cli.predict_cmd import prediction_report, print_prediction_report
 from rightsize.cli.profiles import default_profile_path
+from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
 from rightsize.core.limits import BATCH, REPEATS, SEED, THREADS, WARMUP
-from rightsize.core.units import format_bytes, format_duration, parse_memory
+from rightsize.core.units import format_bytes, format_duration, parse_duration, parse_memory
 from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S, DEFAULT_CPU_MEMORY_FRACTION
 from rightsize.profiling.device import check_memory_limit, resolve_device
 from rightsize.profiling.profile import SAMPLINGS, Profile
 from rightsize.profiling.profiler import Profiler, ProfilerSettings
@@ -44,13 +46,21 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--memory-limit",
         metavar="SIZE",
-        help="search B_max under this memory instead of the device's, e.g. 8Gi",
+        help="on a CPU: the most this process may hold resident, interpreter included, enforced "
+        f"on every probe (default {DEFAULT_CPU_MEMORY_FRACTION:.0%} of the free memory); on a "
+        "GPU: the device memory to search B_max under. E.g. 8Gi",
     )
     parser.add_argument(
         "--max-batch",
         type=bounded(BATCH),
         default=BmaxSearch.max_batch,
         help="largest batch the search tries (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-step-time",
+        metavar="DURATION",
+        help="B_max stops where one training step would take longer, e.g. 30s, or none "
+        f"(default {DEFAULT_CPU_MAX_STEP_S:g}s on a CPU, none on a GPU)",
     )
     parser.add_argument(
         "--warmup",
@@ -92,7 +102,11 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the profile and predictions as JSON"
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress or warnings on stderr (--json: no progress)",
+    )
     parser.set_defaults(run=run)  # fmt: skip
 
 
@@ -102,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     settings = ProfilerSettings(
         warmup=args.warmup,
         repeats=args.repeats,
-        search=BmaxSearch(max_batch=args.max_batch),
+        search=BmaxSearch(
+            max_batch=args.max_batch, max_step_s=max_step_time(args.max_step_time, device)
+        ),
         sampling=args.sampling,
         extra_batches=tuple(parse_count_list(args.extra_batches, "--extra-batches")),
         seed=args.seed,
@@ -116,9 +132,13 @@ def run(args: argparse.Namespace) -> int:
     )  # before measuring: a path that cannot be written would lose the profile
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    progress = progress_printer(args.quiet)
+    progress = progress_printer(args.quiet or args.json)
     progress(f"profiling {workload.label} on {device}")
-    profile = Profiler(device, settings, progress).run(workload, limit)
+    profiler = Profiler(device, settings, progress, warning_printer(args.quiet))
+    if device.type == "cpu":  # the limit bounds the process (profiling/bound.py)
+        profile = profiler.run(workload, process_limit_bytes=limit)
+    else:
+        profile = profiler.run(workload, memory_limit_bytes=limit)
     profile.save(out)
     report = prediction_report(profile)
     if args.json:
@@ -140,6 +160,18 @@ def memory_limit(text: str | None, device: torch.device) -> int | None:
     return check_memory_limit(parse_memory(text, "--memory-limit"), device, "--memory-limit")
 
 
+def max_step_time(text: str | None, device: torch.device) -> float | None:
+    """``--max-step-time`` in seconds: ``none`` for no bound; by default a bound on a CPU only."""
+    if text is None:
+        return DEFAULT_CPU_MAX_STEP_S if device.type == "cpu" else None
+    if text.strip().lower() == "none":
+        return None
+    seconds = parse_duration(text, "--max-step-time")
+    if not seconds > 0:
+        raise SpecError(f"--max-step-time {text!r}: must be above 0, or none for no bound")
+    return seconds
+
+
 def print_summary(profile: Profile) -> None:
     memory = profile.memory
     print(
@@ -150,9 +182,14 @@ def print_summary(profile: Profile) -> None:
         f"  parameters       {sum(layer.param_count for layer in profile.layers):,} "
         f"in {len(profile.layers)} layers ({format_bytes(profile.param_bytes)})"
     )
+    process = (
+        f", process bound {format_bytes(memory.process_limit_bytes)}"
+        if memory.process_limit_bytes is not None
+        else ""
+    )
     print(
-        f"  B_max            {profile.bmax} (limited by {profile.bmax_limited_by}; "
-        f"limit {format_bytes(memory.limit_bytes)} from {memory.limit_source})"
+        f"  B_max            {profile.bmax} (limited by {profile.bmax_limited_by}; step limit "
+        f"{format_bytes(memory.limit_bytes)} from {memory.limit_source}{process})"
     )
     print(
         f"  resident memory  {format_bytes(memory.resident_bytes)}; activations "

@@ -18,14 +18,15 @@ from rightsize.cli.args import forbid_together, parse_options
 from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
 from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S
 from rightsize.profiling.profile import Profile
 from rightsize.profiling.profiler import Profiler, ProfilerSettings
 from rightsize.workloads.registry import WorkloadRegistry
 
 PROFILE_DIR = Path("profiles")
 QUICK_SETTINGS = ProfilerSettings(
-    repeats=3, search=BmaxSearch(max_batch=256)
-)  # planning needs the curve's shape
+    repeats=3, search=BmaxSearch(max_batch=256, max_step_s=DEFAULT_CPU_MAX_STEP_S)
+)  # planning needs the curve's shape, not minutes of steps
 QUICK_MEMORY_LIMIT = 4 * 2**30
 
 

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     status = Progress(
         args.done, parse_duration(args.elapsed, "--elapsed"), parse_money(args.spent, "--spent")
     )
-    request, comm = request_from(args), comm_model(args.comm_model)  # before any profiling
+    notes: list[str] = []
+    request, comm = request_from(args), comm_model(args.comm_model, notes)  # before any profiling
     options = build_options(resolve_profiles(args, progress), catalog, caps, args.spot, args.region,
                             device_choice(args))
     plans = replan(options, comm, request, status, interruption,
@@ -81,4 +82,4 @@ def run(args: argparse.Namespace) -> int:
     header = (f"re-planning {plans[0].iterations} remaining iterations after losing "
               f"{', '.join(sorted(lost))} ({format_duration(status.elapsed_s)} and "
               f"{format_money(status.spent_usd)} spent)")  # fmt: skip
-    return print_plans(plans, header, args.json)
+    return print_plans(plans, header, args.json, notes=notes)

@@ -11,6 +11,13 @@ and Huber loss on the bandwidth itself (Srift's), and squared error on its
 logarithm, which cannot go negative — and 5-fold cross-validated MAPE picks one
 per half. The model answers only for hosts it was probed on; any other link
 goes to the analytic fallback, and ``kind_for`` says which answered.
+
+A learned model is only worth using where it predicts better than the analytic
+one. Fitting records both errors on the probes: the learned model's 5-fold
+cross-validated MAPE (each half's chosen candidate, weighted by its records) and
+the analytic model's MAPE (it fits nothing to the probes, so its error on each
+held-out fold is its error on all of them). :meth:`LearnedCommModel.or_analytic`
+gives the planner the analytic model when the learned one is worse, and says so.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class _Half:
     log_target: bool
     booster: lgb.Booster
     cv_mape: dict[str, float]
+    records: int = 0  # trained on (0 in files written before it was kept)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         y = self.booster.predict(x)
@@ -97,7 +105,22 @@ def _fit_half(x: np.ndarray, y: np.ndarray, seed: int) -> _Half:
         )
     scores = {name: _cv_mape(x, y, obj, log, seed) for name, obj, log in CANDIDATES}
     name, objective, log_target = min(CANDIDATES, key=lambda c: scores[c[0]])
-    return _Half(name, log_target, _fit_candidate(x, y, objective, log_target, seed), scores)
+    booster = _fit_candidate(x, y, objective, log_target, seed)
+    return _Half(name, log_target, booster, scores, len(y))
+
+
+def analytic_mape(records: Sequence[ProbeRecord], model: CommModel | None = None) -> float:
+    """The analytic model's MAPE on probe records (inf where a host has no rated bandwidth)."""
+    model = model or AnalyticCommModel()
+    if any(r.rated_gbps <= 0 for r in records):
+        return math.inf  # a loopback probe: the analytic model has nothing to predict from
+    predicted = np.array([
+        model.bus_bandwidth(r.size_bytes, r.world,
+                            Link(r.host, r.rated_gbps, r.cores, r.memory_gib, r.accelerator),
+                            r.concurrent)
+        for r in records
+    ])  # fmt: skip
+    return mape(predicted, np.array([r.bus_bytes_per_s for r in records]))
 
 
 class LearnedCommModel(CommModel):
@@ -106,9 +129,29 @@ class LearnedCommModel(CommModel):
     kind = "learned"
 
     def __init__(self, small: _Half, large: _Half, mtu_bytes: int, hosts: dict[str, dict],
-                 fallback: CommModel | None = None) -> None:  # fmt: skip
+                 fallback: CommModel | None = None,
+                 analytic_mape: float | None = None) -> None:  # fmt: skip
         self.small, self.large, self.mtu_bytes, self.hosts = small, large, mtu_bytes, hosts
         self.fallback = fallback or AnalyticCommModel()
+        self.analytic_mape = analytic_mape  # on the probes it was fitted to (None: not known)
+
+    @property
+    def cv_mape(self) -> float:
+        """Cross-validated MAPE of the chosen candidates, weighted by each half's records."""
+        halves = (self.small, self.large)
+        weights = [h.records for h in halves] if all(h.records for h in halves) else [1, 1]
+        errors = [h.cv_mape[h.candidate] for h in halves]
+        return float(np.average(errors, weights=weights))
+
+    def or_analytic(self) -> tuple[CommModel, str | None]:
+        """This model, or the analytic fallback when that predicted the probes better, and why."""
+        if self.analytic_mape is None or self.cv_mape <= self.analytic_mape:
+            return self, None
+        return self.fallback, (
+            f"the learned comm model is not used: its cross-validated error (MAPE "
+            f"{self.cv_mape:.1f}%) is worse than the analytic model's ({self.analytic_mape:.1f}%) "
+            "on the same probes; planning with the analytic model"
+        )
 
     @classmethod
     def fit(cls, records: Sequence[ProbeRecord], seed: int = 0) -> LearnedCommModel:
@@ -122,8 +165,9 @@ class LearnedCommModel(CommModel):
         hosts = {r.host: {"cores": r.cores, "memory_gib": r.memory_gib, "rated_gbps": r.rated_gbps}
                  for r in records}  # fmt: skip
         return cls(
-            _fit_half(x[small], y[small], seed), _fit_half(x[large], y[large], seed), mtu, hosts
-        )
+            _fit_half(x[small], y[small], seed), _fit_half(x[large], y[large], seed), mtu, hosts,
+            analytic_mape=analytic_mape(records),
+        )  # fmt: skip
 
     def kind_for(self, link: Link) -> str:
         return self.kind if link.name in self.hosts else self.fallback.kind
@@ -153,9 +197,10 @@ class LearnedCommModel(CommModel):
     def save(self, path: str | Path) -> Path:
         data = {
             "schema": MODEL_SCHEMA, "version": 1, "mtu_bytes": self.mtu_bytes, "hosts": self.hosts,
+            "analytic_mape": _finite_or_none(self.analytic_mape),
             "halves": {
                 name: {"candidate": h.candidate, "log_target": h.log_target, "cv_mape": h.cv_mape,
-                       "booster": h.booster.model_to_string()}
+                       "records": h.records, "booster": h.booster.model_to_string()}
                 for name, h in (("small", self.small), ("large", self.large))
             },
         }  # fmt: skip
@@ -172,12 +217,19 @@ class LearnedCommModel(CommModel):
         try:
             halves = {
                 name: _Half(h["candidate"], h["log_target"], lgb.Booster(model_str=h["booster"]),
-                            h["cv_mape"])
+                            h["cv_mape"], h.get("records", 0))
                 for name, h in data["halves"].items()
             }  # fmt: skip
-            return cls(halves["small"], halves["large"], data["mtu_bytes"], data["hosts"])
+            # absent (an older file) or null (nothing to predict from): the learned model is used
+            return cls(halves["small"], halves["large"], data["mtu_bytes"], data["hosts"],
+                       analytic_mape=data.get("analytic_mape"))  # fmt: skip
         except (KeyError, TypeError, AttributeError, lgb.basic.LightGBMError) as exc:
             raise SpecError(
                 f"comm model {path} is damaged ({type(exc).__name__}: {exc}); "
                 "train it again with rightsize probe"
             ) from None
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """JSON has no infinity: an analytic model that could not predict is written as null."""
+    return None if value is None or math.isinf(value) else value

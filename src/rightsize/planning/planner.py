@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rightsize.core.catalog import Catalog
-from rightsize.core.errors import ResourceError, SpecError
+from rightsize.core.errors import SpecError
 from rightsize.core.limits import INSTANCES
-from rightsize.core.units import format_money
 from rightsize.perf.comm import CommModel
 from rightsize.planning.baselines import cap_plan, tap_plan
 from rightsize.planning.estimate import Estimator, PlanRequest
@@ -91,25 +90,13 @@ def _main_region(catalog: Catalog) -> str:
     return max(set(regions), key=regions.count)
 
 
-def check_budget(options: Sequence[InstanceOption], budget_usd: float | None) -> None:
-    """Reject a budget below one hour of the cheapest instance — almost always a unit mistake."""
-    if budget_usd is None:
-        return
-    cheapest = min(options, key=lambda o: o.price_per_hour)
-    if budget_usd < cheapest.price_per_hour:
-        raise ResourceError(
-            f"budget {format_money(budget_usd)} is below one instance-hour of the cheapest "
-            f"instance ({cheapest.name} at {format_money(cheapest.price_per_hour)}/h); "
-            "give the whole job's budget in dollars"
-        )
-
-
 def plan(options: Sequence[InstanceOption], comm: CommModel, request: PlanRequest,
          mode: str = "auto", top: int = 5) -> PlanResult:  # fmt: skip
     """Srift's search over ``options`` (exhaustive when few types, else eager) and CAP/TAP beside it."""
     if request.global_batch < 1 or request.iterations < 1:
         raise SpecError("the global batch and the number of iterations must be at least 1")
-    check_budget(options, request.constraints.budget_usd)
+    # A budget is the whole job's: one below an instance-hour is fine when the job costs less
+    # (billing is per second, as plan.total_cost computes it); the search says when no plan fits.
     if mode == "auto":
         mode = "exhaustive" if len(options) <= EXHAUSTIVE_MAX_TYPES else "eager"
     estimator = Estimator({o.name: o for o in options}, comm, request)

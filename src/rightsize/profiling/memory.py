@@ -31,6 +31,10 @@ class PeakMemoryMeter(ABC):
     def measure(self, step: Callable[[], None], resident_bytes: int) -> int:
         """Peak bytes while ``step`` runs, counting ``resident_bytes`` already held."""
 
+    def settle(self) -> None:
+        """Give back memory freed but still held, so that what follows starts from the floor."""
+        return None  # CUDA's caching allocator is measured by its own counters, not the RSS
+
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
@@ -61,8 +65,15 @@ class CudaPeakMeter(PeakMemoryMeter):
         return int(torch.cuda.max_memory_allocated(self.device))  # resident tensors included
 
 
+def status_bytes(key: str, status: Path = Path("/proc/self/status")) -> int:
+    """A ``kB`` line of ``/proc/self/status`` (VmRSS, VmHWM, VmData) in bytes."""
+    for line in status.read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise ResourceError(f"{status} has no {key}")
+
+
 class CpuPeakMeter(PeakMemoryMeter):
-    _STATUS = Path("/proc/self/status")
     _CLEAR_REFS = Path("/proc/self/clear_refs")
 
     def __init__(self) -> None:
@@ -77,20 +88,21 @@ class CpuPeakMeter(PeakMemoryMeter):
             self._trim = None  # non-glibc: freed memory may linger, peaks read a little low
 
     def measure(self, step: Callable[[], None], resident_bytes: int) -> int:
+        start = self.settled_rss()
+        self._CLEAR_REFS.write_text("5")  # resets VmHWM to the current RSS
+        step()
+        peak = status_bytes("VmHWM")
+        return resident_bytes + max(0, peak - start)
+
+    def settle(self) -> None:
         gc.collect()
         if self._trim is not None:
             self._trim(0)
-        start = self._status_bytes("VmRSS")
-        self._CLEAR_REFS.write_text("5")  # resets VmHWM to the current RSS
-        step()
-        peak = self._status_bytes("VmHWM")
-        return resident_bytes + max(0, peak - start)
 
-    def _status_bytes(self, key: str) -> int:
-        for line in self._STATUS.read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-        raise ResourceError(f"/proc/self/status has no {key}")
+    def settled_rss(self) -> int:
+        """The process's resident bytes once garbage is collected and freed heap returned."""
+        self.settle()
+        return status_bytes("VmRSS")
 
 
 def meter_for(device: torch.device) -> PeakMemoryMeter:

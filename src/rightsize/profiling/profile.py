@@ -22,7 +22,8 @@ from rightsize.core.limits import MAX_BATCH
 from rightsize.core.validation import describe_validation_error
 
 PROFILE_SCHEMA = "rightsize.profile"
-PROFILE_VERSION = 1
+#: 2: the process's memory bound, B_max limited by "time", noisy batches and falling segments.
+PROFILE_VERSION = 2
 
 
 def srift_sample_batches(bmax: int, min_batch: int = 1) -> list[int]:
@@ -115,6 +116,10 @@ class MemoryProfile(_Frozen):
     resident_bytes: Bytes  # parameters + optimizer state + framework buffers held between steps
     activation_bytes_per_sample: Amount  # tensors saved for backward, per sample
     probes: tuple[tuple[Count, Bytes], ...]  # (batch, measured peak bytes) of the B_max search
+    # CPU: the bound on the profiler's resident memory, enforced on every probe, and what the
+    # process held before any step (interpreter, libraries, model); limit = process - overhead
+    process_limit_bytes: Bytes | None = None
+    process_overhead_bytes: Bytes | None = None
 
 
 class Profile(_Frozen):
@@ -128,13 +133,16 @@ class Profile(_Frozen):
     device: DeviceInfo
     bmax: Batch
     min_batch: Batch = 1  # 2 when BatchNorm cannot train on one sample
-    bmax_limited_by: str  # "memory" or "cap"
+    bmax_limited_by: str  # "memory", "cap" or "time" (profiling/bmax.py)
     memory: MemoryProfile
     samples: tuple[LatencySample, ...] = Field(min_length=1)
     layers: tuple[LayerProfile, ...]
     forward_flops_per_sample: Amount = 0.0  # whole model, including ops outside parameter layers
     backward_flops_per_sample: Amount = 0.0
     settings: dict[str, Any] = {}
+    # timing problems left after re-measuring (profiling/noise.py)
+    noisy_batches: tuple[Batch, ...] = ()  # fwd+bwd spread above settings["noisy_cv"]
+    falling_segments: tuple[tuple[Batch, Batch], ...] = ()  # fwd+bwd time falls between them
     created_at: str
     rightsize_version: str
 
@@ -150,6 +158,25 @@ class Profile(_Frozen):
     @property
     def param_bytes(self) -> int:
         return sum(layer.param_bytes for layer in self.layers)
+
+    def timing_warnings(self) -> list[str]:
+        """One line per timing problem the profiler recorded, for ``predict`` and ``plan``."""
+        lines = []
+        if self.noisy_batches:
+            threshold = self.settings.get("noisy_cv", 0.1)
+            lines.append(
+                f"{self.workload}: noisy timings at batch "
+                f"{', '.join(map(str, self.noisy_batches))} (fwd+bwd spread above "
+                f"{threshold:.0%} std/mean after re-measuring); predictions there are uncertain "
+                "— profile again on a quieter machine, or with --threads 1 and more --repeats"
+            )
+        if self.falling_segments:
+            spans = ", ".join(f"{a}->{b}" for a, b in self.falling_segments)
+            lines.append(
+                f"{self.workload}: step time falls as the batch grows ({spans}): the compute "
+                "model has segments of negative slope there (measurement noise)"
+            )
+        return lines
 
     def sample_nearest(self, batch: int) -> LatencySample:
         """The measured sample whose batch is closest to ``batch``."""

@@ -1,13 +1,16 @@
 """The profiler: measure a workload on a real device and produce a Profile (Srift §4.1).
 
 Steps: binary-search B_max on measured peak memory under the device's memory
-(or a given limit); time forward, backward and optimizer at Srift's four batch
+(or a given limit; on a CPU a bound on the process, enforced on every probe —
+``profiling/bound.py``, ``profiling/bounded.py``) and, when set, a bound on one
+step's time; time forward, backward and optimizer at Srift's four batch
 sizes ``1, B_max/3, 2·B_max/3, B_max`` (warm-up, then repetitions interleaved
 round-robin across the batch sizes so drift on a shared machine bends no part
-of the curve; medians and spread);
-record each layer's gradient-ready time in separate instrumented passes; count
-activation bytes, parameter bytes and per-layer FLOPs. Progress goes to a
-callback because profiling a large model on a CPU takes minutes.
+of the curve; medians and spread), timing noisy batches again
+(``profiling/noise.py``); record each layer's gradient-ready time in separate
+instrumented passes; count activation bytes, parameter bytes and per-layer
+FLOPs. Progress, with the time left, goes to a callback because profiling a
+large model on a CPU takes minutes; warnings go to another.
 """
 
 from __future__ import annotations
@@ -21,15 +24,25 @@ import torch
 
 from rightsize import __version__
 from rightsize.core.errors import ResourceError
-from rightsize.core.units import format_bytes, format_duration
-from rightsize.profiling.bmax import BmaxSearch, find_max_batch
+from rightsize.core.units import format_bytes
+from rightsize.profiling.bmax import BmaxResult, BmaxSearch, find_max_batch
+from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
 from rightsize.profiling.memory import (
+    CpuPeakMeter,
     frozen_heap,
     meter_for,
     saved_activation_bytes,
     tensor_bytes,
+)
+from rightsize.profiling.noise import (
+    NOISY_CV,
+    RETIME_RETRIES,
+    falling_segments,
+    median_totals,
+    noisy_batches,
+    steady_runs,
 )
 from rightsize.profiling.profile import (
     LatencySample,
@@ -38,6 +51,8 @@ from rightsize.profiling.profile import (
     Profile,
     sample_batches,
 )
+from rightsize.profiling.progress import ProgressClock, TimingProgress
+from rightsize.profiling.search_probes import SearchProbes
 from rightsize.profiling.timing import (
     StepRuns,
     Stopwatch,
@@ -63,6 +78,8 @@ class ProfilerSettings:
         sampling: ``dense`` (default: Srift's four batches plus powers of two) or
             ``srift`` (the four only); see :func:`sample_batches`.
         extra_batches: further batch sizes to time.
+        noisy_cv, retime_retries: re-time a batch whose fwd+bwd spread (std/mean) is
+            above ``noisy_cv``, at most ``retime_retries`` times (profiling/noise.py).
         lr, momentum: the SGD optimizer the steps use.
         seed: model initialisation seed.
     """
@@ -73,6 +90,8 @@ class ProfilerSettings:
     search: BmaxSearch = field(default_factory=BmaxSearch)
     sampling: str = "dense"
     extra_batches: tuple[int, ...] = ()
+    noisy_cv: float = NOISY_CV
+    retime_retries: int = RETIME_RETRIES
     lr: float = 0.01
     momentum: float = 0.9
     seed: int = 0
@@ -80,6 +99,8 @@ class ProfilerSettings:
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.warmup < 0 or self.hook_repeats < 1:
             raise ResourceError("repeats and hook_repeats must be >= 1 and warmup >= 0")
+        if self.noisy_cv <= 0 or self.retime_retries < 0:
+            raise ResourceError("noisy_cv must be > 0 and retime_retries >= 0")
         sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
 
 
@@ -110,8 +131,8 @@ def _check_weights_fit(workload: Workload, limit: int) -> None:
 class _Session:
     """One workload's model and optimizer on the device, and the measurements made on them."""
 
-    def __init__(self, profiler: Profiler, workload: Workload) -> None:
-        self.profiler, self.workload = profiler, workload
+    def __init__(self, profiler: Profiler, workload: Workload, clock: ProgressClock) -> None:
+        self.profiler, self.workload, self.clock = profiler, workload, clock
         self.device = profiler.device
         settings = profiler.settings
         self.model = workload.make_model(settings.seed, self.device)
@@ -120,6 +141,7 @@ class _Session:
             self.model.parameters(), lr=settings.lr, momentum=settings.momentum
         )
         self.layers = trainable_layers(self.model)
+        self.timed: list[tuple[int, float]] = []  # (batch, seconds) of single steps, for estimates
         self.min_batch = self._find_min_batch()  # also creates the optimizer's state
 
     def step(self, batch) -> None:
@@ -131,13 +153,22 @@ class _Session:
     def _find_min_batch(self) -> int:
         """1, or 2 when a training step on one sample is impossible (BatchNorm over 1x1 maps)."""
         try:
-            self.step(self.workload.example_batch(1, self.device))
+            self.step_seconds(1)
             return 1
         except (ValueError, RuntimeError) as exc:
-            self.step(self.workload.example_batch(2, self.device))
+            self.step_seconds(2)
             reason = str(exc).splitlines()[0]
-            self.profiler.progress(f"batch 1 cannot train ({reason}); smallest batch is 2")
+            self.clock.say(f"batch 1 cannot train ({reason}); smallest batch is 2")
             return 2
+
+    def step_seconds(self, batch_size: int) -> float:
+        """One step here, timed (kept for the time-left estimates)."""
+        batch = self.workload.example_batch(batch_size, self.device)
+        stopwatch = self.profiler.stopwatch
+        start = stopwatch.now()
+        self.step(batch)
+        self.timed.append((batch_size, stopwatch.now() - start))
+        return self.timed[-1][1]
 
     def resident_bytes(self, batch=None) -> int:
         """Bytes of tensors held between steps: parameters, buffers, optimizer state, the batch."""
@@ -149,35 +180,54 @@ class _Session:
             tensors += [*inputs, target]
         return tensor_bytes(tensors)
 
-    def peak_bytes(self, batch_size: int) -> int:
+    def measure_peak(self, batch_size: int) -> int:
+        """Peak bytes of one step at ``batch_size``, in whichever process calls it."""
         batch = self.workload.example_batch(batch_size, self.device)
-        peak = self.profiler.meter.measure(lambda: self.step(batch), self.resident_bytes(batch))
-        self.profiler.progress(f"peak memory at batch {batch_size}: {format_bytes(peak)}")
+        return self.profiler.meter.measure(lambda: self.step(batch), self.resident_bytes(batch))
+
+    def peak_bytes(self, batch_size: int) -> int:
+        peak = self.measure_peak(batch_size)
+        self.clock.say(f"peak memory at batch {batch_size}: {format_bytes(peak)}")
         return peak
 
-    def samples(self, batches: list[int], peaks: dict[int, int]) -> list[LatencySample]:
-        """Latency samples of ``batches``, timed interleaved; peaks measured where missing."""
-        settings, stopwatch, progress = (
-            self.profiler.settings,
-            self.profiler.stopwatch,
-            self.profiler.progress,
-        )
+    def samples(
+        self, batches: list[int], peaks: dict[int, int]
+    ) -> tuple[list[LatencySample], dict]:
+        """Latency samples of ``batches``, timed interleaved, noisy ones again; peaks measured
+        where missing. Also returns the timing problems left (``noisy``, ``falling``)."""
+        settings = self.profiler.settings
         peaks = {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
         examples = {b: self.workload.example_batch(b, self.device) for b in batches}
-        progress(f"timing batches {', '.join(map(str, batches))} ({settings.repeats} rounds)")
-        runs = time_interleaved(
-            self.workload, self.model, self.optimizer, examples, stopwatch,
-            settings.warmup, settings.repeats, settings.seed,
+        report = TimingProgress(self.clock, settings.warmup, settings.repeats,
+                                settings.hook_repeats, len(batches))  # fmt: skip
+        report.start(batches, self.timed)
+        runs = self._time(examples, batches, settings.seed, report.round_done)
+        runs, _ = steady_runs(
+            lambda again: self._time(examples, again, settings.seed + len(again)),
+            runs, settings.noisy_cv, settings.retime_retries, report.retiming,
         )  # fmt: skip
         samples = []
         for size in batches:
+            self.profiler.meter.settle()
             ready = grad_ready_fractions(
-                self.workload, self.model, self.layers, examples[size], stopwatch,
+                self.workload, self.model, self.layers, examples[size], self.profiler.stopwatch,
                 settings.hook_repeats,
             )  # fmt: skip
             samples.append(_latency_sample(size, runs[size], ready, peaks[size]))
-            progress(f"  batch {size}: {format_duration(samples[-1].total_s)} per step")
-        return samples
+            report.batch_done(size, samples[-1].total_s)
+        problems = {
+            "noisy": noisy_batches(runs, settings.noisy_cv),
+            "falling": falling_segments(median_totals(runs)),
+        }
+        return samples, problems
+
+    def _time(self, examples: dict, batches: list[int], seed: int, on_round=lambda _d: None):
+        settings = self.profiler.settings
+        return time_interleaved(
+            self.workload, self.model, self.optimizer, {b: examples[b] for b in batches},
+            self.profiler.stopwatch, settings.warmup, settings.repeats, seed, on_round,
+            self.profiler.meter.settle,
+        )  # fmt: skip
 
     def activation_bytes_per_sample(self, bmax: int) -> float:
         """Slope of saved-for-backward bytes between two batch sizes (constant terms cancel)."""
@@ -222,32 +272,73 @@ class Profiler:
         device: torch.device,
         settings: ProfilerSettings = ProfilerSettings(),
         progress: Progress = lambda _message: None,
+        warn: Progress = lambda _message: None,
     ) -> None:
         self.device = device
         self.settings = settings
-        self.progress = progress
+        self.progress, self.warn = progress, warn
         self.stopwatch = Stopwatch(device)
         self.meter = meter_for(device)
 
-    def run(self, workload: Workload, memory_limit_bytes: int | None = None) -> Profile:
-        """Profile ``workload``; ``memory_limit_bytes`` overrides the device's capacity.
+    def run(
+        self,
+        workload: Workload,
+        memory_limit_bytes: int | None = None,
+        process_limit_bytes: int | None = None,
+    ) -> Profile:
+        """Profile ``workload``.
+
+        Args:
+            memory_limit_bytes: what a step's tensors may hold, instead of the device's
+                memory (on a CPU the process may hold that plus what it held before).
+            process_limit_bytes: CPU: a bound on the whole process's resident memory
+                (``--memory-limit``); default a share of the free memory (profiling/bound.py).
 
         Raises:
             ResourceError: the workload does not fit even at its smallest batch.
         """
         settings = self.settings
+        clock = ProgressClock(self.progress)
         device_info = describe_device(self.device)
-        limit = memory_limit_bytes if memory_limit_bytes is not None else device_info.memory_bytes
-        _check_weights_fit(workload, limit)
-        session = _Session(self, workload)
-        self.progress(f"searching B_max under {format_bytes(limit)}")
+        _check_weights_fit(
+            workload, memory_limit_bytes or process_limit_bytes or device_info.memory_bytes
+        )
+        session = _Session(self, workload, clock)
+        bound = self._bound(session, device_info, memory_limit_bytes, process_limit_bytes)
+        search_settings = settings.search
+        clock.say(announce(search_settings.max_batch, search_settings.max_step_s, bound,
+                           device_info.memory_bytes))  # fmt: skip
+        steps = settings.warmup + 2 * settings.repeats + settings.hook_repeats
+        probes = SearchProbes(session, bound, self.meter, settings.sampling, steps)
+        timed = probes.step_time if search_settings.max_step_s is not None else None
         with frozen_heap():  # one garbage collection for the whole search, not one per probe
-            search = find_max_batch(session.peak_bytes, limit, settings.search, session.min_batch)
-        self.progress(f"B_max = {search.bmax} (limited by {search.limited_by})")
+            search = find_max_batch(
+                probes.peak, bound.limit_bytes, search_settings, session.min_batch, timed
+            )
+        clock.say(f"B_max = {search.bmax} (limited by {search.limited_by})")
         batches = sorted(set(sample_batches(settings.sampling, search.bmax, session.min_batch)) | {
             b for b in settings.extra_batches if session.min_batch <= b <= search.bmax
         })  # fmt: skip
-        samples = session.samples(batches, dict(search.probes))
+        samples, problems = session.samples(batches, dict(search.probes))
+        profile = self._profile(workload, session, device_info, bound, search, samples, problems)
+        for line in profile.timing_warnings():
+            self.warn(line)
+        return profile
+
+    def _bound(self, session: _Session, device_info, memory_limit: int | None,
+               process_limit: int | None) -> MemoryBound:  # fmt: skip
+        if not isinstance(self.meter, CpuPeakMeter):  # a GPU: its memory, tensors only
+            given = memory_limit if memory_limit is not None else process_limit
+            if given is None:
+                return MemoryBound(device_info.memory_bytes, "device")
+            return MemoryBound(given, "--memory-limit")
+        overhead = max(0, self.meter.settled_rss() - session.resident_bytes())
+        # the free memory described with the device: the default and its announcement agree
+        return cpu_bound(overhead, device_info.memory_bytes, process_limit, memory_limit)
+
+    def _profile(self, workload: Workload, session: _Session, device_info, bound: MemoryBound,
+                 search: BmaxResult, samples: list[LatencySample], problems: dict) -> Profile:  # fmt: skip
+        settings = self.settings
         count_batch = workload.example_batch(min(4, search.bmax), self.device)
         costs = layer_costs(session.model, workload, session.layers, count_batch)
         return Profile(
@@ -259,11 +350,13 @@ class Profiler:
             min_batch=session.min_batch,
             bmax_limited_by=search.limited_by,
             memory=MemoryProfile(
-                limit_bytes=limit,
-                limit_source="--memory-limit" if memory_limit_bytes is not None else "device",
+                limit_bytes=bound.limit_bytes,
+                limit_source=bound.source,
                 resident_bytes=session.resident_bytes(),
                 activation_bytes_per_sample=session.activation_bytes_per_sample(search.bmax),
                 probes=tuple(sorted(search.probes)),
+                process_limit_bytes=bound.process_bytes,
+                process_overhead_bytes=bound.overhead_bytes,
             ),
             samples=tuple(samples),
             layers=tuple(
@@ -285,10 +378,13 @@ class Profiler:
                 "extra_batches": list(settings.extra_batches),  # as JSON will read it back
                 "threads": torch.get_num_threads(),
             },
+            noisy_batches=tuple(problems["noisy"]),
+            falling_segments=tuple(problems["falling"]),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
             rightsize_version=__version__,
         )
 
     def time_batches(self, workload: Workload, batches: list[int]) -> list[LatencySample]:
         """Time ``batches`` exactly as :meth:`run` times its samples (for accuracy checks)."""
-        return _Session(self, workload).samples(sorted(batches), {})
+        session = _Session(self, workload, ProgressClock(self.progress))
+        return session.samples(sorted(batches), {})[0]
