@@ -9,7 +9,9 @@ steady steps/s, the PS's CPU use and the bytes each step moves. Then it fits:
 
 - the PS's CPU-seconds per update and per byte moved, by least squares on the
   PS's own CPU readings (cgroup cpuacct: what it used, not what it was given)
-  against updates/s and bytes/s;
+  against updates/s and bytes/s (one model moves the same bytes every step,
+  so only their sum per step is identifiable from it: the split needs cases
+  of different sizes, ``--cases mlp3,wide-deep``);
 - the workers' step outside the PS (``Z``) from the one-worker runs;
 
 and predicts every curve with the queueing model (perf/ps.py
