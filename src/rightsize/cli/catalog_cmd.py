@@ -88,8 +88,9 @@ def _print_accelerators(catalog: Catalog, as_json: bool) -> int:
         print_json([a.__dict__ for a in accs])
         return 0
     print(format_table(
-        ["accelerator", "memory GiB", "fp32 TFLOPS", "fp16 TFLOPS", "mem GB/s"],
-        [[a.name, f"{a.memory_gib:g}", f"{a.fp32_tflops:g}", f"{a.fp16_tflops:g}", f"{a.mem_bandwidth_gbs:g}"]
-         for a in accs],
+        ["accelerator", "memory GiB", "fp32 TFLOPS", "tf32 TFLOPS", "fp16 TFLOPS", "mem GB/s"],
+        [[a.name, f"{a.memory_gib:g}", f"{a.fp32_tflops:g}",
+          "-" if a.tf32_tflops is None else f"{a.tf32_tflops:g}", f"{a.fp16_tflops:g}",
+          f"{a.mem_bandwidth_gbs:g}"] for a in accs],
     ))  # fmt: skip
     return 0

@@ -10,6 +10,7 @@ part of the step.
 from __future__ import annotations
 
 import argparse
+import math
 
 from rightsize.cli.output import format_table
 from rightsize.core.catalog import Accelerator, InstanceType, find_accelerator, load_catalog
@@ -84,7 +85,7 @@ def device_report(profile: Profile, acc: Accelerator, precision: Precision,
             "kind": "calibrated per-operation-class roofline (perf/device_model.py)",
             "from": "the profile's counted FLOPs and bytes, the GPU's datasheet peaks",
             "calibration": eff.source, "held_out_errors": dict(eff.held_out),
-            "interval": f"x/÷ {2.718281828 ** eff.log_spread:.2f} (80% of held-out errors)",
+            "interval": f"x/÷ {math.exp(eff.log_spread):.2f} (80% of held-out errors)",
         },
         "predictions": rows,
     }  # fmt: skip
