@@ -24,14 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from rightsize.core.spec import Constraints, Objective
-from rightsize.perf.comm import CommModel
+from rightsize.perf.comm import CommModel, Link
 from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.iteration import (
     EXCHANGES,
     combine,
     ddp_copy_s,
     exchange_s,
-    gradient_bytes,
     is_ddp,
 )
 from rightsize.planning.options import InstanceOption
@@ -87,6 +86,25 @@ class PlanRequest:
         return self.restart_s + (self.launch_s if new else 0.0)
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What a configuration's step is made of before its exchange is simulated.
+
+    Attributes:
+        option: the type with the slowest mean compute: its gradients and optimizer count.
+        mean_s: that type's mean compute time.
+        backward_s: the backward share of the configuration's compute, stragglers included.
+        link: the slowest link among the types.
+        mode: the exchange mode (``ddp-probe`` only where the probe covers the configuration).
+    """
+
+    option: InstanceOption
+    mean_s: float
+    backward_s: float
+    link: Link
+    mode: str
+
+
 class Estimator:
     """Predicts :class:`CloudPlan` numbers for configurations over one set of options."""
 
@@ -96,6 +114,7 @@ class Estimator:
         self.options, self.comm, self.request = options, comm, request
         self._draws: dict[tuple[str, int], np.ndarray] = {}
         self._exchange: dict[tuple[int, str, float], float] = {}
+        self._floor: dict[tuple[int, str, int], float] = {}
 
     def _running_max(self, name: str, batch: int) -> np.ndarray:
         """``[c-1, i]``: slowest of ``c`` VMs in iteration ``i`` (one set of draws per type and batch)."""
@@ -109,6 +128,13 @@ class Estimator:
             draws = rng.normal(mean, option.cv * mean, size=(option.cap, STRAGGLER_ITERATIONS))
             self._draws[key] = np.maximum.accumulate(np.maximum(draws, 0.0), axis=0)
         return self._draws[key]
+
+    def slowest_vm_s(self, name: str, batch: int) -> np.ndarray:
+        """``[c-1]``: mean over iterations of the slowest of ``c`` VMs of ``name`` at ``batch``.
+
+        Every configuration holding that slot computes at least this long (the search's bounds).
+        """
+        return self._running_max(name, batch).mean(axis=1)
 
     def compute_s(self, config: Config) -> float:
         """Mean over iterations of the slowest VM's compute time (Srift §4.3)."""
@@ -128,47 +154,79 @@ class Estimator:
             return total
         return total / 3600 * self.price_per_hour(config)
 
-    def lower_bound(self, config: Config) -> float:
-        """The objective if parameter exchange were free: no real plan does better."""
-        return self.objective_value(self.compute_s(config), config)
+    def bound_plan(self, config: Config) -> CloudPlan:
+        """The plan if every gradient moved at the link's full capacity from the start of
+        backward. The simulator never gives concurrent transfers more than ``b_cap`` together,
+        so no prediction is faster or cheaper: a configuration whose bound plan misses the
+        deadline, the budget or the k-th best can be passed over. Where the DDP probe
+        predicts the step, compute alone bounds it."""
+        compute = self.compute_s(config)
+        step = self._step(config, compute)
+        seconds = compute
+        if step.mode != DDP_PROBE:
+            floor = self.exchange_floor_s(config.vms, step.link, step.option.gradient_bytes)
+            seconds = self._combine(compute, step, floor)
+        return self._plan(config, seconds, "bound", {})
 
     def estimate(self, config: Config, policy: str = "srift") -> CloudPlan:
         """Full prediction: stragglers, then :func:`~rightsize.perf.iteration.combine`'s
         ``t_fw + max(t_bw, t_pe)`` with the exchange cached per (VMs, link, backward)."""
         compute = self.compute_s(config)
+        step = self._step(config, compute)
+        option, link = step.option, step.link
+        models = {s.instance: self.options[s.instance].provenance for s in config.slots}
+        if step.mode == DDP_PROBE:
+            probe = self.request.ddp_probe
+            overhead = probe.overhead_s(config.vms, option.gradient_bytes, step.mean_s)
+            seconds = compute + overhead + option.optimizer_s
+            models["comm"] = probe.kind
+            return self._plan(config, seconds, policy, models)
+        models["comm"] = self.comm.kind_for(link)
+        if self.request.exchange == DDP_PROBE:
+            models["comm"] += ", no DDP probe"
+        key = (config.vms, link.name, round(step.backward_s, 9))
+        if key not in self._exchange:
+            self._exchange[key] = exchange_s(
+                option.layers, step.backward_s, config.vms, self.comm, link, step.mode
+            )
+        seconds = self._combine(compute, step, self._exchange[key])
+        return self._plan(config, seconds, policy, models)
+
+    def _step(self, config: Config, compute: float) -> _Step:
         slowest = max(
             config.slots, key=lambda s: self.options[s.instance].vm_compute(s.batch).total_s
         )
         option = self.options[slowest.instance]
         mean = option.vm_compute(slowest.batch)
-        backward = compute * mean.backward_s / mean.total_s
         link = min(
             (self.options[s.instance].link for s in config.slots), key=lambda k: k.rated_gbps
         )
-        models = {s.instance: self.options[s.instance].provenance for s in config.slots}
-        probe = self.request.ddp_probe
-        if self.request.exchange == DDP_PROBE and probe.covers(link.name, config.vms):
-            overhead = probe.overhead_s(config.vms, gradient_bytes(option.layers), mean.total_s)
-            seconds = compute + overhead + option.compute.optimizer_s
-            models["comm"] = probe.kind
-            return self._plan(config, seconds, policy, models)
         mode = self.request.exchange
-        if mode == DDP_PROBE:
-            mode, models["comm"] = DDP_PROBE_FALLBACK, f"{self.comm.kind_for(link)}, no DDP probe"
-        else:
-            models["comm"] = self.comm.kind_for(link)
-        key = (config.vms, link.name, round(backward, 9))
-        if key not in self._exchange:
-            self._exchange[key] = exchange_s(
-                option.layers, backward, config.vms, self.comm, link, mode
-            )
-        ddp = is_ddp(mode)
-        optimizer = option.compute.optimizer_s if ddp else 0.0
+        if mode == DDP_PROBE and not self.request.ddp_probe.covers(link.name, config.vms):
+            mode = DDP_PROBE_FALLBACK
+        return _Step(option, mean.total_s, compute * mean.backward_s / mean.total_s, link, mode)
+
+    def _combine(self, compute: float, step: _Step, exchange: float) -> float:
+        ddp = is_ddp(step.mode)
+        option = step.option
+        optimizer = option.optimizer_s if ddp else 0.0
         copies = ddp_copy_s(option.layers, option.mem_bytes_per_s) if ddp else 0.0
-        seconds = combine(
-            compute - backward, backward, self._exchange[key], mode, optimizer, copies
+        backward = step.backward_s
+        return combine(
+            compute - backward, backward, exchange, step.mode, optimizer, copies
         ).iteration_s
-        return self._plan(config, seconds, policy, models)
+
+    def exchange_floor_s(self, vms: int, link: Link, grad_bytes: int) -> float:
+        """``t_pe`` if ``link``'s capacity carried every gradient's bus bytes, 2·G·(n-1)/n, from
+        the start: the simulator never gives concurrent transfers more, so no exchange of
+        ``grad_bytes`` among ``vms`` VMs is faster."""
+        if vms <= 1:
+            return 0.0
+        key = (vms, link.name, grad_bytes)
+        if key not in self._floor:
+            bus_bytes = 2 * grad_bytes * (vms - 1) / vms
+            self._floor[key] = bus_bytes / self.comm.capacity(vms, link)
+        return self._floor[key]
 
     def _plan(self, config: Config, seconds: float, policy: str, models: dict) -> CloudPlan:
         spreads = [self.options[s.instance].log_spread for s in config.slots]

@@ -15,8 +15,8 @@ largest that fits the device's memory (Srift §4.4 insight 1).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -26,7 +26,7 @@ from rightsize.core.errors import SpecError
 from rightsize.perf.comm import Link
 from rightsize.perf.compute import ComputeModel, ComputeTime
 from rightsize.perf.device_model import GpuCompute
-from rightsize.perf.iteration import LayerGrad
+from rightsize.perf.iteration import LayerGrad, gradient_bytes
 from rightsize.perf.precision import Precision
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
 from rightsize.profiling.profile import Profile
@@ -60,7 +60,7 @@ class InstanceOption:
 
     Attributes:
         instance: the catalog row.
-        compute: per-device compute model (measured or roofline-scaled).
+        compute: per-device compute model (measured, device model or roofline-scaled).
         devices: accelerators per VM (1 for CPU-only VMs).
         bmax_per_device: the largest per-device batch that fits in memory.
         cv: spread of the compute time (std/mean), Srift's straggler scale.
@@ -72,6 +72,9 @@ class InstanceOption:
         log_spread: the compute model's interval half-width in log space (0 when measured on
             the device, the calibration's held-out spread for the device model, None for a
             roofline scaling, whose error is not known per prediction).
+        predictions: ``compute``'s predictions so far, by per-device batch. The search asks
+            for the same few batches again and again (the device model takes about a
+            millisecond each), and the types of one accelerator share them (make_option).
     """
 
     instance: InstanceType
@@ -85,6 +88,7 @@ class InstanceOption:
     layers: tuple[LayerGrad, ...]
     mem_bytes_per_s: float
     log_spread: float | None = 0.0
+    predictions: dict[float, ComputeTime] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -101,12 +105,28 @@ class InstanceOption:
 
     def vm_compute(self, vm_batch: int) -> ComputeTime:
         """Forward and backward time of one VM whose devices share ``vm_batch``."""
-        return self.compute.predict(vm_batch / self.devices)
+        return self.device_compute(vm_batch / self.devices)
+
+    def device_compute(self, batch: float) -> ComputeTime:
+        """Forward and backward time of one device at ``batch``."""
+        if batch not in self.predictions:
+            self.predictions[batch] = self.compute.predict(batch)
+        return self.predictions[batch]
+
+    @functools.cached_property
+    def gradient_bytes(self) -> int:
+        """Bytes of every gradient to exchange."""
+        return gradient_bytes(self.layers)
+
+    @functools.cached_property
+    def optimizer_s(self) -> float:
+        # cached: the device model works it out from a whole step
+        return self.compute.optimizer_s
 
     @functools.cached_property
     def saturating_vm_batch(self) -> int:
         # cached: the search asks for an option's batches once per configuration subset
-        return saturating_batch(self.compute, self.bmax_per_device) * self.devices
+        return saturating_batch(self.device_compute, self.bmax_per_device) * self.devices
 
     def batches(self, minimum: int = 1) -> list[int]:
         """Per-VM batches worth trying: powers of two from the saturating batch up to B_max."""
@@ -114,10 +134,11 @@ class InstanceOption:
         return [2**k for k in range(self.bmax.bit_length()) if low <= 2**k <= self.bmax]
 
 
-def saturating_batch(compute, bmax: int, saturation: float = SATURATION) -> int:
+def saturating_batch(predict: Callable[[float], ComputeTime], bmax: int,
+                     saturation: float = SATURATION) -> int:  # fmt: skip
     """Smallest power of two whose throughput reaches ``saturation`` of the best up to B_max."""
     candidates = [2**k for k in range(bmax.bit_length()) if 2**k <= bmax] or [bmax]
-    speed = {b: b / compute.predict(b).total_s for b in candidates}
+    speed = {b: b / predict(b).total_s for b in candidates}
     best = max(speed.values())
     return next(b for b in candidates if speed[b] >= saturation * best)
 
@@ -164,8 +185,12 @@ def make_option(
     cap: int,
     spot: bool = False,
     device: DeviceChoice = DEFAULT_DEVICE,
+    shared: dict[tuple[str, str], dict[float, ComputeTime]] | None = None,
 ) -> InstanceOption:
     """Resolve how one instance type computes, and what it may hold.
+
+    ``shared`` holds the predictions of the options made so far, by provenance and
+    accelerator: types with the same accelerator, predicted the same way, share them.
 
     Raises:
         SpecError: no profile given, or the workload does not fit the device even at batch 1.
@@ -207,9 +232,11 @@ def make_option(
     if bmax < 1:
         raise SpecError(f"{profile.workload} does not fit one {instance.describe_accelerators()} "
                         f"of {instance.name} even at batch 1")  # fmt: skip
+    predictions = ({} if shared is None else
+                   shared.setdefault((provenance, instance.accelerator_name or instance.name), {}))  # fmt: skip
     return InstanceOption(
         instance=instance, compute=compute, devices=devices, bmax_per_device=bmax,
         cv=profile.compute_cv, provenance=provenance, price_per_hour=instance.price(spot),
         cap=cap, layers=grads_of(profile, bmax), mem_bytes_per_s=target.mem_bytes_per_s,
-        log_spread=spread,
+        log_spread=spread, predictions=predictions,
     )  # fmt: skip

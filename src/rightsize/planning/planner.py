@@ -72,12 +72,12 @@ def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str,
     if not caps:
         rows = catalog.filter(gpus_only=True, region=region or _main_region(catalog))
         caps = {i.name: DEFAULT_CAP for i in rows}
-    options = []
+    options, shared = [], {}
     for name, cap in caps.items():
         instance = catalog.get(name, region) if region else catalog.get(name)
         if spot and instance.spot_price_usd_per_hour is None:
             continue  # a type without a spot market cannot be rented as spot
-        options.append(make_option(profiles, instance, cap, spot, device))
+        options.append(make_option(profiles, instance, cap, spot, device, shared))
     if not options:
         raise SpecError(
             "no instance type is left to plan with (with --spot, none has a spot price)"

@@ -5,20 +5,26 @@ Minimise ``N·t_iter·Σ counts[i]·P[i]`` (cost) or ``N·t_iter`` (time) subjec
 deadline and/or budget. The search space is pruned as Srift prunes it: per-VM
 batches are powers of two from a saturating batch up to B_max (insight 1), all
 VMs of a type share one batch (insight 2), and among equally good plans fewer
-instance types win, then larger instances (insights 3 and 4). On top of that a
-compute-only lower bound (exchange taken as free) orders the candidates and
-cuts off the ones that cannot beat the k-th best plan, so the exhaustive mode
-simulates few of them and stays exact.
+instance types win, then larger instances (insights 3 and 4). On top of that,
+beyond Srift, the configurations of each subset of types are built by branch
+and bound (bounds.py), so that no branch that cannot meet the constraints or
+beat the k-th best plan is enumerated, and the ones left are predicted in the
+order of a lower bound (``Estimator.bound_plan``) until it passes the k-th
+best: the search stays exact and simulates few configurations.
 
 ``eager`` mode (Srift's best-effort heuristic for large catalogs) ranks
-instance types by preference and widens heterogeneity type by type — first
-every configuration of the best type alone, then those adding the second type,
-and so on, with at most ``eager_k`` VMs of a type — until its solving-time
-budget runs out, returning the best plans found so far.
+instance types by preference and widens heterogeneity type by type — the
+configurations of each type alone first (beyond Srift, all of them before any
+mix: they are few and set the bar every mix must pass), then the mixes of the
+first two types, then those adding the third, and so on, with at most
+``eager_k`` VMs of a type — until its solving-time budget runs out, returning
+the best plans found so far. The budget is read from the clock ``search`` is
+given, before every subset, every candidate and every prediction.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -29,6 +35,7 @@ from dataclasses import dataclass, replace
 from rightsize.core.errors import RightsizeError
 from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money
+from rightsize.planning.bounds import Bounds, Brancher, TypeTable, type_table
 from rightsize.planning.estimate import Estimator
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config, Slot
@@ -87,6 +94,20 @@ def _preference(plan: CloudPlan, options: dict[str, InstanceOption], objective: 
     return (len(plan.config.slots), other, -size)
 
 
+class Budget:
+    """Solving time left, read from a clock the caller passes in (eager mode's promise).
+
+    An unlimited budget never reads its clock.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.seconds, self._clock = seconds, clock
+        self._end = clock() + seconds if math.isfinite(seconds) else math.inf
+
+    def spent(self) -> bool:
+        return self._end != math.inf and self._clock() > self._end
+
+
 class _Best:
     """The k best feasible plans so far, by objective."""
 
@@ -94,20 +115,28 @@ class _Best:
         self.estimator, self.k = estimator, k
         self.plans: list[tuple[float, CloudPlan]] = []
 
-    def bound(self) -> float:
-        return self.plans[-1][0] if len(self.plans) >= self.k else float("inf")
+    def limit(self) -> float:
+        """The objective a configuration must reach to matter: the k-th best, give or take a tie."""
+        return self.plans[-1][0] * (1 + TIE_TOLERANCE) if len(self.plans) >= self.k else math.inf
 
-    def offer(self, configs: Iterable[Config], deadline: float = math.inf) -> bool:
-        """Simulate in lower-bound order; stop once the bound exceeds the k-th best.
+    def offer(self, configs: Iterable[Config], budget: Budget) -> bool:
+        """Simulate in the order of their bound plans, those that can meet the constraints;
+        stop once the bound exceeds the k-th best.
 
-        Returns False when ``deadline`` (a ``time.perf_counter`` value) passed first.
+        Returns False when the budget ran out first (while reading ``configs`` or simulating).
         """
-        estimator = self.estimator
-        ordered = sorted((estimator.lower_bound(c), i, c) for i, c in enumerate(configs))
-        for bound, _, config in ordered:
-            if bound > self.bound() * (1 + TIE_TOLERANCE):
+        estimator, bounded = self.estimator, []
+        for i, config in enumerate(configs):
+            if budget.spent():
+                return False
+            floor = estimator.bound_plan(config)
+            if estimator.feasible(floor):  # else neither is the prediction
+                value = estimator.objective_value(floor.seconds_per_iter, config)
+                bounded.append((value, i, config))
+        for bound, _, config in sorted(bounded):
+            if bound > self.limit():
                 break
-            if time.perf_counter() > deadline:
+            if budget.spent():
                 return False
             plan = estimator.estimate(config)
             if estimator.feasible(plan):
@@ -119,26 +148,70 @@ class _Best:
 
 
 def search(options: Sequence[InstanceOption], estimator: Estimator,
-           settings: SearchSettings = SearchSettings()) -> list[CloudPlan]:  # fmt: skip
-    """The best plans, best first.
+           settings: SearchSettings = SearchSettings(),
+           clock: Callable[[], float] = time.perf_counter) -> list[CloudPlan]:  # fmt: skip
+    """The best plans, best first; eager mode stops when ``settings.eager_budget_s`` of
+    ``clock`` has passed and returns the best found by then.
 
     Raises:
         InfeasiblePlanError: no configuration meets the constraints (the message
-            names the fastest or cheapest one and what it misses by).
+            names the fastest or cheapest one and what it misses by), or eager mode
+            found none within its budget.
     """
-    best = _Best(estimator, settings.top)
-    global_batch = estimator.request.global_batch
-    if settings.mode == "eager":
-        _eager(options, estimator, settings, best)
-    else:
-        best.offer(configurations(options, global_batch, settings.max_types))
-    if not best.plans:
-        limits = estimator.request.constraints
-        if limits.deadline_s is None and limits.budget_usd is None:
-            raise InfeasiblePlanError(_no_configuration(options, estimator.request.global_batch))
-        raise InfeasiblePlanError(_closest(options, estimator, settings))
+    eager = settings.mode == "eager"
+    budget = Budget(settings.eager_budget_s if eager else math.inf, clock)
+    plans = _solve(options, estimator, settings, budget)
+    if not plans:
+        raise InfeasiblePlanError(_why_none(options, estimator, settings, budget))
     by_name = {o.name: o for o in options}
-    return _rank_ties([plan for _, plan in best.plans], estimator, by_name)
+    return _rank_ties(plans, estimator, by_name)
+
+
+def _solve(
+    options, estimator: Estimator, settings: SearchSettings, budget: Budget
+) -> list[CloudPlan]:
+    """The k best plans found (unordered by preference), over every subset the mode visits."""
+    best = _Best(estimator, settings.top)
+    ranked = rank_instances(options, estimator.request.objective)
+    eager = settings.mode == "eager"
+    count_limit = settings.eager_k if eager else None
+    global_batch = estimator.request.global_batch
+    bounds = Bounds(estimator)
+
+    @functools.cache
+    def table(i: int) -> TypeTable | None:
+        # made when a subset first needs it: eager mode's budget starts on the best type
+        return type_table(ranked[i], estimator, bounds, count_limit)
+
+    most_vms = settings.max_types * max(min(o.cap, count_limit or o.cap) for o in options)
+    brancher = Brancher(bounds, global_batch, most_vms)
+    subsets = _widening if eager else _by_size
+    for subset in subsets(len(ranked), settings.max_types):
+        if budget.spent():
+            break
+        chosen = [table(i) for i in subset]
+        if any(table is None for table in chosen):
+            continue  # a type with no batch that fits cannot be part of any configuration
+        if not best.offer(brancher.configs(chosen, best.limit()), budget):
+            break
+    return [plan for _, plan in best.plans]
+
+
+def _by_size(types: int, max_types: int) -> Iterator[tuple[int, ...]]:
+    """Every subset of up to ``max_types`` types, homogeneous first (Srift's insight 3)."""
+    for size in range(1, max_types + 1):
+        yield from itertools.combinations(range(types), size)
+
+
+def _widening(types: int, max_types: int) -> Iterator[tuple[int, ...]]:
+    """Eager mode's order: every type alone, best first (Srift's insight 3, and the bar every
+    mix must pass), then the mixes widened type by type: those adding the second type to
+    the first, then the third to the first two, and so on."""
+    yield from ((i,) for i in range(types))
+    for newest in range(1, types):
+        for size in range(2, min(max_types, newest + 1) + 1):
+            for others in itertools.combinations(range(newest), size - 1):
+                yield (*others, newest)
 
 
 def _rank_ties(plans: list[CloudPlan], estimator: Estimator, options) -> list[CloudPlan]:
@@ -164,28 +237,36 @@ def rank_instances(options: Sequence[InstanceOption], objective: Objective) -> l
     return sorted(options, key=key, reverse=True)
 
 
-def _eager(options, estimator: Estimator, settings: SearchSettings, best: _Best) -> None:
-    ranked = rank_instances(options, estimator.request.objective)
-    deadline = time.perf_counter() + settings.eager_budget_s
-    global_batch = estimator.request.global_batch
-    for newest in range(len(ranked)):
-        for size in range(1, min(settings.max_types, newest + 1) + 1):
-            for others in itertools.combinations(range(newest), size - 1):
-                subset = [ranked[i] for i in (*others, newest)]
-                configs = configurations(subset, global_batch, size, settings.eager_k)
-                if not best.offer((c for c in configs if len(c.slots) == size), deadline):
-                    return
+def _why_none(options, estimator: Estimator, settings: SearchSettings, budget: Budget) -> str:
+    limits = estimator.request.constraints
+    if budget.spent():
+        return _out_of_time(budget)
+    if limits.deadline_s is None and limits.budget_usd is None:
+        return _no_configuration(options, estimator.request.global_batch)
+    return _closest(options, estimator, settings, budget)
 
 
-def _closest(options, estimator: Estimator, settings: SearchSettings) -> str:
-    """Describe the plan that comes nearest to the violated constraint."""
+def _out_of_time(budget: Budget) -> str:
+    return (
+        f"the eager search found no plan that meets the constraints within its {budget.seconds:g} s "
+        "budget; relax the constraints, or search exhaustively (--mode exhaustive)"
+    )
+
+
+def _closest(options, estimator: Estimator, settings: SearchSettings, budget: Budget) -> str:
+    """Describe the plan that comes nearest to the violated constraint (within what is left
+    of the budget)."""
     limits = estimator.request.constraints
     one = replace(settings, top=1)
-    try:
-        fastest = search(options, _unconstrained(estimator, Objective.TIME), one)[0]
-        cheapest = search(options, _unconstrained(estimator, Objective.COST), one)[0]
-    except InfeasiblePlanError as exc:
-        return str(exc)
+    fastest = _solve(options, _unconstrained(estimator, Objective.TIME), one, budget)
+    cheapest = _solve(options, _unconstrained(estimator, Objective.COST), one, budget)
+    if not (fastest and cheapest):
+        return (
+            _out_of_time(budget)
+            if budget.spent()
+            else _no_configuration(options, estimator.request.global_batch)
+        )
+    fastest, cheapest = fastest[0], cheapest[0]
     if limits.deadline_s is not None and fastest.total_seconds > limits.deadline_s:
         return (
             f"deadline {format_duration(limits.deadline_s)} cannot be met: the fastest plan, "
