@@ -1,10 +1,11 @@
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
-from rightsize.cli.main import main
+from rightsize.cli.main import COMMANDS, main
 from rightsize.core.catalog import INSTANCE_COLUMNS
 
 
@@ -143,6 +144,35 @@ def test_console_script_exit_code_and_no_traceback():
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: unknown workload") and "Traceback" not in result.stderr
+
+
+#: Libraries that take seconds to import: a command's --help, and ``rightsize --help``, must
+#: not wait for them. ``profile --help`` still does: its defaults are ProfilerSettings', which
+#: lives beside the profiler (torch).
+SLOW_IMPORTS = ("torch", "lightgbm", "sklearn", "scipy", "matplotlib")
+LIGHT_COMMANDS = ("workloads", "catalog", "predict", "plan", "replan", "probe", "run", "tune",
+                  "simulate")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [name for name, _, _ in COMMANDS])
+def test_every_command_has_help(capsys, command):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0 and f"usage: rightsize {command}" in capsys.readouterr().out
+
+
+def test_help_imports_no_slow_library():
+    # one process, each command's --help in turn, then the whole command line is imported
+    code = textwrap.dedent(f"""\
+        import contextlib, io, sys
+        from rightsize.cli.main import main
+        for argv in [[]] + [[c] for c in {LIGHT_COMMANDS!r}]:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+                main(argv + ["--help"])
+            slow = [name for name in {SLOW_IMPORTS!r} if name in sys.modules]
+            assert not slow, f"rightsize {{' '.join(argv)}} --help imported {{slow}}"
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_core_never_imports_torch():

@@ -202,7 +202,7 @@ def test_plan_with_a_ddp_probe(capsys, profile_file, tmp_path):
 
 
 def test_probe_ddp_writes_the_overhead_model(capsys, tmp_path, monkeypatch):
-    from rightsize.cli import probe_cmd
+    from rightsize.profiling import ddp_probe
     from rightsize.profiling.ddp_probe import DdpProbeRecord
 
     asked = []
@@ -211,7 +211,7 @@ def test_probe_ddp_writes_the_overhead_model(capsys, tmp_path, monkeypatch):
         asked.append(settings)
         return [DdpProbeRecord(w, 2**20, 32, 0.001, 0.003) for w in settings.world_sizes]
 
-    monkeypatch.setattr(probe_cmd, "probe_ddp", fake_probe)
+    monkeypatch.setattr(ddp_probe, "probe_ddp", fake_probe)  # probe_cmd imports it when run
     path = tmp_path / "ddp.json"
     code, out, err = run(capsys, "probe", "--ddp", str(path), "--world-sizes", "2,3",
                          "--host", "my-box", "--quiet")  # fmt: skip

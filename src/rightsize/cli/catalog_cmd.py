@@ -9,12 +9,10 @@ from rightsize.cli.output import format_table, print_json
 from rightsize.core.catalog import Catalog, builtin_catalogs, load_catalog, load_catalogs
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "catalog",
-        help="list cloud instance types and prices",
-        description="List instance types with their accelerators, vCPUs, memory, rated network "
-        "bandwidth and hourly prices. Built-in catalogs: " + ", ".join(builtin_catalogs()) + ".",
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List instance types with their accelerators, vCPUs, memory, rated network "
+        "bandwidth and hourly prices. Built-in catalogs: " + ", ".join(builtin_catalogs()) + "."
     )
     parser.add_argument(
         "--cloud",

@@ -1,7 +1,9 @@
 """The ``rightsize`` command: one subcommand per capability.
 
-Each subcommand lives in its own module with ``register(subparsers)`` and a
-``run(args) -> int``. User errors (:class:`RightsizeError`, bad arguments) print
+Each subcommand lives in its own module with ``register(parser)``, which adds its
+arguments and sets ``run(args) -> int``. Only the named command's module is imported
+(:data:`COMMANDS`), so ``rightsize --help`` and a command that needs no torch start
+without importing it. User errors (:class:`RightsizeError`, bad arguments) print
 one line ``error: ...`` on stderr and exit 2; no traceback. Programming errors
 are not caught.
 """
@@ -9,38 +11,34 @@ are not caught.
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
 from rightsize import __version__
-from rightsize.cli import (
-    catalog_cmd,
-    plan_cmd,
-    predict_cmd,
-    probe_cmd,
-    profile_cmd,
-    replan_cmd,
-    run_cmd,
-    simulate_cmd,
-    tune_cmd,
-    workloads_cmd,
-)
 from rightsize.core.errors import RightsizeError
 
+#: name, module, and the line ``rightsize --help`` shows for it, in that order.
 COMMANDS = (
-    workloads_cmd,
-    catalog_cmd,
-    profile_cmd,
-    predict_cmd,
-    plan_cmd,
-    replan_cmd,
-    probe_cmd,
-    run_cmd,
-    tune_cmd,
-    simulate_cmd,
-)
+    ("workloads", "rightsize.cli.workloads_cmd", "list the model zoo and datasets"),
+    ("catalog", "rightsize.cli.catalog_cmd", "list cloud instance types and prices"),
+    ("profile", "rightsize.cli.profile_cmd",
+     "measure a workload: B_max, latency per batch, layers, memory"),
+    ("predict", "rightsize.cli.predict_cmd",
+     "predict step time per batch from a saved profile, here or on a GPU"),
+    ("plan", "rightsize.cli.plan_cmd",
+     "predict time and cost of cloud configurations and pick the best"),
+    ("replan", "rightsize.cli.replan_cmd",
+     "re-plan the rest of a job after spot instances were preempted"),
+    ("probe", "rightsize.cli.probe_cmd", "measure allreduce bus bandwidth and train the comm model"),
+    ("run", "rightsize.cli.run_cmd",
+     "train a job elastically: master, shards, PS/allreduce nodes in cgroups"),
+    ("tune", "rightsize.cli.tune_cmd",
+     "hyper-parameter search with trials packed into one process (Packed Hyperband)"),
+    ("simulate", "rightsize.cli.simulate_cmd", "compare autoscaling policies on a simulated cluster"),
+)  # fmt: skip
 USAGE_ERROR = 2
 
 
@@ -64,7 +62,11 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line, with arguments for the command ``argv`` names (every command listed).
+
+    The other commands' modules are not imported: their parsers only name them.
+    """
     parser = OneLineParser(
         prog="rightsize",
         description="Plan, run and right-size resources for deep-learning training.",
@@ -74,13 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", parser_class=OneLineParser
     )
     subparsers.required = True
-    for command in COMMANDS:
-        command.register(subparsers)
+    named = _named_command(sys.argv[1:] if argv is None else argv)
+    for name, module, summary in COMMANDS:
+        command = subparsers.add_parser(name, help=summary)
+        if name == named:
+            importlib.import_module(module).register(command)
     return parser
 
 
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command in ``argv``: its first word that is not an option (the top level takes
+    no option with a value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main_thread else None
     try:

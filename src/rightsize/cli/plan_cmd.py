@@ -38,14 +38,12 @@ FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
 PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type", "ps_model")
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "plan",
-        help="predict time and cost of cloud configurations and pick the best",
-        description="Predict the iteration time, total time and total cost of cloud configurations "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Predict the iteration time, total time and total cost of cloud configurations "
         "for a workload (Srift: profile + comm model + iteration simulator) and search for the "
         "cheapest or fastest one that meets a deadline and/or budget, with the CAP and TAP "
-        "baselines beside it. --strategy ps runs FC2's recommenders instead.",
+        "baselines beside it. --strategy ps runs FC2's recommenders instead."
     )
     add_request_arguments(parser)
     parser.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")

@@ -19,14 +19,12 @@ from rightsize.perf.precision import Precision
 from rightsize.profiling.profile import Profile
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "predict",
-        help="predict step time per batch from a saved profile, here or on a GPU",
-        description="Fit Srift's piecewise-linear compute model (§4.1) to a saved profile and "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Fit Srift's piecewise-linear compute model (§4.1) to a saved profile and "
         "predict forward, backward and total time per training step at given batch sizes. "
         "With --device or --instance, predict a GPU's step instead, from the profile's "
-        "counted costs and the GPU's datasheet at --precision (the calibrated device model).",
+        "counted costs and the GPU's datasheet at --precision (the calibrated device model)."
     )
     parser.add_argument("profile", help="a profile JSON written by `rightsize profile`")
     parser.add_argument(

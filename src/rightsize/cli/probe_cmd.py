@@ -15,8 +15,6 @@ from rightsize.core.limits import REPEATS, Bound
 from rightsize.core.units import format_bytes, parse_memory
 from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
-from rightsize.profiling.comm_probe import ProbeSettings, probe
-from rightsize.profiling.ddp_probe import DdpProbeSettings, probe_ddp
 
 ROUNDS = Bound(1, 100, integer=True)  # fresh process groups: a handful shows the spread
 #: Seconds timed per point: a minute per point is already hours per grid.
@@ -27,14 +25,12 @@ RATED_GBPS = Bound(0, 10**4)
 CONCURRENCY = Bound(1, 64, integer=True)
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "probe",
-        help="measure allreduce bus bandwidth and train the comm model",
-        description="Run real allreduce operations through torch.distributed (gloo on CPU, NCCL "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run real allreduce operations through torch.distributed (gloo on CPU, NCCL "
         "with CUDA) among local processes over buffer sizes in powers of two and the given world "
         "sizes, record Srift's bus bandwidth with its features, and train the learned model "
-        "(two gradient-boosted models split at the MTU, chosen by cross-validated MAPE).",
+        "(two gradient-boosted models split at the MTU, chosen by cross-validated MAPE)."
     )
     parser.add_argument(
         "--world-sizes", default="2,3,4", help="comma-separated world sizes (default %(default)s)"
@@ -84,6 +80,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.ddp:
         return _run_ddp(args)
+    from rightsize.profiling.comm_probe import ProbeSettings, probe  # torch: only to measure
+
     for path, flag in ((args.out, "--out"), (args.model_out, "--model-out")):
         check_output_path(path, flag)  # before probing: the records would be lost
     settings = ProbeSettings(
@@ -125,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_ddp(args: argparse.Namespace) -> int:
+    from rightsize.profiling.ddp_probe import DdpProbeSettings, probe_ddp  # torch: only to measure
+
     worlds = parse_count_list(args.world_sizes, "--world-sizes", "world sizes")
     check_output_path(args.ddp, "--ddp")
     settings = DdpProbeSettings(

@@ -22,14 +22,12 @@ from rightsize.profiling.profiler import Profiler, ProfilerSettings
 from rightsize.workloads.registry import WorkloadRegistry
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "profile",
-        help="measure a workload: B_max, latency per batch, layers, memory",
-        description="Measure a workload on a real device (Srift §4.1): binary-search the largest "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Measure a workload on a real device (Srift §4.1): binary-search the largest "
         "batch whose training step fits in memory, time forward and backward at batch 1, "
         "B_max/3, 2·B_max/3 and B_max, record each layer's gradient-ready time, and write a "
-        "versioned JSON profile. Prints the fitted compute model and predicted step times.",
+        "versioned JSON profile. Prints the fitted compute model and predicted step times."
     )
     parser.add_argument(
         "workload", help="zoo name (see `rightsize workloads`) or package.module:function"
@@ -47,7 +45,7 @@ def register(subparsers) -> None:
         "--memory-limit",
         metavar="SIZE",
         help="on a CPU: the most this process may hold resident, interpreter included, enforced "
-        f"on every probe (default {DEFAULT_CPU_MEMORY_FRACTION:.0%} of the free memory); on a "
+        f"on every probe (default {DEFAULT_CPU_MEMORY_FRACTION:.0%}% of the free memory); on a "
         "GPU: the device memory to search B_max under. E.g. 8Gi",
     )
     parser.add_argument(

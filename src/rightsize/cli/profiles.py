@@ -12,21 +12,17 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from rightsize.cli.args import forbid_together, parse_options
 from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
 from rightsize.profiling.bmax import BmaxSearch
 from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S
 from rightsize.profiling.profile import Profile
-from rightsize.profiling.profiler import Profiler, ProfilerSettings
-from rightsize.workloads.registry import WorkloadRegistry
 
 PROFILE_DIR = Path("profiles")
-QUICK_SETTINGS = ProfilerSettings(
-    repeats=3, search=BmaxSearch(max_batch=256, max_step_s=DEFAULT_CPU_MAX_STEP_S)
-)  # planning needs the curve's shape, not minutes of steps
+QUICK_REPEATS = 3
+# planning needs the curve's shape, not minutes of steps
+QUICK_SEARCH = BmaxSearch(max_batch=256, max_step_s=DEFAULT_CPU_MAX_STEP_S)
 QUICK_MEMORY_LIMIT = 4 * 2**30
 
 
@@ -62,6 +58,12 @@ def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) 
                     "a profile names the workload it measured")  # fmt: skip
     if args.profile:
         return [Profile.load(path) for path in args.profile]
+    # torch loads in seconds: only a command that resolves or measures a workload pays for it
+    import torch
+
+    from rightsize.profiling.profiler import Profiler, ProfilerSettings
+    from rightsize.workloads.registry import WorkloadRegistry
+
     if not args.workload:
         raise SpecError("give --workload NAME or --profile FILE (from rightsize profile)")
     options = parse_options(args.option)
@@ -74,7 +76,8 @@ def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) 
     progress(
         f"no saved profile at {path}: profiling {workload.label} now (rightsize profile measures more)"
     )
-    profile = Profiler(torch.device("cpu"), QUICK_SETTINGS, progress).run(
+    settings = ProfilerSettings(repeats=QUICK_REPEATS, search=QUICK_SEARCH)
+    profile = Profiler(torch.device("cpu"), settings, progress).run(
         workload, QUICK_MEMORY_LIMIT
     )
     profile.save(path)

@@ -26,14 +26,12 @@ from rightsize.planning.search import SearchSettings
 DONE = Bound(0, MAX_ITERATIONS, integer=True)
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "replan",
-        help="re-plan the rest of a job after spot instances were preempted",
-        description="Srift's re-planning: given the original request, the progress so far and the "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Srift's re-planning: given the original request, the progress so far and the "
         "instance types lost, search again on the remaining iterations, time and money. A lost "
         "type is never requested again (its VMs still running may stay); new VMs pay the launch "
-        "time and every plan the detach time.",
+        "time and every plan the detach time."
     )
     add_request_arguments(parser)
     parser.add_argument(

@@ -21,19 +21,17 @@ from rightsize.scaling.registry import make_policy, policy_names
 JOB_FAILED = 1
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="train a job elastically: master, shards, PS/allreduce nodes in cgroups",
-        description="Run a training job to completion on this machine (DLRover's Elastic "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run a training job to completion on this machine (DLRover's Elastic "
         "Trainer, NEARCHUS's runtime): a master shards the data dynamically, launches parameter "
         "servers and workers (or allreduce ranks) as processes in their own cgroups, samples "
         "their CPU, memory and network every metric interval, asks the policy for a new shape, "
         "resizes nodes in place, adds and removes them, and recovers from failures. Rerunning "
-        "an interrupted job resumes it from its latest checkpoint.",
-        epilog="job file fields:\n" + job_spec_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "an interrupted job resumes it from its latest checkpoint."
     )
+    parser.epilog = "job file fields:\n" + job_spec_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("job", help="the job YAML file")
     parser.add_argument(
         "--policy",

@@ -16,7 +16,6 @@ from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.cluster.links import LINK_SHARING, OBSERVED_LINK
 from rightsize.cluster.models import model_names
-from rightsize.cluster.plots import write_plots
 from rightsize.cluster.report import (
     SIMULATED_NOTE,
     multi_job_rows,
@@ -45,14 +44,12 @@ DEFAULT_POLICIES = "nearchus,nearchus+,dlrover,optimus,fa-bf"
 DEFAULT_EPOCHS = 300.0
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "simulate",
-        help="compare autoscaling policies on a simulated cluster",
-        description="Run a trace of jobs (or one job) on a simulated parameter-server cluster "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run a trace of jobs (or one job) on a simulated parameter-server cluster "
         "under several autoscaling policies and compare job completion time, queueing, "
         "utilization and restarts (NEARCHUS §V). Results are simulated, not measured. "
-        f"Policies: {', '.join(policy_names())}. Models: {', '.join(model_names())}.",
+        f"Policies: {', '.join(policy_names())}. Models: {', '.join(model_names())}."
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -180,7 +177,11 @@ def run(args: argparse.Namespace) -> int:
     results = run_policies(trace, cluster, policies, config, progress)
     single = bool(args.job)
     rows = single_job_rows(results) if single else multi_job_rows(results)
-    plots = write_plots(results, args.plots, args.plot_job) if args.plots else []
+    plots = []
+    if args.plots:
+        from rightsize.cluster.plots import write_plots  # matplotlib: only when plots are asked
+
+        plots = write_plots(results, args.plots, args.plot_job)
     if args.json:
         out = {
             "simulated": True,

@@ -5,31 +5,26 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
-
-import torch
+from typing import TYPE_CHECKING
 
 from rightsize.cli.args import bounded, parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
-from rightsize.cli.profile_cmd import memory_limit
 from rightsize.core.errors import SpecError
 from rightsize.core.limits import COUNT, DATASET_SAMPLES, SEED, THREADS, Bound
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
-from rightsize.packing.executor import STEPS_PER_UNIT
-from rightsize.packing.hyperband import Bracket, hyperband_schedule
-from rightsize.packing.optimizers import IMPLEMENTATIONS
-from rightsize.packing.pack import BACKWARDS, BATCH_MODES, PackSettings
-from rightsize.packing.packopt import DISTANCES, PACK_STRATEGIES, PackOptSettings
-from rightsize.packing.runner import (
-    TuneSettings,
-    model_option_names,
-    prepare_search,
-    run_search,
-    search_report,
+from rightsize.packing.choices import (
+    BACKWARDS,
+    BATCH_MODES,
+    DISTANCES,
+    IMPLEMENTATIONS,
+    PACK_STRATEGIES,
+    STEPS_PER_UNIT,
 )
-from rightsize.packing.space import load_space
-from rightsize.profiling.device import resolve_device
-from rightsize.workloads.registry import WorkloadRegistry
+
+if TYPE_CHECKING:
+    from rightsize.packing.hyperband import Bracket
+    from rightsize.packing.runner import TuneSettings
 
 # Hyperband's own rules (eta > 1, R >= 1) are checked by hyperband_schedule; these add
 # what it does not: finite values, and upper bounds far beyond real use.
@@ -43,16 +38,14 @@ STEPS_PER_UNIT_BOUND = Bound(1, 10**6, integer=True)
 THRESHOLD = Bound(0, None, allow_infinite=True)
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "tune",
-        help="hyper-parameter search with trials packed into one process (Packed Hyperband)",
-        description="Run Hyperband (Li et al., Algorithm 1) over a search space, training the "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run Hyperband (Li et al., Algorithm 1) over a search space, training the "
         "trials of every rung in packs chosen by pack_opt (Liu et al. §5): trials share one input "
         "stream, trials of one architecture are fused into one model, and each keeps its own batch "
         "size, optimizer and learning rate. A trial trained packed gets the result it would get "
         "alone. Prints the best configuration, its validation loss, the wall time and every rung's "
-        "packs.",
+        "packs."
     )
     parser.add_argument(
         "--workload", default="mlp3", help="zoo name or package.module:function (default mlp3)"
@@ -205,12 +198,24 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rightsize.packing.hyperband import hyperband_schedule
+
     if args.schedule_only:
         return _print_schedule(hyperband_schedule(args.max_resource, args.eta), args.json)
     if not args.space:
         raise SpecError(
             "--space is required (a YAML file of hyper-parameter lists) unless --schedule-only"
         )
+    # the trials are PyTorch code: torch is imported for a search, not for --help
+    from rightsize.packing.runner import (
+        model_option_names,
+        prepare_search,
+        run_search,
+        search_report,
+    )
+    from rightsize.packing.space import load_space
+    from rightsize.workloads.registry import WorkloadRegistry
+
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
     settings = _settings(args)
@@ -225,6 +230,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> TuneSettings:
+    from rightsize.cli.profile_cmd import memory_limit
+    from rightsize.packing.pack import PackSettings
+    from rightsize.packing.packopt import PackOptSettings
+    from rightsize.packing.runner import TuneSettings
+    from rightsize.profiling.device import resolve_device
+
     limit = memory_limit(args.memory_limit, resolve_device(args.device))
     return TuneSettings(
         workload=args.workload, dataset=args.dataset,
@@ -247,6 +258,8 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
 
 def _apply_process_settings(args: argparse.Namespace) -> None:
     if args.threads is not None:
+        import torch
+
         torch.set_num_threads(args.threads)
     if args.allocator == "retain":
         retain_freed_memory()

@@ -5,23 +5,23 @@ from __future__ import annotations
 import argparse
 
 from rightsize.cli.output import format_table, print_json
-from rightsize.workloads.datasets import builtin_datasets
-from rightsize.workloads.registry import WorkloadRegistry
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "workloads",
-        help="list the model zoo and datasets",
-        description="List the zoo models (with the data they take and their options) and the "
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List the zoo models (with the data they take and their options) and the "
         "datasets. A workload is a zoo name or your own package.module:function returning a "
-        "rightsize.workloads.Workload.",
+        "rightsize.workloads.Workload."
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    # the zoo is PyTorch code: importing it is most of this command's time, not its --help's
+    from rightsize.workloads.datasets import builtin_datasets
+    from rightsize.workloads.registry import WorkloadRegistry
+
     registry = WorkloadRegistry()
     models = [
         {

@@ -22,14 +22,11 @@ from collections.abc import Sequence
 import torch
 
 from rightsize.packing.alone import train_alone
+from rightsize.packing.choices import STEPS_PER_UNIT
 from rightsize.packing.data import DataStream
 from rightsize.packing.pack import Clock, PackSettings, TrialResult, load, pack, train
 from rightsize.packing.pool import WorkerPool
 from rightsize.packing.trial import Architectures, TrialState
-
-#: Training steps per unit of Hyperband's resource (R = 81 units = 810 steps,
-#: about 25 epochs of digits' 1,438 training images at batch 45).
-STEPS_PER_UNIT = 10
 
 
 class RungExecutor:

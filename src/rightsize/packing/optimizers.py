@@ -27,6 +27,7 @@ from torch.optim import adam as _adam
 from torch.optim import sgd as _sgd
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.choices import IMPLEMENTATIONS
 
 #: The optimizer kinds a trial may use (the packing paper's Table 3).
 OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "momentum", "adam", "adagrad")
@@ -37,11 +38,6 @@ ADAM_EPS = 1e-8  # torch.optim.Adam's default
 ADAGRAD_EPS = 1e-10  # torch.optim.Adagrad's default
 ADAGRAD_INITIAL_ACCUMULATOR = 0.0  # torch.optim.Adagrad's default
 
-#: How updates are computed: ``fused`` (torch.optim's fused kernels, one pass per
-#: tensor) or ``for-loop`` (torch.optim's default single-tensor implementation on
-#: the CPU: the same math, rounded differently, bit-identical to a trial alone
-#: with a default ``torch.optim`` optimizer).
-IMPLEMENTATIONS: tuple[str, ...] = ("fused", "for-loop")
 
 #: State tensors per parameter, by optimizer kind (torch.optim's names).
 STATE_KEYS: dict[str, tuple[str, ...]] = {

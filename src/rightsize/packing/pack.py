@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 import torch
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.choices import BACKWARDS, BATCH_MODES, IMPLEMENTATIONS
 from rightsize.packing.data import EVAL_ROWS, DataStream
 from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import fuse, structure
 from rightsize.packing.members import FusedGroup, LoadedTrial, PlainGroup, per_sample_loss
-from rightsize.packing.optimizers import IMPLEMENTATIONS, VectorOptimizer
+from rightsize.packing.optimizers import VectorOptimizer
 from rightsize.packing.trial import (
     Architectures,
     TrialState,
@@ -39,10 +40,6 @@ from rightsize.packing.trial import (
     initial_rng_state,
 )
 
-BATCH_MODES = ("pad", "exact", "bucket", "ragged")
-#: How a ragged fused group computes its gradients: ``direct`` (the same kernels
-#: called without the autograd engine, :mod:`rightsize.packing.direct`) or ``autograd``.
-BACKWARDS = ("direct", "autograd")
 PROBE_ROWS = 4  # samples used to record a model's layer order and verify its fusion
 #: ``bucket`` mode's price of one more fused group, in rows of one trial's compute:
 #: a group's fixed per-step work (~25 operator calls, ~0.2 ms here) over the cost
@@ -74,9 +71,9 @@ class PackSettings:
             as one stacked tensor per parameter (fewer, larger kernel calls;
             bit-identical updates; fused kernels only). False: one unit per trial.
         optimizer_impl: ``fused`` or ``for-loop`` torch.optim kernels (see
-            :data:`~rightsize.packing.optimizers.IMPLEMENTATIONS`).
-        backward: how ragged fused groups of MLPs compute gradients (:data:`BACKWARDS`);
-            other groups always use autograd.
+            :data:`~rightsize.packing.choices.IMPLEMENTATIONS`).
+        backward: how ragged fused groups of MLPs compute gradients
+            (:data:`~rightsize.packing.choices.BACKWARDS`); other groups always use autograd.
     """
 
     fuse: bool = True

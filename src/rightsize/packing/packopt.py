@@ -32,11 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.packing.choices import DISTANCES, PACK_STRATEGIES
 from rightsize.packing.space import SearchSpace
 from rightsize.packing.trial import TrialSpec
-
-PACK_STRATEGIES: tuple[str, ...] = ("knn", "random", "batch-size", "none")
-DISTANCES: tuple[str, ...] = ("l1", "euclidean")
 
 Fits = Callable[[Sequence[TrialSpec]], bool]
 
@@ -46,7 +44,7 @@ class PackOptSettings:
     """How pack_opt groups trials.
 
     Attributes:
-        strategy: one of :data:`PACK_STRATEGIES`.
+        strategy: one of :data:`~rightsize.packing.choices.PACK_STRATEGIES`.
         threshold: kNN's similarity threshold: the largest distance from the
             centroid a trial may have to join its group (the paper leaves the
             value to the user; default no limit, so memory alone bounds a group).

@@ -23,8 +23,9 @@ import torch
 
 from rightsize.core.errors import SpecError, unknown_name
 from rightsize.packing.allocator import retain_freed_memory
+from rightsize.packing.choices import STEPS_PER_UNIT
 from rightsize.packing.data import DataStream
-from rightsize.packing.executor import STEPS_PER_UNIT, RungExecutor
+from rightsize.packing.executor import RungExecutor
 from rightsize.packing.hyperband import Hyperband, SearchResult, hyperband_schedule
 from rightsize.packing.memory import (
     Footprint,

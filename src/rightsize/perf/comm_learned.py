@@ -27,14 +27,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import lightgbm as lgb
 import numpy as np
 
 from rightsize.core.errors import SpecError
 from rightsize.core.files import atomic_write_text, read_json
 from rightsize.perf.comm import AnalyticCommModel, CommModel, Link
-from rightsize.profiling.comm_probe import ProbeRecord
+
+if TYPE_CHECKING:  # lightgbm (and scikit-learn, scipy) load in seconds: only to fit or load
+    import lightgbm as lgb
+
+    from rightsize.profiling.comm_probe import ProbeRecord
 
 FEATURES = ("log2_size", "world", "concurrent", "cores", "memory_gib", "rated_gbps")
 # (name, LightGBM objective, learn the logarithm of the bandwidth?)
@@ -78,6 +82,8 @@ class _Half:
 def _fit_candidate(
     x: np.ndarray, y: np.ndarray, objective: str, log_target: bool, seed: int
 ) -> lgb.Booster:
+    import lightgbm as lgb
+
     target = np.log(y) if log_target else y
     params = {**TREE_PARAMS, "objective": objective, "random_state": seed, "verbose": -1}
     if objective == "huber":
@@ -209,6 +215,8 @@ class LearnedCommModel(CommModel):
     @classmethod
     def load(cls, path: str | Path) -> LearnedCommModel:
         """Raises SpecError for an unreadable file or one that is not a whole comm model."""
+        import lightgbm as lgb
+
         data = read_json(path, "comm model")
         if not isinstance(data, dict) or data.get("schema") != MODEL_SCHEMA:
             raise SpecError(

@@ -14,10 +14,13 @@ import bisect
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rightsize.core.errors import ResourceError
 from rightsize.core.files import atomic_write_text, read_json
-from rightsize.profiling.ddp_probe import DdpProbeRecord, records_from_dicts
+
+if TYPE_CHECKING:  # the probe imports torch; planning with a saved model needs none
+    from rightsize.profiling.ddp_probe import DdpProbeRecord
 
 
 def _along(points: Sequence[tuple[float, float]], x: float) -> float:
@@ -85,6 +88,8 @@ class DdpOverheadModel:
 
     @classmethod
     def load(cls, path: str | Path) -> DdpOverheadModel:
+        from rightsize.profiling.ddp_probe import records_from_dicts
+
         data = read_json(path, "DDP probe file")
         kind = data.get("kind") if isinstance(data, dict) else None
         if kind != cls.kind:

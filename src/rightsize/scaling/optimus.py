@@ -31,7 +31,6 @@ from functools import lru_cache
 from itertools import islice
 
 import numpy as np
-from scipy.optimize import nnls
 
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
@@ -74,6 +73,8 @@ class SpeedModel:
         b = np.array(
             [w / f for _, w, f in usable] if mode == "async" else [1 / f for *_, f in usable]
         )
+        from scipy.optimize import nnls  # scipy loads in about a second; only a fit needs it
+
         theta, _ = nnls(a, b)
         return cls(mode, tuple(theta.tolist()), global_batch)
 
