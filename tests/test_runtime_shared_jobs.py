@@ -53,7 +53,9 @@ def test_shared_memory_and_sockets_train_every_sample_exactly_once_alike(tmp_pat
         assert counts and all(bool((c == epochs).all()) for c in counts.values())
         assert carriers(spec) == {"shared memory" if mode == "auto" else "sockets"}
         assert segments_of(spec.name) == []
-        accounts[mode] = report["accounting"]
+        # the checkpoint count follows wall time (a slower, loaded run takes one more), not
+        # the carrier: every other entry of the accounting must agree
+        accounts[mode] = {k: v for k, v in report["accounting"].items() if k != "checkpoint"}
     assert accounts["auto"] == accounts["off"]
 
 
