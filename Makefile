@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 # print its Srift compute model, plan its training on the AWS catalog, then run a
 # real elastic parameter-server job (Wide&Deep, 2 PS + 2 workers in cgroups).
 demo: $(STAMP)
-	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 512Mi \
+	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 1Gi \
 		--out demo-output/resnet18-synthetic-cifar-cpu.json
 	$(BIN)/rightsize predict demo-output/resnet18-synthetic-cifar-cpu.json --batches 8,32,128
 	$(BIN)/rightsize plan --profile demo-output/resnet18-synthetic-cifar-cpu.json \
