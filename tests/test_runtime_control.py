@@ -1,6 +1,8 @@
 """The master's control loop with a fake clock, a scripted policy and a fake mechanism;
 shape diffs; metrics from readings."""
 
+from itertools import pairwise
+
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
@@ -234,6 +236,54 @@ def test_metrics_from_two_readings_by_hand():
     assert m.cpu_used_cores == 1.5 and m.cpu_efficiency == 0.75
     assert (m.net_in_bytes_per_s, m.net_out_bytes_per_s, m.steps_per_s) == (1000, 500, 5)
     assert m.memory_used_bytes == 300 and m.memory_allocated_bytes == GI
+
+
+def test_a_steady_slow_node_reads_steady_whatever_falls_in_each_interval():
+    """1.5 steps/s reported at each step, read every 2 s: 2, 4, 3 or 3 steps land in an
+    interval, but the rate counts them over the time they took."""
+    node = NodeSpec("worker-0", NodeRole.WORKER, Resources(0.2, GI))
+    collector = MetricCollector()
+    step_s = 2 / 3
+
+    def reading(t: float) -> Reading:
+        steps = int(t / step_s + 1e-9)
+        return Reading(t, 0.2 * t, 0, steps=steps, samples=32 * steps,
+                       counted_s=steps * step_s if steps else None)  # fmt: skip
+
+    times = (0.7, 2.5, 4.1, 6.5, 8.1, 10.5)
+    samples = [collector.collect(t, [(node, reading(t))]) for t in times][1:]
+    counts = [reading(b).steps - reading(a).steps for a, b in pairwise(times)]
+    assert len(set(counts)) > 1  # what a count per interval would have read
+    assert {round(s.steps_per_s, 9) for s in samples} == {1.5}
+    assert {round(s.samples_per_s, 6) for s in samples} == {48.0}
+
+
+def test_a_stalled_node_reads_its_stall():
+    node = NodeSpec("worker-0", NodeRole.WORKER, Resources(1, GI))
+    prev = Reading(10, 0, 0, steps=20, counted_s=9.9)
+    # 10 steps by 11.0, then nothing until the reading at 20: 10 steps / 10 s, not / 1.1 s
+    cur = Reading(20, 0, 0, steps=30, counted_s=11.0)
+    assert node_metrics(node, prev, cur).steps_per_s == 1.0
+    # still counting at 19.95: the 10 steps took 10.05 s
+    cur = Reading(20, 0, 0, steps=30, counted_s=19.95)
+    assert node_metrics(node, prev, cur).steps_per_s == 10 / (19.95 - 9.9)
+
+
+def test_a_count_that_arrives_late_is_carried_then_spread_over_its_span():
+    node = NodeSpec("worker-0", NodeRole.WORKER, Resources(0.2, GI))
+    collector = MetricCollector()
+    collector.collect(1, [(node, Reading(1, 0, 0, steps=1, samples=64, counted_s=0.9))])
+    first = collector.collect(3, [(node, Reading(3, 0, 0, steps=3, samples=192, counted_s=2.9))])
+    assert first.steps_per_s == 1.0 and first.samples_per_s == 64.0
+    # the step that ended at 4.9 is reported only after the reading at 5: within pace
+    late = collector.collect(5, [(node, Reading(5, 0, 0, steps=3, samples=192, counted_s=2.9))])
+    assert late.steps_per_s == 1.0 and late.samples_per_s == 64.0
+    # two counts arrive, the last step ended at 6.9: 2 steps over the 4 s they took
+    caught = collector.collect(7, [(node, Reading(7, 0, 0, steps=5, samples=320, counted_s=6.9))])
+    assert caught.steps_per_s == 0.5
+    # silent past 3 of its steps: a stall, which reads as one
+    silent = Reading(15, 0, 0, steps=5, samples=320, counted_s=6.9)
+    assert collector.collect(15, [(node, silent)]).steps_per_s == 0.0
 
 
 def test_collector_skips_first_readings_and_restarts():

@@ -160,3 +160,12 @@ def test_a_workers_step_length_ignores_its_idle_time():
     assert worker.step_s == pytest.approx(2.0)
     worker.heard(32.0, Stats(steps=13, busy_s=2.6))  # and decays while steps are short again
     assert worker.step_s == pytest.approx(1.9)
+
+
+def test_a_node_remembers_when_its_counts_last_grew():
+    ps = node("ps-0", NodeRole.PS, 0.0, False)
+    ps.heard(1.0, Stats(bytes_in=10.0))  # a heartbeat: nothing counted yet
+    assert ps.counted_s is None
+    ps.heard(2.0, Stats(bytes_in=20.0, updates=1))
+    ps.heard(3.0, Stats(bytes_in=30.0, updates=1))  # heard again, nothing new applied
+    assert (ps.heard_s, ps.counted_s) == (3.0, 2.0)

@@ -178,6 +178,7 @@ class Rank:
         self.optimizer.zero_grad(set_to_none=True)
         if len(indices):
             self.ctx.steps += 1
+            self.ctx.counted_at = time.monotonic()
             self.ctx.samples += len(indices)
             self.ctx.loss_sum += float(loss.detach())
             self.ctx.loss_n += 1

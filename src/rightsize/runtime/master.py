@@ -472,7 +472,9 @@ class Master:
 
     def sample(self) -> MetricSample | None:
         now = self.time_s()
-        sample = self.collector.collect(now, read_nodes(self.job, self.backend, now))
+        sample = self.collector.collect(
+            now, read_nodes(self.job, self.backend, now, self.started_at)
+        )
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):

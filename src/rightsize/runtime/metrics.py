@@ -7,6 +7,22 @@ cgroup's usage less reclaimable page cache), and the node's own counters
 Two readings make a :class:`rightsize.scaling.api.NodeMetrics`: CPU cores used
 = delta CPU seconds / delta time (NEARCHUS's u_i), and rates likewise. A node
 whose counters went backwards was relaunched in between and is skipped once.
+
+Steps (and a server's updates) are counted over the time they took, not over the
+interval: a node that finishes 3 batches a period finishes 2, 3 or 4 in a given
+2-s interval, so steps / interval swings by a third between intervals while the
+node runs steadily — more than NEARCHUS's 5% stability bound, which then never
+holds for slow nodes (measured: the small CNN's samples/s read 32-192 in
+successive intervals at a steady 96). Each reading therefore carries when the
+node's last counted step ended (``counted_s``, on the master's clock: the node
+says how long before its message that was — a worker's steps are confirmed a
+step late under overlap, and two at once at a shard's end), and a rate is the
+work between two such moments over the time between them (:func:`work_span_s`).
+A count can still arrive after the interval it belongs to (a worker confirms its
+last batch of a shard with the one before, then none until its next shard's
+second batch: 2.6 s at 0.2 CPU on the small CNN); an interval with no count from
+a node that is keeping its own pace carries the node's last rate, and the next
+count is spread over both intervals by its span (:func:`work_rates`).
 """
 
 from __future__ import annotations
@@ -38,19 +54,68 @@ class Reading:
     updates: float = 0.0
     loss_sum: float = 0.0
     loss_n: float = 0.0
+    counted_s: float | None = None  # when steps or updates last grew (None: not yet)
 
     @classmethod
-    def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: Stats) -> Reading:
+    def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: Stats,
+           counted_s: float | None = None) -> Reading:  # fmt: skip
         return cls(time_s, cpu_s, memory_bytes, stats.bytes_in, stats.bytes_out, stats.steps,
-                   stats.samples, stats.updates, stats.loss_sum, stats.loss_n)  # fmt: skip
+                   stats.samples, stats.updates, stats.loss_sum, stats.loss_n, counted_s)  # fmt: skip
+
+
+#: A node silent this many of its own work units since its last count has stalled
+#: (paused for a resize, waiting on a lost peer): its rate is then work / interval,
+#: so the stall shows as the slowdown it is.
+STALL_UNITS = 3.0
+
+
+def work_span_s(prev: Reading, cur: Reading, work: float) -> float:
+    """The time ``work`` units (steps or updates) between two readings took: from the
+    count seen at ``prev`` to the count seen at ``cur`` — the interval itself when either
+    moment is unknown, no work was done, or the node has stalled since its last count."""
+    interval = cur.time_s - prev.time_s
+    if work <= 0 or prev.counted_s is None or cur.counted_s is None:
+        return interval
+    span = cur.counted_s - prev.counted_s
+    if span <= 0 or cur.time_s - cur.counted_s > STALL_UNITS * span / work:
+        return interval
+    return span
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A node's pace between two readings."""
+
+    work_per_s: float  # steps (a parameter server: updates applied) per second
+    samples_per_s: float
+
+
+def work_rates(role: NodeRole, prev: Reading, cur: Reading, last: Rates | None = None) -> Rates:
+    """The node's steps (or updates) and samples per second between two readings.
+
+    ``last`` is its previous interval's pace: carried when nothing was counted now but the
+    node's last counted step ended within :data:`STALL_UNITS` of that pace (its count is
+    on its way, see the module's doc); a node silent for longer reads 0.
+    """
+    work = max(0.0, cur.updates - prev.updates if role == NodeRole.PS else cur.steps - prev.steps)
+    if work == 0 and last is not None and last.work_per_s > 0 and cur.counted_s is not None:
+        if cur.time_s - cur.counted_s <= STALL_UNITS / last.work_per_s:
+            return last
+    span = work_span_s(prev, cur, work)
+    return Rates(work / span, max(0.0, cur.samples - prev.samples) / span)
 
 
 def node_metrics(
-    node: NodeSpec, prev: Reading, cur: Reading, capacity_bytes_per_s: float | None = None
+    node: NodeSpec,
+    prev: Reading,
+    cur: Reading,
+    capacity_bytes_per_s: float | None = None,
+    rates: Rates | None = None,
 ) -> NodeMetrics:
-    """The node's averages between two readings (``cur.time_s > prev.time_s``)."""
+    """The node's averages between two readings (``cur.time_s > prev.time_s``); its
+    ``rates`` if already known (else measured without a previous pace)."""
     dt = cur.time_s - prev.time_s
-    work = cur.updates - prev.updates if node.role == NodeRole.PS else cur.steps - prev.steps
+    rates = rates or work_rates(node.role, prev, cur)
     return NodeMetrics(
         name=node.name,
         role=node.role,
@@ -61,7 +126,7 @@ def node_metrics(
         net_in_bytes_per_s=max(0.0, cur.bytes_in - prev.bytes_in) / dt,
         net_out_bytes_per_s=max(0.0, cur.bytes_out - prev.bytes_out) / dt,
         net_capacity_bytes_per_s=capacity_bytes_per_s if node.role == NodeRole.PS else None,
-        steps_per_s=max(0.0, work) / dt,
+        steps_per_s=rates.work_per_s,
     )
 
 
@@ -76,6 +141,7 @@ class MetricCollector:
 
     def __init__(self, ps_capacity_bytes_per_s: float | None = None) -> None:
         self.last: dict[str, Reading] = {}
+        self.pace: dict[str, Rates] = {}
         self.capacity = ps_capacity_bytes_per_s
         self.loss: float | None = None
 
@@ -93,10 +159,14 @@ class MetricCollector:
             prev = self.last.get(node.name)
             self.last[node.name] = cur
             if prev is None or cur.time_s <= prev.time_s or _restarted(prev, cur):
+                self.pace.pop(node.name, None)
                 continue
-            metrics.append(node_metrics(node, prev, cur, self.capacity))
+            rates = self.pace[node.name] = work_rates(
+                node.role, prev, cur, self.pace.get(node.name)
+            )
+            metrics.append(node_metrics(node, prev, cur, self.capacity, rates))
             if node.role == NodeRole.WORKER:
-                samples_per_s += (cur.samples - prev.samples) / (cur.time_s - prev.time_s)
+                samples_per_s += rates.samples_per_s
                 loss_sum += cur.loss_sum - prev.loss_sum
                 loss_n += cur.loss_n - prev.loss_n
         self.loss = loss_sum / loss_n if loss_n else None
@@ -107,10 +177,14 @@ class MetricCollector:
 
     def forget(self, name: str) -> None:
         self.last.pop(name, None)
+        self.pace.pop(name, None)
 
 
-def read_nodes(job: JobState, backend: LocalBackend, time_s: float) -> list[tuple[NodeSpec, Reading]]:
-    """A reading of every running node of the job's shape (cgroup counters and its own)."""
+def read_nodes(
+    job: JobState, backend: LocalBackend, time_s: float, origin_s: float = 0.0
+) -> list[tuple[NodeSpec, Reading]]:
+    """A reading of every running node of the job's shape (cgroup counters and its own);
+    ``time_s`` is on the job's clock, which starts at ``origin_s`` on the master's."""
     readings = []
     for spec in job.shape.nodes:
         node = job.nodes.get(spec.name)
@@ -120,7 +194,8 @@ def read_nodes(job: JobState, backend: LocalBackend, time_s: float) -> list[tupl
             cpu_s, memory = backend.reading(spec.name)
         except (OSError, KeyError):  # it just ended; its exit is handled next
             continue
-        readings.append((spec, Reading.of(time_s, cpu_s, memory, node.stats)))
+        counted = None if node.counted_s is None else node.counted_s - origin_s
+        readings.append((spec, Reading.of(time_s, cpu_s, memory, node.stats, counted)))
     return readings
 
 

@@ -16,6 +16,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import torch
 import zmq
@@ -63,12 +64,14 @@ class NodeContext:
         self.steps = self.samples = self.updates = 0
         self.loss_sum, self.loss_n = 0.0, 0
         self.busy_s = 0.0
+        self.counted_at: float | None = None  # monotonic: when the last counted step ended
         self.config: NodeConfig | None = None
         self.generation: int | None = NO_CLUSTER
 
     def stats(self) -> Stats:
+        age = None if self.counted_at is None else max(0.0, time.monotonic() - self.counted_at)
         return Stats(self.counters.bytes_in, self.counters.bytes_out, self.steps, self.samples,
-                     self.updates, self.loss_sum, self.loss_n, self.busy_s)  # fmt: skip
+                     self.updates, self.loss_sum, self.loss_n, self.busy_s, age)  # fmt: skip
 
     def call(self, body: Body) -> tuple[Reply, list[torch.Tensor]]:
         """Send ``body`` to the master; apply a ``threads`` command; return the reply and

@@ -53,6 +53,7 @@ class NodeState:
     registered_s: float | None = None
     first_step_s: float | None = None
     heard_s: float | None = None  # the last message
+    counted_s: float | None = None  # when the last counted step or update ended
     unresponsive_s: float | None = None  # silent this long when the master gave up on it
     step_s: float | None = None  # a recent long step (see heard)
     paused: bool = False
@@ -84,6 +85,8 @@ class NodeState:
         if self.first_step_s is None and stats.steps > 0:
             self.first_step_s = now
         steps = stats.steps - self.stats.steps
+        if steps > 0 or stats.updates > self.stats.updates:
+            self.counted_s = now - (stats.counted_age_s or 0.0)
         if steps > 0:
             length = max(0.0, stats.busy_s - self.stats.busy_s) / steps
             self.step_s = length if self.step_s is None else max(length, STEP_DECAY * self.step_s)

@@ -52,6 +52,9 @@ class Stats:
     loss_sum: float = 0.0
     loss_n: int = 0
     busy_s: float = 0.0  # seconds spent inside training steps (a step's length, idle time aside)
+    # how long before this message the last counted step (a server: update) ended; the
+    # master dates the counts by it (metrics.work_span_s), not by when they were reported
+    counted_age_s: float | None = None
 
 
 class AckKind(StrEnum):

@@ -192,6 +192,8 @@ class ParameterServer:
         dense = {name: next(it) for name in request.dense}
         sparse = {name: (next(it), next(it)) for name in request.tables}
         applied = self.store.apply(request.key, indices, dense, sparse)
+        if applied:
+            self.ctx.counted_at = time.monotonic()
         self.ctx.updates = self.store.updates
         return {"applied": applied}, []
 

@@ -194,7 +194,7 @@ class Worker:
     def push(self, ready: _Ready, grads: tuple[dict, dict], loss: torch.Tensor) -> _Pushed:
         key = (ready.task.epoch, ready.task.shard, ready.batch)
         request = self.cluster.send_push(key, ready.indices, *grads)
-        return _Pushed(ready.task, ready.batch, len(ready.indices), loss, request)
+        return _Pushed(ready.task, ready.batch, len(ready.indices), loss, request, time.monotonic())
 
     def confirm(self, pushed: _Pushed, pushes_out: int) -> _Leased | None:
         """Wait until every server has answered the push, then report the batch done;
@@ -207,6 +207,7 @@ class Worker:
         """
         self.cluster.wait(pushed.request, self.check_master)
         self.ctx.steps += 1
+        self.ctx.counted_at = pushed.computed_s  # not now: confirms lag by a step, and bunch
         self.ctx.samples += pushed.samples
         self.ctx.loss_sum += float(pushed.loss)
         self.ctx.loss_n += 1
@@ -314,6 +315,7 @@ class _Pushed:
     samples: int
     loss: torch.Tensor
     request: InFlight
+    computed_s: float  # when its compute ended (monotonic): the step's moment in the metrics
 
 
 def run_worker(ctx: NodeContext) -> int:
