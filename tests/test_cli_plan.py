@@ -150,9 +150,27 @@ def test_plan_bad_inputs(capsys, profile_file, extra, fragment):
 
 def test_plan_global_batch_not_divisible(capsys, profile_file):
     args = plan_args(profile_file)
-    args[args.index("--global-batch") + 1] = "1001"  # odd: every per-VM batch here is even
+    # prime, above one VM's B_max, and no sum of these VMs' powers of two: the nearest
+    # batch one type holds is suggested, and it plans
+    args[args.index("--global-batch") + 1] = "100003"
     code, _, err = run(capsys, *args)
-    assert_one_line_error(code, err, "no configuration adds up to global batch 1001")
+    assert_one_line_error(code, err, "no configuration adds up to global batch 100003")
+    suggested = err.split("use one such as ")[1].split(",")[0]
+    args[args.index("--global-batch") + 1] = suggested
+    assert run(capsys, *args)[0] == 0
+    args[args.index("--global-batch") + 1] = str(2**24)  # more than all the VMs hold
+    code, _, err = run(capsys, *args)
+    assert_one_line_error(code, err, "hold at most")
+
+
+@pytest.mark.parametrize("global_batch", [360, 224, 172])
+def test_plan_takes_a_global_batch_that_is_no_power_of_two(capsys, profile_file, global_batch):
+    args = plan_args(profile_file, "--json")
+    args[args.index("--global-batch") + 1] = str(global_batch)
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    for row in json.loads(out):
+        assert sum(n * row["batches"][vm] for vm, n in row["counts"].items()) == global_batch
 
 
 def test_plan_needs_a_workload_or_profile(capsys):

@@ -134,13 +134,27 @@ def test_infeasible_deadline_names_the_fastest_plan(catalog):
 
 
 def test_a_global_batch_no_configuration_adds_up_to(catalog):
-    with pytest.raises(InfeasiblePlanError, match="no configuration adds up to global batch 1000"):
-        run(catalog, {"fast.x": 8}, PlanRequest(1000, 10))
+    # 1009 is prime and above B_max (256): no equal share fits, and an odd batch is no sum
+    # of fast.x's powers of two (from 2)
+    with pytest.raises(InfeasiblePlanError, match="no configuration adds up to global batch 1009"):
+        run(catalog, {"fast.x": 8}, PlanRequest(1009, 10))
+
+
+def test_a_global_batch_that_is_no_power_of_two_is_planned_by_equal_shares(catalog):
+    # 1000 on up to 8 fast.x (B_max 256): 4 x 250, 5 x 200 or 8 x 125 (was refused)
+    plans, _, _ = run(catalog, {"fast.x": 8}, PlanRequest(1000, 10), top=5)
+    assert {str(p.config) for p in plans} == {"4×fast.x@250", "5×fast.x@200", "8×fast.x@125"}
+    # a 4-GPU VM takes a share only if its devices split it evenly: 360 = 4 x 90 per GPU
+    options = options_for(catalog, {"quad.x": 3})
+    assert 360 in options[0].batches(global_batch=360)
+    assert 90 not in options[0].batches(global_batch=270)  # 270 / 3 VMs = 90 = 4 x 22.5
+    # a power-of-two global batch adds nothing to Srift's powers of two
+    assert options[0].batches(global_batch=1024) == options[0].batches()
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    batch_exp=st.integers(4, 10),
+    global_batch=st.one_of(st.integers(4, 10).map(lambda e: 2**e), st.integers(16, 1024)),
     fast_cap=st.integers(1, 8),
     slow_cap=st.integers(1, 8),
     quad_cap=st.integers(1, 3),
@@ -151,12 +165,12 @@ def test_a_global_batch_no_configuration_adds_up_to(catalog):
     eager_k=st.one_of(st.none(), st.integers(1, 4)),
 )
 def test_every_plan_respects_the_constraints_and_the_search_is_optimal(
-    catalog, batch_exp, fast_cap, slow_cap, quad_cap, objective, deadline, budget, comm, eager_k
+    catalog, global_batch, fast_cap, slow_cap, quad_cap, objective, deadline, budget, comm, eager_k
 ):
     # exhaustive against every configuration; eager (without a time limit) against every
     # configuration of at most eager_k VMs a type: the bounds that prune both are exact
     request = PlanRequest(
-        2**batch_exp, 1000, Constraints(deadline_s=deadline, budget_usd=budget), objective
+        global_batch, 1000, Constraints(deadline_s=deadline, budget_usd=budget), objective
     )
     caps = {"fast.x": fast_cap, "slow.x": slow_cap, "quad.x": quad_cap}
     options = options_for(catalog, caps)

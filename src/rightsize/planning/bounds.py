@@ -105,7 +105,7 @@ def type_table(option: InstanceOption, estimator: Estimator, bounds: Bounds,
     limit = min(option.cap, count_limit or option.cap)
     global_batch = estimator.request.global_batch
     rows = []
-    for batch in option.batches():
+    for batch in option.batches(global_batch=global_batch):
         seconds = estimator.slowest_vm_s(option.name, batch)
         rows += [(batch, count, seconds[count - 1])
                  for count in range(1, limit + 1) if batch * count <= global_batch]  # fmt: skip

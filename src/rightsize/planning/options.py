@@ -9,7 +9,9 @@ the calibrated device model at the requested precision (``device model``,
 perf/device_model.py), else from the best profile scaled by the roofline
 (``roofline``; the default for CPU instances, and selectable for GPUs as Srift's
 ratio method) — the option says which. Per-VM batches are powers of two from a saturating batch up to the
-largest that fits the device's memory (Srift §4.4 insight 1).
+largest that fits the device's memory (Srift §4.4 insight 1), and — beyond Srift,
+so that a global batch such as 360 can be planned at all — the global batch's
+equal shares over this type's VMs.
 """
 
 from __future__ import annotations
@@ -128,10 +130,19 @@ class InstanceOption:
         # cached: the search asks for an option's batches once per configuration subset
         return saturating_batch(self.device_compute, self.bmax_per_device) * self.devices
 
-    def batches(self, minimum: int = 1) -> list[int]:
-        """Per-VM batches worth trying: powers of two from the saturating batch up to B_max."""
+    def batches(self, minimum: int = 1, global_batch: int | None = None) -> list[int]:
+        """Per-VM batches worth trying: powers of two from the saturating batch up to B_max
+        (Srift's insight 1); with ``global_batch``, also its equal shares over 1..cap VMs
+        that are not powers of two, fit B_max and split evenly over the VM's devices — the
+        only way to plan a global batch of 360 or 172. A power-of-two global batch has no
+        such shares, so its search is Srift's."""
         low = max(minimum, self.saturating_vm_batch)
-        return [2**k for k in range(self.bmax.bit_length()) if low <= 2**k <= self.bmax]
+        powers = [2**k for k in range(self.bmax.bit_length()) if low <= 2**k <= self.bmax]
+        if global_batch is None:
+            return powers
+        shares = {global_batch // n for n in range(1, self.cap + 1) if global_batch % n == 0}
+        shares = {b for b in shares if b & (b - 1) and minimum <= b <= self.bmax}
+        return sorted(set(powers) | {b for b in shares if b % self.devices == 0})
 
 
 def saturating_batch(predict: Callable[[float], ComputeTime], bmax: int,

@@ -3,7 +3,8 @@
 Minimise ``N·t_iter·Σ counts[i]·P[i]`` (cost) or ``N·t_iter`` (time) subject to
 ``Σ batches[i]·counts[i] = B_global``, ``counts[i] <= CAPS[i]``, and the
 deadline and/or budget. The search space is pruned as Srift prunes it: per-VM
-batches are powers of two from a saturating batch up to B_max (insight 1), all
+batches are powers of two from a saturating batch up to B_max (insight 1; beyond
+Srift, a global batch that is not a power of two also gets its equal shares), all
 VMs of a type share one batch (insight 2), and among equally good plans fewer
 instance types win, then larger instances (insights 3 and 4). On top of that,
 beyond Srift, the configurations of each subset of types are built by branch
@@ -63,7 +64,8 @@ def configurations(options: Sequence[InstanceOption], global_batch: int, max_typ
                    count_limit: int | None = None) -> Iterator[Config]:  # fmt: skip
     """Every config over ``options`` with ``Σ batch·count = global_batch`` and counts within caps."""
     choices = [
-        [(b, c) for b in o.batches() for c in range(1, min(o.cap, count_limit or o.cap) + 1)
+        [(b, c) for b in o.batches(global_batch=global_batch)
+         for c in range(1, min(o.cap, count_limit or o.cap) + 1)
          if b * c <= global_batch]
         for o in options
     ]  # fmt: skip
@@ -288,12 +290,22 @@ def _closest(options, estimator: Estimator, settings: SearchSettings, budget: Bu
 
 
 def _no_configuration(options: Sequence[InstanceOption], global_batch: int) -> str:
-    step = min(min(o.batches() or [o.bmax]) for o in options)
-    nearest = max(step, round(global_batch / step) * step)
+    most = sum(o.cap * o.bmax for o in options)
+    if global_batch > most:
+        return (
+            f"no configuration adds up to global batch {global_batch}: the allowed instances hold "
+            f"at most {most} samples a step (each VM's B_max times the VMs of its type); lower "
+            "the global batch or allow more instances"
+        )
+    # the nearest global batch that one type alone holds: a plan exists for it
+    held = {count * batch for o in options for batch in o.batches() for count in range(1, o.cap + 1)}
+    nearest = min(held, key=lambda b: (abs(b - global_batch), b), default=None)
+    hint = f"use one such as {nearest}" if nearest else "use another"
     return (
         f"no configuration adds up to global batch {global_batch}: per-VM batches are powers of "
-        f"two from the saturating batch up to B_max, at most the available VMs of each type; use a "
-        f"multiple of {step} such as {nearest}, or allow more instances"
+        f"two from the saturating batch up to B_max or equal shares of the global batch that fit "
+        f"B_max and the VM's devices, at most the available VMs of each type; {hint}, or allow "
+        "more instances"
     )
 
 
