@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-
-import torch
+from typing import TYPE_CHECKING
 
 from rightsize.cli.args import bounded, parse_count_list, parse_options
 from rightsize.cli.output import print_json, progress_printer, warning_printer
@@ -16,10 +15,11 @@ from rightsize.core.limits import BATCH, REPEATS, SEED, THREADS, WARMUP
 from rightsize.core.units import format_bytes, format_duration, parse_duration, parse_memory
 from rightsize.profiling.bmax import BmaxSearch
 from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S, DEFAULT_CPU_MEMORY_FRACTION
-from rightsize.profiling.device import check_memory_limit, resolve_device
 from rightsize.profiling.profile import SAMPLINGS, Profile
-from rightsize.profiling.profiler import Profiler, ProfilerSettings
-from rightsize.workloads.registry import WorkloadRegistry
+from rightsize.profiling.settings import ProfilerSettings
+
+if TYPE_CHECKING:
+    import torch
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +109,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here: torch takes 2-3 s to load, which `profile --help` need not wait for
+    import torch
+
+    from rightsize.profiling.device import resolve_device
+    from rightsize.profiling.profiler import Profiler
+    from rightsize.workloads.registry import WorkloadRegistry
+
     device = resolve_device(args.device)
     limit = memory_limit(args.memory_limit, device)
     settings = ProfilerSettings(
@@ -155,6 +162,8 @@ def memory_limit(text: str | None, device: torch.device) -> int | None:
     """``--memory-limit`` in bytes (None: the device's), checked against the device."""
     if text is None:
         return None
+    from rightsize.profiling.device import check_memory_limit  # torch: see run
+
     return check_memory_limit(parse_memory(text, "--memory-limit"), device, "--memory-limit")
 
 

@@ -15,13 +15,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
+from rightsize.profiling.settings import NOISY_CV, RETIME_RETRIES
 from rightsize.profiling.timing import StepRuns, coefficient_of_variation
-
-#: Re-time a batch whose fwd+bwd times spread more than this (std/mean). Srift's
-#: stragglers are a few percent; 0.1 is already a noisy measurement.
-NOISY_CV = 0.1
-#: Extra timing rounds for suspect batches before the profile keeps what it has.
-RETIME_RETRIES = 2
 
 #: ``time_batches(batches) -> runs``: time these batches once more.
 TimeBatches = Callable[[list[int]], dict[int, StepRuns]]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 import torch
@@ -25,7 +25,7 @@ import torch
 from rightsize import __version__
 from rightsize.core.errors import ResourceError
 from rightsize.core.units import format_bytes
-from rightsize.profiling.bmax import BmaxResult, BmaxSearch, find_max_batch
+from rightsize.profiling.bmax import BmaxResult, find_max_batch
 from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
@@ -37,8 +37,6 @@ from rightsize.profiling.memory import (
     tensor_bytes,
 )
 from rightsize.profiling.noise import (
-    NOISY_CV,
-    RETIME_RETRIES,
     falling_segments,
     median_totals,
     noisy_batches,
@@ -53,6 +51,7 @@ from rightsize.profiling.profile import (
 )
 from rightsize.profiling.progress import ProgressClock, TimingProgress
 from rightsize.profiling.search_probes import SearchProbes
+from rightsize.profiling.settings import ProfilerSettings
 from rightsize.profiling.timing import (
     StepRuns,
     Stopwatch,
@@ -63,45 +62,6 @@ from rightsize.profiling.timing import (
 from rightsize.workloads.workload import Workload
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ProfilerSettings:
-    """How hard the profiler measures.
-
-    Attributes:
-        warmup: untimed steps before each batch's timed repetitions.
-        repeats: timed rounds; each round times one step of every sampled batch
-            (medians are reported).
-        hook_repeats: instrumented backward passes for gradient-ready times.
-        search: the B_max search settings.
-        sampling: ``dense`` (default: Srift's four batches plus powers of two) or
-            ``srift`` (the four only); see :func:`sample_batches`.
-        extra_batches: further batch sizes to time.
-        noisy_cv, retime_retries: re-time a batch whose fwd+bwd spread (std/mean) is
-            above ``noisy_cv``, at most ``retime_retries`` times (profiling/noise.py).
-        lr, momentum: the SGD optimizer the steps use.
-        seed: model initialisation seed.
-    """
-
-    warmup: int = 2
-    repeats: int = 5
-    hook_repeats: int = 3
-    search: BmaxSearch = field(default_factory=BmaxSearch)
-    sampling: str = "dense"
-    extra_batches: tuple[int, ...] = ()
-    noisy_cv: float = NOISY_CV
-    retime_retries: int = RETIME_RETRIES
-    lr: float = 0.01
-    momentum: float = 0.9
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.repeats < 1 or self.warmup < 0 or self.hook_repeats < 1:
-            raise ResourceError("repeats and hook_repeats must be >= 1 and warmup >= 0")
-        if self.noisy_cv <= 0 or self.retime_retries < 0:
-            raise ResourceError("noisy_cv must be > 0 and retime_retries >= 0")
-        sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
 
 
 #: Copies of every weight a training step holds at least: the weight and its gradient.

@@ -1,0 +1,55 @@
+"""How hard the profiler measures — kept apart from the profiler, which imports torch, so
+that ``rightsize profile --help`` shows these defaults without loading it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rightsize.core.errors import ResourceError
+from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.profile import sample_batches
+
+#: Re-time a batch whose fwd+bwd times spread more than this (std/mean). Srift's
+#: stragglers are a few percent; 0.1 is already a noisy measurement.
+NOISY_CV = 0.1
+#: Extra timing rounds for suspect batches before the profile keeps what it has.
+RETIME_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class ProfilerSettings:
+    """How hard the profiler measures.
+
+    Attributes:
+        warmup: untimed steps before each batch's timed repetitions.
+        repeats: timed rounds; each round times one step of every sampled batch
+            (medians are reported).
+        hook_repeats: instrumented backward passes for gradient-ready times.
+        search: the B_max search settings.
+        sampling: ``dense`` (default: Srift's four batches plus powers of two) or
+            ``srift`` (the four only); see :func:`sample_batches`.
+        extra_batches: further batch sizes to time.
+        noisy_cv, retime_retries: re-time a batch whose fwd+bwd spread (std/mean) is
+            above ``noisy_cv``, at most ``retime_retries`` times (profiling/noise.py).
+        lr, momentum: the SGD optimizer the steps use.
+        seed: model initialisation seed.
+    """
+
+    warmup: int = 2
+    repeats: int = 5
+    hook_repeats: int = 3
+    search: BmaxSearch = field(default_factory=BmaxSearch)
+    sampling: str = "dense"
+    extra_batches: tuple[int, ...] = ()
+    noisy_cv: float = NOISY_CV
+    retime_retries: int = RETIME_RETRIES
+    lr: float = 0.01
+    momentum: float = 0.9
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.warmup < 0 or self.hook_repeats < 1:
+            raise ResourceError("repeats and hook_repeats must be >= 1 and warmup >= 0")
+        if self.noisy_cv <= 0 or self.retime_retries < 0:
+            raise ResourceError("noisy_cv must be > 0 and retime_retries >= 0")
+        sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
