@@ -141,8 +141,9 @@ class InstanceOption:
         if global_batch is None:
             return powers
         shares = {global_batch // n for n in range(1, self.cap + 1) if global_batch % n == 0}
-        shares = {b for b in shares if b & (b - 1) and minimum <= b <= self.bmax}
-        return sorted(set(powers) | {b for b in shares if b % self.devices == 0})
+        extra = {b for b in shares
+                 if b & (b - 1) and minimum <= b <= self.bmax and b % self.devices == 0}  # fmt: skip
+        return sorted(set(powers) | extra)
 
 
 def saturating_batch(predict: Callable[[float], ComputeTime], bmax: int,

@@ -54,7 +54,7 @@ class Reading:
     updates: float = 0.0
     loss_sum: float = 0.0
     loss_n: float = 0.0
-    counted_s: float | None = None  # when steps or updates last grew (None: not yet)
+    counted_s: float | None = None  # when the last counted step or update ended (None: none yet)
 
     @classmethod
     def of(cls, time_s: float, cpu_s: float, memory_bytes: int, stats: Stats,
@@ -69,6 +69,11 @@ class Reading:
 STALL_UNITS = 3.0
 
 
+def _stalled(cur: Reading, unit_s: float) -> bool:
+    """Silent for more than :data:`STALL_UNITS` work units of ``unit_s`` since its last count."""
+    return cur.time_s - cur.counted_s > STALL_UNITS * unit_s
+
+
 def work_span_s(prev: Reading, cur: Reading, work: float) -> float:
     """The time ``work`` units (steps or updates) between two readings took: from the
     count seen at ``prev`` to the count seen at ``cur`` — the interval itself when either
@@ -77,7 +82,7 @@ def work_span_s(prev: Reading, cur: Reading, work: float) -> float:
     if work <= 0 or prev.counted_s is None or cur.counted_s is None:
         return interval
     span = cur.counted_s - prev.counted_s
-    if span <= 0 or cur.time_s - cur.counted_s > STALL_UNITS * span / work:
+    if span <= 0 or _stalled(cur, span / work):
         return interval
     return span
 
@@ -99,7 +104,7 @@ def work_rates(role: NodeRole, prev: Reading, cur: Reading, last: Rates | None =
     """
     work = max(0.0, cur.updates - prev.updates if role == NodeRole.PS else cur.steps - prev.steps)
     if work == 0 and last is not None and last.work_per_s > 0 and cur.counted_s is not None:
-        if cur.time_s - cur.counted_s <= STALL_UNITS / last.work_per_s:
+        if not _stalled(cur, 1 / last.work_per_s):
             return last
     span = work_span_s(prev, cur, work)
     return Rates(work / span, max(0.0, cur.samples - prev.samples) / span)
