@@ -161,11 +161,14 @@ def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dic
 def errors(measurements, eff: Efficiencies) -> dict:
     absolute = calibration.absolute_errors(measurements, eff)
     ratio = calibration.ratio_errors(measurements, eff)
+    any_source = calibration.ratio_errors(measurements, eff, same_source=False)
     return {
         "n": len(absolute),
         "absolute_median": statistics.median(absolute) if absolute else None,
         "ratio_pairs": len(ratio),
         "ratio_median": statistics.median(ratio) if ratio else None,
+        "ratio_any_source_pairs": len(any_source),
+        "ratio_any_source_median": statistics.median(any_source) if any_source else None,
         "rows": [
             {"model": m.model, "gpu": m.accelerator.name, "precision": m.precision.value,
              "batch": m.batch, "measured": m.samples_per_s,

@@ -21,6 +21,15 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_store(tmp_path_factory):
+    """Runs are written to a store (service/db.py): the tests' own, never the user's."""
+    import os
+
+    os.environ.setdefault("RIGHTSIZE_DATABASE", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    yield
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--chaos-schedules", type=int, default=0, metavar="N",

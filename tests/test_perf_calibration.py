@@ -57,6 +57,17 @@ def test_ratio_pairs_same_model_batch_and_precision_on_different_gpus():
     assert calibration.ratio_errors(rows, TRUE) == pytest.approx([0.0] * 48)
 
 
+def test_ratio_pairs_come_from_one_source_unless_asked():
+    rows = [dataclasses.replace(m, source="a" if m.accelerator.name in ("old", "mid") else "b")
+            for m in synthetic()]  # fmt: skip
+    # per group of 4 GPUs: old-mid and new-newer within a source; all 6 across sources
+    assert len(calibration.ratio_errors(rows, TRUE)) == 8 * 2
+    assert len(calibration.ratio_errors(rows, TRUE, same_source=False)) == 8 * 6
+    held = calibration.leave_one_out(rows, "gpu", lambda seen: TRUE)
+    assert held.summary()["ratio_pairs"] == 4 * 8  # each GPU in its one same-source pair
+    assert held.summary()["ratio_any_source_pairs"] == 4 * 3 * 8
+
+
 def test_leave_one_out_predicts_what_it_did_not_see():
     rows = synthetic()
     by_gpu = calibration.leave_one_out(rows, "gpu",

@@ -38,6 +38,11 @@ COMMANDS = (
     ("tune", "rightsize.cli.tune_cmd",
      "hyper-parameter search with trials packed into one process (Packed Hyperband)"),
     ("simulate", "rightsize.cli.simulate_cmd", "compare autoscaling policies on a simulated cluster"),
+    ("serve", "rightsize.cli.serve_cmd", "run the service: API, store of runs, many jobs at once"),
+    ("submit", "rightsize.cli.submit_cmd", "submit a job file to the service"),
+    ("jobs", "rightsize.cli.jobs_cmd", "list your jobs on the service"),
+    ("job", "rightsize.cli.job_cmd", "show one job on the service: shapes, throughput, accounting"),
+    ("cancel", "rightsize.cli.cancel_cmd", "cancel a job on the service"),
 )  # fmt: skip
 USAGE_ERROR = 2
 

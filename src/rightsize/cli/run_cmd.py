@@ -49,6 +49,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--oversubscribe", action="store_true", help="run nodes, shapes and budgets larger "
         "than this machine (runtime.oversubscribe)"
     )  # fmt: skip
+    parser.add_argument(
+        "--database", help="the store the run is written to (URL or SQLite file; default "
+        "$RIGHTSIZE_DATABASE or ~/.local/share/rightsize/rightsize.db)"
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(run=run)
@@ -59,12 +63,15 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.report, "--report")
     from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
+    from rightsize.service.models import JobPhase
+    from rightsize.service.store import Store
 
     spec = load_job_spec(args.job)
     name = args.policy or spec.policy.name
     params = spec.policy.params if name == spec.policy.name else {}
     policy = make_policy(name, spec.runtime.metric_interval_s, **params)
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
+    store = Store(args.database)  # a bad URL fails here, before anything trains
     view = ProgressView(quiet=args.quiet)
     master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,
                     oversubscribe=args.oversubscribe)  # fmt: skip
@@ -76,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
             report, failure = exc.report, str(exc)
         except (JobFailed, JobInterrupted) as exc:
             view.close()
+            interrupted = isinstance(exc, JobInterrupted)
+            remember(store, spec, name, JobPhase.INTERRUPTED if interrupted else JobPhase.FAILED,
+                     None, str(exc))  # fmt: skip
             print(f"error: {exc}", file=sys.stderr)
-            return 128 + exc.signum if isinstance(exc, JobInterrupted) else JOB_FAILED
+            return 128 + exc.signum if interrupted else JOB_FAILED
     report["command"] = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
     atomic_write_text(report_path, json.dumps(report, indent=2, default=str))
+    remember(store, spec, name, JobPhase.FAILED if failure else JobPhase.FINISHED, report, failure)
     if args.json:
         print_json(report)
     else:
@@ -88,6 +99,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {failure}; report written to {report_path}", file=sys.stderr)
         return JOB_FAILED
     return 0
+
+
+def remember(store, spec, policy: str, phase, report, error: str | None) -> None:
+    """Write the run into the store (history for later plans); a store that fails now costs
+    a warning, never the run's report."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from rightsize.service.runs import record_run
+
+    try:
+        record_run(store, spec, policy, phase, report, error)
+    except SQLAlchemyError as exc:
+        print(f"warning: the run was not written to the store: {exc}", file=sys.stderr)
+    finally:
+        store.close()
 
 
 @contextmanager

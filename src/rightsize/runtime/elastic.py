@@ -51,6 +51,8 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
     job = master.job
     change = diff(job.shape, plan.shape)
     why = rejection(plan.shape, master.spec.budget.resources, job.strategy) or _not_now(job, change)
+    if not why and not change.empty:  # last: a granted reservation takes capacity
+        why = master.lease.reserve(plan.shape.total())
     if why or change.empty:
         reason = f"{plan.reason} (rejected: {why})" if why else f"{plan.reason} (no change)"
         master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape, False)

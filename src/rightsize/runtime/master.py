@@ -47,6 +47,7 @@ from rightsize.runtime.errors import (
     StopRequested,
 )
 from rightsize.runtime.jobstate import JobState, NodeFailedTooOften, Phase
+from rightsize.runtime.lease import CapacityLease, MachineLease
 from rightsize.runtime.liveness import (
     MASTER_GAP_S,
     LivenessRule,
@@ -94,6 +95,10 @@ class Master:
 
     Args:
         oversubscribe: run a job larger than this machine (``runtime.oversubscribe`` too).
+        lease: the capacity the job may grow into (default: this whole machine; the
+            service gives each job a lease on its shared capacity, :mod:`lease`).
+        launch: the plan a new job starts with, decided by whoever admitted it (the
+            service's scheduler); default: the job file's shape or the policy's plan.
     """
 
     def __init__(
@@ -105,6 +110,8 @@ class Master:
         warn: Callable[[str], None] | None = None,
         on_sample: Callable[[dict[str, Any]], None] | None = None,
         oversubscribe: bool = False,
+        lease: CapacityLease | None = None,
+        launch: Plan | None = None,
     ) -> None:
         self.spec, self.policy, self.fresh = spec, policy, fresh
         self.clock = clock or SystemClock()
@@ -121,6 +128,8 @@ class Master:
         self.need = memory_need(spec, self.workload, layout)
         self.plan = shard_plan(spec, len(self.workload.dataset))
         self.machine = machine_resources()
+        self.lease = lease or MachineLease(self.machine)
+        self.admitted = launch
         self.job = JobState(self.plan, spec.strategy, dict(self.sizes))
         self.collector = MetricCollector(runtime.ps_bandwidth)
         self.started_at = self.clock.now()
@@ -194,8 +203,11 @@ class Master:
         """
         resume = None if self.fresh else unfinished_job(self.spec)
         launch = None if resume else self._launch_plan()
-        check_fits(self.spec, resume.shape if resume else launch.shape, self.machine,
-                   self.oversubscribe)  # fmt: skip
+        shape = resume.shape if resume else launch.shape
+        check_fits(self.spec, shape, self.machine, self.oversubscribe)
+        refused = self.lease.reserve(shape.total())
+        if refused:
+            raise ResourceError(f"the job cannot start now: {refused}")
         return resume, launch
 
     def _open(self) -> None:
@@ -237,7 +249,7 @@ class Master:
                          nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
-        plan = launch_plan(self.spec, self.policy, self.machine)
+        plan = self.admitted or launch_plan(self.spec, self.policy, self.machine)
         if isinstance(self.spec.initial_shape, ShapeSpec):
             warn_below_floors(plan.shape, self.need, self.warn)  # the user's own numbers
             return plan
@@ -347,10 +359,8 @@ class Master:
             self.pump(WAIT_POLL_S)
 
     def free(self, shape: ClusterShape) -> Resources:
-        """What this machine has beyond ``shape`` (the local backend's whole "cluster")."""
-        total, used = self.machine, shape.total()
-        return Resources(max(0.0, total.cpu_cores - used.cpu_cores),
-                         max(0, total.memory_bytes - used.memory_bytes))  # fmt: skip
+        """What the job could hold beyond ``shape``: its lease's answer."""
+        return self.lease.free(shape)
 
     def time_s(self) -> float:
         return self.clock.now() - self.started_at
@@ -453,7 +463,10 @@ class Master:
             pass  # another node died meanwhile: the next turn of the loop recovers again
 
     def apply(self, plan: Plan) -> Transition:
-        return elastic.apply_plan(self, floored_plan(plan, self.need))
+        try:
+            return elastic.apply_plan(self, floored_plan(plan, self.need))
+        finally:  # what the job holds now, applied or not: a reservation not used goes back
+            self.lease.settle(self.job.shape.total())
 
     def checkpoint(self) -> None:
         try:

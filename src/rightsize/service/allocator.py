@@ -1,0 +1,409 @@
+"""The service's scheduler: real jobs through the queues the simulator uses.
+
+NEARCHUS §IV: submitted jobs wait in the *waiting queue*; the Resource Allocator
+moves a job to the *running queue* and launches it once its policy's launch plan fits
+what is free (``R0`` of the budget for NEARCHUS and Optimus, the whole shape for
+FA-BF); a job that ends moves to the *finished queue*. The queues and the books are
+cluster/scheduler.py's :class:`Scheduler` — the very object the simulator drives —
+and this module drives it with real jobs: each admitted job runs in a runner process
+(:mod:`runner`) that asks the scheduler's books before it grows (:mod:`lease`), so
+the sum of what running jobs hold never exceeds the capacity, growth included.
+
+One thread turns the loop every ``poll_s``: admit, reap runners that ended, copy
+running jobs' state files into the store. The lease threads and the API's calls
+(submit, cancel) take the same lock. A service killed at any moment leaves running
+jobs marked running in the store; the next service on the same store queues them
+first, with what they last held, and their masters resume from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rightsize.cluster.scheduler import Scheduler
+from rightsize.core.errors import RightsizeError, SpecError, unknown_name
+from rightsize.core.resources import Resources
+from rightsize.core.spec import JobSpec, ShapeSpec
+from rightsize.scaling.api import Action, LaunchRequest, Plan, ShapeRecord
+from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
+from rightsize.scaling.registry import make_policy
+from rightsize.service import history
+from rightsize.service.lease import serve_lease
+from rightsize.service.models import JobPhase, Source
+from rightsize.service.schemas import JobView, RunSummary
+from rightsize.service.store import Store
+
+#: Millicore drift tolerated between a shape's rounded node quotas and the books.
+SLACK_CORES = 0.005
+#: Seconds between copies of a running job's state file into the store.
+INGEST_EVERY_S = 2.0
+#: Seconds a runner gets to checkpoint and stop when the service shuts down.
+STOP_GRACE_S = 60.0
+#: Lines of a failed runner's log kept as the job's error.
+ERROR_LINES = 3
+
+
+@dataclass(eq=False)
+class QueuedJob:
+    """A job in the scheduler's queues (cluster/scheduler.py's ``Queued``)."""
+
+    name: str
+    arrival_s: float
+    work_core_s: float  # SJF orders by the samples the job trains (see ``work_of``)
+    job_id: int
+    spec: JobSpec
+    held: Resources | None = None  # what a job resumed after a restart last held
+    plan: Plan | None = None  # set on admission
+    source: str = "policy"  # where the launch plan came from: history, policy or job file
+    history: list[tuple[RunSummary, ShapeRecord]] | None = None  # read once, at first try
+
+
+@dataclass(eq=False)
+class Runner:
+    job: QueuedJob
+    popen: subprocess.Popen
+    log: Path
+    report: Path
+    cancelled: bool = False
+    ingested_at: float = field(default=0.0)
+
+
+def work_of(spec: JobSpec) -> float:
+    """What SJF orders by: the samples a job trains (steps × batch, or epochs × dataset)."""
+    if spec.steps is not None:
+        return float(spec.steps * spec.batch_size)
+    return float((spec.epochs or 1) * (spec.dataset_size or 0))
+
+
+class Allocator:
+    """Admits, launches, watches and cancels the service's jobs over ``capacity``.
+
+    Args:
+        store: where jobs and their runs are kept.
+        capacity: what all running jobs together may hold (the machine, or a share).
+        workdir: each job's checkpoints, state file, report and log go to ``workdir/jobs/ID``.
+        order: ``fcfs`` or ``sjf``.
+    """
+
+    def __init__(self, store: Store, capacity: Resources, workdir: Path, order: str = "fcfs",
+                 poll_s: float = 1.0) -> None:  # fmt: skip
+        self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
+        self.scheduler: Scheduler[QueuedJob] = Scheduler(capacity, order)
+        self.lock = threading.RLock()
+        self.runners: dict[str, Runner] = {}
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the lease books (lease.Books) ----------------------------------------------------
+    def held(self, job: str) -> Resources:
+        with self.lock:
+            return self.scheduler.allocations.get(job, Resources())
+
+    def free_beyond(self, job: str, total: Resources) -> Resources:
+        with self.lock:
+            held, free = self.held(job), self.scheduler.free_for_running()
+            return Resources(
+                free.cpu_cores + max(0.0, held.cpu_cores - total.cpu_cores),
+                free.memory_bytes + max(0, held.memory_bytes - total.memory_bytes),
+            )
+
+    def reserve(self, job: str, total: Resources) -> str | None:
+        with self.lock:
+            if job not in self.scheduler.allocations:
+                return "the job is not running under this service"
+            held, free = self.held(job), self.scheduler.free_for_running()
+            grow = Resources(max(0.0, total.cpu_cores - held.cpu_cores),
+                             max(0, total.memory_bytes - held.memory_bytes))  # fmt: skip
+            if (grow.cpu_cores > free.cpu_cores + SLACK_CORES
+                    or grow.memory_bytes > free.memory_bytes):  # fmt: skip
+                waiting = (
+                    f"; {len(self.scheduler.waiting)} job(s) wait" if self.scheduler.waiting else ""
+                )
+                return (f"the service's capacity: the job needs {grow} more but {free} is free "
+                        f"to grow into{waiting}")  # fmt: skip
+            larger = Resources(max(held.cpu_cores, total.cpu_cores),
+                               max(held.memory_bytes, total.memory_bytes))  # fmt: skip
+            self.scheduler.allocate(_Named(job), larger, SLACK_CORES)
+            return None
+
+    def settle(self, job: str, total: Resources) -> None:
+        with self.lock:
+            held = self.held(job)
+            if job in self.scheduler.allocations and total.fits_within(
+                held + Resources(SLACK_CORES)
+            ):
+                self.scheduler.allocate(_Named(job), total, SLACK_CORES)
+
+    # -- the API's verbs -------------------------------------------------------------------
+    def check(self, spec: JobSpec) -> None:
+        """Everything about ``spec`` that would stop it running here, before it queues.
+
+        Raises:
+            SpecError: names the field and the reason.
+        """
+        budget = spec.budget.resources
+        if budget.cpu_cores > self.capacity.cpu_cores:
+            raise SpecError(f"budget.cpu: {budget.cpu_cores:g} cores is more than the service's "
+                            f"capacity of {self.capacity.cpu_cores:g}")  # fmt: skip
+        if budget.memory_bytes > self.capacity.memory_bytes:
+            raise SpecError(f"budget.memory: {budget} is more than the service's capacity "
+                            f"{self.capacity}")  # fmt: skip
+        if budget.gpus > self.capacity.gpus:
+            raise SpecError(f"budget.gpus: {budget.gpus} but the service has "
+                            f"{self.capacity.gpus}")  # fmt: skip
+        try:
+            make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
+        except RightsizeError as exc:
+            raise SpecError(f"policy: {exc}") from None
+        _check_names(spec)
+
+    def submit(self, spec: JobSpec, owner_id: int | None) -> JobView:
+        """Queue ``spec`` (checked first: :meth:`check`); its name is made unique."""
+        self.check(spec)
+        row = self.store.add_job(spec, owner_id=owner_id, source=Source.SERVICE,
+                                 phase=JobPhase.WAITING, state_path=Path(),
+                                 policy=spec.policy.name)  # fmt: skip
+        home = self.workdir / "jobs" / str(row.id)
+        spec = spec.model_copy(update={
+            "name": row.name,
+            "checkpoint": spec.checkpoint.model_copy(update={"dir": home}),
+            "runtime": spec.runtime.model_copy(update={"state": None}),
+        })  # fmt: skip
+        self.store.update(row.id, spec=spec.model_dump(mode="json", by_alias=True),
+                          state_path=str(spec.state_path))  # fmt: skip
+        with self.lock:
+            self.scheduler.submit(QueuedJob(row.name, time.time(), work_of(spec), row.id, spec))
+        self._wake.set()
+        return self.store.job_by_id(row.id)
+
+    def cancel(self, name: str) -> None:
+        """Stop ``name`` wherever it is: out of the queue, or its runner checkpoints and ends."""
+        with self.lock:
+            waiting = next((j for j in self.scheduler.waiting if j.name == name), None)
+            if waiting is not None:
+                self.scheduler.waiting.remove(waiting)
+                self.store.finish(waiting.job_id, JobPhase.CANCELLED, None, "cancelled")
+                return
+            runner = self.runners.get(name)
+            if runner is not None and not runner.cancelled:
+                runner.cancelled = True
+                runner.popen.send_signal(signal.SIGTERM)
+        self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Queue what the store says was waiting or running, then start the loop."""
+        self._recover()
+        self._thread = threading.Thread(target=self._loop, name="allocator", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop; runners checkpoint and end, and their jobs stay running in the store
+        (the next service resumes them)."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self.turn()
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+        self._stop_runners()
+
+    def _stop_runners(self) -> None:
+        """SIGTERM every runner and wait for it — from the thread that started them: a runner
+        dies with that thread (its parent-death signal), so it must outlive them."""
+        with self.lock:
+            runners = list(self.runners.values())
+        for runner in runners:
+            runner.popen.send_signal(signal.SIGTERM)
+        for runner in runners:
+            try:
+                runner.popen.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                runner.popen.kill()
+                runner.popen.wait()
+            self.store.ingest(runner.job.job_id, runner.job.spec.state_path)
+
+    def turn(self) -> None:
+        """One turn: reap ended runners, admit what fits, copy running jobs' progress."""
+        with self.lock:
+            self._reap()
+            for job in self.scheduler.admit(self._admission, SLACK_CORES):
+                self._spawn(job)
+            now = time.monotonic()
+            for runner in self.runners.values():
+                if now - runner.ingested_at >= INGEST_EVERY_S:
+                    self.store.ingest(runner.job.job_id, runner.job.spec.state_path)
+                    runner.ingested_at = now
+
+    def _recover(self) -> None:
+        for row in self.store.jobs(phases=(JobPhase.RUNNING, JobPhase.WAITING)):
+            if row.source != str(Source.SERVICE):
+                continue
+            spec = JobSpec.model_validate(self.store.spec_of(row.id))
+            if _trained(spec):  # it ended while no service watched: keep what it wrote
+                self.store.ingest(row.id, spec.state_path)
+                report = spec.checkpoint.dir / "report.json"
+                self.store.finish(
+                    row.id,
+                    JobPhase.FINISHED,
+                    json.loads(report.read_text()) if report.exists() else None,
+                )
+                continue
+            held = None
+            if row.phase == str(JobPhase.RUNNING):
+                applied = [s for s in self.store.shapes(row.id) if s.applied]
+                held = _total(applied[-1].shape) if applied else None
+            with self.lock:
+                self.scheduler.submit(QueuedJob(row.name, row.submitted_at, work_of(spec), row.id,
+                                                spec, held))  # fmt: skip
+
+    def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
+        """What ``job`` takes if it starts now, or None (it and those behind it wait)."""
+        if job.held is not None:  # resumed: its master relaunches what it last ran
+            return job.held if job.held.fits_within(free) else None
+        spec = job.spec
+        if isinstance(spec.initial_shape, ShapeSpec):
+            shape = spec.initial_shape.to_shape()
+            plan, job.source = Plan(shape, Action.LAUNCH, INITIAL_SHAPE_REASON), "job file"
+        else:
+            if job.history is None:
+                job.history = self._history(spec)
+            plan, job.source = (
+                history.launch_plan(job.history, spec.budget.resources, free),
+                "history",
+            )
+            if plan is None and not self._waits_for_history(job):
+                policy = make_policy(spec.policy.name, spec.runtime.metric_interval_s,
+                                     **spec.policy.params)  # fmt: skip
+                prior = tuple(record for _, record in job.history)
+                request = LaunchRequest(
+                    spec.name, spec.budget.resources, free, prior, self.capacity
+                )
+                plan, job.source = launch_plan(policy, request), "policy"
+        if plan is None or not plan.shape.total().fits_within(free):
+            return None
+        job.plan = plan  # a shape that cannot run fails in the runner, with its reason
+        return plan.shape.total()
+
+    def _history(self, spec: JobSpec) -> list[tuple[RunSummary, ShapeRecord]]:
+        runs = history.similar(spec, self.store.finished_runs(spec.workload, spec.dataset or ""))
+        return [(run, record) for run in runs
+                for record in history.records(self.store, run, spec.batch_size)]  # fmt: skip
+
+    def _waits_for_history(self, job: QueuedJob) -> bool:
+        """Whether a job with history waits for its history's shape to fit (FCFS: the queue
+        waits too) — not when it has none, or the shape could never fit: its policy plans."""
+        fitted = history.launch_plan(job.history, job.spec.budget.resources, self.capacity)
+        return fitted is not None
+
+    def _spawn(self, job: QueuedJob) -> None:
+        home = job.spec.checkpoint.dir
+        home.mkdir(parents=True, exist_ok=True)
+        job_file, log, report = home / "job.json", home / "runner.log", home / "report.json"
+        job_file.write_text(json.dumps(job.spec.model_dump(mode="json", by_alias=True)))
+        argv = [sys.executable, "-m", "rightsize.service.runner", "--job", str(job_file),
+                "--report", str(report), "--parent", str(os.getpid())]  # fmt: skip
+        if job.plan is not None:
+            launch = home / "launch.json"
+            launch.write_text(json.dumps({"shape": job.plan.shape.to_dict(),
+                                          "action": str(job.plan.action),
+                                          "reason": job.plan.reason,
+                                          "details": job.plan.details}))  # fmt: skip
+            argv += ["--launch", str(launch)]
+        ours, theirs = socket.socketpair()
+        argv += ["--lease-fd", str(theirs.fileno())]
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        theirs.close()
+        serve_lease(ours, job.name, self)
+        self.runners[job.name] = Runner(job, popen, log, report)
+        fields = {"phase": str(JobPhase.RUNNING)}
+        if job.plan is not None:
+            fields.update(started_at=time.time(), launch_source=job.source,
+                          launch_note=job.plan.reason)  # fmt: skip
+            expected = history.predicted(job.plan, work_of(job.spec), job.spec.batch_size)
+            if expected is not None:
+                fields.update(predicted_time_s=expected[0], predicted_core_h=expected[1])
+        self.store.update(job.job_id, **fields)
+
+    def _reap(self) -> None:
+        for name, runner in list(self.runners.items()):
+            code = runner.popen.poll()
+            if code is None:
+                continue
+            job = runner.job
+            self.store.ingest(job.job_id, job.spec.state_path)
+            report = json.loads(runner.report.read_text()) if runner.report.exists() else None
+            if code == 0:
+                phase, error = JobPhase.FINISHED, None
+            elif runner.cancelled:
+                phase, error = JobPhase.CANCELLED, "cancelled"
+            else:
+                phase, error = JobPhase.FAILED, _last_lines(runner.log) or f"exit status {code}"
+            self.store.finish(job.job_id, phase, report, error)
+            self.scheduler.finish(job)
+            del self.runners[name]
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A job by name only: what Scheduler.allocate needs to find its books."""
+
+    name: str
+
+
+def _total(shape: dict) -> Resources:
+    from rightsize.core.shape import ClusterShape
+
+    return ClusterShape.from_dict(shape).total()
+
+
+def _trained(spec: JobSpec) -> bool:
+    """Whether the job's state file says it finished training."""
+    from rightsize.runtime.state import JobStatus, StateStore
+
+    if not spec.state_path.exists():
+        return False
+    state = StateStore(spec.state_path)
+    try:
+        job = state.job()
+    finally:
+        state.close()
+    return job is not None and job["status"] == str(JobStatus.FINISHED)
+
+
+def _last_lines(log: Path) -> str:
+    if not log.exists():
+        return ""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return "\n".join(lines[-ERROR_LINES:])
+
+
+def _check_names(spec: JobSpec) -> None:
+    """A zoo workload and dataset must exist (a ``module:function`` factory is the runner's
+    to load: the service never runs a user's code)."""
+    from rightsize.workloads.registry import WorkloadRegistry
+
+    registry = WorkloadRegistry()
+    if ":" not in spec.workload:
+        names = [m.name for m in registry.models()]
+        if spec.workload not in names:
+            raise SpecError(f"workload: {unknown_name('workload', spec.workload, names)}")
+    datasets = registry.dataset_names()
+    if spec.dataset is not None and spec.dataset not in datasets:
+        raise SpecError(f"dataset: {unknown_name('dataset', spec.dataset, datasets)}")

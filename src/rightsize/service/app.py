@@ -1,0 +1,108 @@
+"""The REST API (FastAPI): submit, list, follow and cancel jobs, each behind a bearer token.
+
+Every route needs ``Authorization: Bearer TOKEN`` (401 without, or with a token the
+store does not know); a token sees and cancels only its own jobs (404 for anyone
+else's, so a job's existence is not told either). A job file is validated by the same
+pydantic model ``rightsize run`` uses (core/spec.py), and what the service checks
+beyond it (the budget against its capacity, the policy, the zoo's names) fails with
+422 naming the field and the reason, before anything is queued. The OpenAPI schema is
+at ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from rightsize import __version__
+from rightsize.core.errors import RightsizeError
+from rightsize.core.spec import JobSpec
+from rightsize.service.allocator import Allocator
+from rightsize.service.models import JobPhase
+from rightsize.service.schemas import JobDetail, JobView, SampleView
+from rightsize.service.store import Store
+
+_FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
+_bearer = HTTPBearer(auto_error=False, description="a token from `rightsize serve token create`")
+
+
+def _owner(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> int:
+    """The id of the token's owner; 401 without a token the store knows."""
+    store: Store = request.app.state.store
+    found = store.owner(credentials.credentials) if credentials else None
+    if found is None:
+        raise HTTPException(401, "a valid bearer token is required",
+                            headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    return found
+
+
+Owner = Annotated[int, Depends(_owner)]
+
+
+def create_app(store: Store, allocator: Allocator) -> FastAPI:
+    """The API over ``store`` and ``allocator`` (which the caller starts and stops)."""
+    app = FastAPI(title="rightsize", version=__version__,
+                  description="Submit training jobs, follow them, and read past runs.")  # fmt: skip
+
+    app.state.store = store
+
+    def own_job(name: str, owner_id: int) -> JobView:
+        job = store.job(name, owner_id)
+        if job is None:
+            raise HTTPException(404, f"no job named {name!r}")
+        return job
+
+    @app.exception_handler(RightsizeError)
+    async def refused(_request: Request, exc: RightsizeError) -> JSONResponse:
+        message = str(exc)
+        head = message.split(":", 1)[0]
+        field = head if ":" in message and _FIELD.fullmatch(head) else None
+        loc, msg = (["body"], message)
+        if field:
+            loc, msg = ["body", *field.split(".")], message.split(":", 1)[1].strip()
+        return JSONResponse(status_code=422, content={"detail": [
+            {"loc": loc, "msg": msg, "type": "value_error"}]})  # fmt: skip
+
+    @app.post("/jobs", status_code=201, response_model=JobView, summary="submit a job")
+    def submit(spec: JobSpec, owner_id: Owner) -> JobView:
+        return allocator.submit(spec, owner_id)
+
+    @app.get("/jobs", response_model=list[JobView], summary="your jobs, oldest first")
+    def jobs(owner_id: Owner,
+             phase: Annotated[list[JobPhase] | None, Query()] = None) -> list[JobView]:  # fmt: skip
+        return store.jobs(owner_id, tuple(phase or ()))
+
+    @app.get("/jobs/{name}", response_model=JobDetail, summary="a job, its shapes, its last sample")
+    def job(name: str, owner_id: Owner) -> JobDetail:
+        view = own_job(name, owner_id)
+        samples = store.samples(view.id, after_seq=0)
+        return JobDetail(job=view, shapes=store.shapes(view.id),
+                         latest=samples[-1] if samples else None)  # fmt: skip
+
+    @app.get("/jobs/{name}/samples", response_model=list[SampleView],
+             summary="a job's metric samples after a sequence number")  # fmt: skip
+    def samples(name: str, owner_id: Owner,
+                after: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[SampleView]:  # fmt: skip
+        return store.samples(own_job(name, owner_id).id, after)
+
+    @app.get("/jobs/{name}/report", summary="a finished job's report")
+    def report(name: str, owner_id: Owner) -> dict[str, Any]:
+        found = store.report(own_job(name, owner_id).id)
+        if found is None:
+            raise HTTPException(404, f"job {name!r} has no report yet")
+        return found
+
+    @app.post("/jobs/{name}/cancel", response_model=JobView, summary="cancel a job")
+    def cancel(name: str, owner_id: Owner) -> JobView:
+        view = own_job(name, owner_id)
+        if not JobPhase(view.phase).done:
+            allocator.cancel(view.name)
+        return store.job_by_id(view.id)
+
+    return app

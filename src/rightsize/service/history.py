@@ -1,0 +1,86 @@
+"""History feeds plans: a new job starts from what similar finished jobs measured.
+
+DLRover §4.3: the Brain gives a new job its initial resource plan from similar jobs
+that ran before; FC2 §4 reads "empirical performance data obtained from past
+executions". A finished run of the same workload, dataset, model options and
+strategy, at a batch within a factor of :data:`BATCH_RATIO`, is similar. Each applied
+shape of its timeline becomes a :class:`ShapeRecord` at the median speed its samples
+measured there (the first :data:`SETTLE_SAMPLES` after a change are the new shape
+warming up, not its speed). A new job starts at the fastest record's shape brought
+within its budget (DLRover's ``fit_into``) if that fits what is free now; the
+records also reach the policy (``LaunchRequest.prior``), which DLRover's launch
+reads itself.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
+from rightsize.core.spec import JobSpec
+from rightsize.scaling.api import Action, Plan, ShapeRecord
+from rightsize.scaling.dlrover_math import fit_into
+from rightsize.service.schemas import RunSummary
+from rightsize.service.store import Store
+
+#: Batches within this factor of each other are similar.
+BATCH_RATIO = 2.0
+#: Samples after a shape change that are not counted as its speed.
+SETTLE_SAMPLES = 2
+#: At most this many similar runs are read (the newest).
+MAX_RUNS = 5
+
+
+def similar(spec: JobSpec, runs: list[RunSummary]) -> list[RunSummary]:
+    """The finished runs (newest first) that ran ``spec``'s model the way ``spec`` will."""
+
+    def alike(run: RunSummary) -> bool:
+        theirs = run.spec
+        ratio = max(run.batch_size, spec.batch_size) / min(run.batch_size, spec.batch_size)
+        return (theirs.get("options", {}) == spec.options
+                and theirs.get("strategy") == str(spec.strategy) and ratio <= BATCH_RATIO)  # fmt: skip
+
+    return [run for run in runs if alike(run)][:MAX_RUNS]
+
+
+def records(store: Store, run: RunSummary, batch_size: int) -> list[ShapeRecord]:
+    """``run``'s applied shapes at the speed measured on each, in steps/s of ``batch_size``
+    (the same samples/s, so runs at other batches compare)."""
+    samples = store.samples(run.id)
+    applied = [s for s in store.shapes(run.id) if s.applied]
+    found = []
+    for i, shape in enumerate(applied):
+        end = applied[i + 1].time_s if i + 1 < len(applied) else float("inf")
+        during = [s.samples_per_s for s in samples if shape.time_s < s.time_s <= end]
+        during = during[SETTLE_SAMPLES:]
+        if during:
+            speed = statistics.median(during) / batch_size
+            found.append(ShapeRecord(ClusterShape.from_dict(shape.shape), speed))
+    return found
+
+
+def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
+                free: Resources) -> Plan | None:  # fmt: skip
+    """Start at the fastest shape measured, within ``budget``; None if it does not fit ``free``."""
+    if not found:
+        return None
+    run, best = max(found, key=lambda pair: pair[1].steps_per_s)
+    shape = fit_into(best.shape, budget)
+    if not shape.total().fits_within(free):
+        return None
+    fitted = "" if shape == best.shape else f", fitted into the budget as {shape.describe()}"
+    return Plan(shape, Action.LAUNCH,
+                f"history: {run.name} ran {best.shape.describe()} at "
+                f"{best.steps_per_s:.3g} steps/s{fitted}",
+                {"from_run": run.name, "steps_per_s": best.steps_per_s})  # fmt: skip
+
+
+def predicted(plan: Plan, samples: float, batch_size: int) -> tuple[float, float] | None:
+    """The time (s) and CPU core-hours a job of ``samples`` takes at a history plan's measured
+    speed on its shape (None without a measured speed, or with no known length)."""
+    speed = plan.details.get("steps_per_s")
+    if not isinstance(speed, float) or speed <= 0 or samples <= 0:
+        return None
+    time_s = samples / (speed * batch_size)
+    return time_s, time_s * plan.shape.total().cpu_cores / 3600

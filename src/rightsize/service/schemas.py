@@ -1,0 +1,114 @@
+"""What the API returns (and the store's reads hand out): pydantic models, so the OpenAPI
+schema says exactly what a client gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rightsize.service.models import Job
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(from_attributes=True, frozen=True)
+
+
+class JobView(_View):
+    """A job: what was asked and where it stands."""
+
+    id: int
+    name: str
+    phase: str = Field(description="waiting, running, finished, failed or cancelled")
+    source: str = Field(description="service (submitted) or run (rightsize run)")
+    host: str
+    workload: str
+    dataset: str
+    batch_size: int
+    policy: str
+    budget: dict[str, Any]
+    submitted_at: float = Field(description="Unix time, seconds")
+    started_at: float | None
+    finished_at: float | None
+    launch_source: str | None = Field(description="history, prediction or job file")
+    launch_note: str | None
+    predicted_time_s: float | None
+    measured_time_s: float | None
+    predicted_core_h: float | None = Field(description="CPU core-hours the plan expected")
+    measured_core_h: float | None = Field(description="CPU core-hours the job held")
+    best_samples_per_s: float | None
+    time_to_95_s: float | None = Field(description="seconds to 95% of its best throughput")
+    accounting: dict[str, Any] | None = Field(description="the exactly-once check")
+    error: str | None
+
+    @classmethod
+    def of(cls, row: Job) -> JobView:
+        fields = {name: getattr(row, name) for name in cls.model_fields if hasattr(row, name)}
+        return cls(**fields, budget=row.spec.get("budget", {}))
+
+
+class ShapeView(_View):
+    """One timeline row: the shape, why, whether it was applied and how long it took."""
+
+    seq: int
+    time_s: float
+    action: str
+    reason: str
+    shape: dict[str, Any]
+    applied: bool
+    transition_s: float | None
+    details: dict[str, Any]
+
+
+class NodeSampleView(_View):
+    node: str
+    role: str
+    cpu_used: float = Field(description="cores")
+    cpu_allocated: float = Field(description="cores")
+    memory_used: int = Field(description="bytes")
+    memory_allocated: int = Field(description="bytes")
+    net_in: float = Field(description="bytes/s")
+    net_out: float = Field(description="bytes/s")
+    steps_per_s: float
+
+
+class SampleView(_View):
+    seq: int
+    time_s: float
+    steps_done: int
+    steps_per_s: float
+    samples_per_s: float
+    loss: float | None
+    e_job: float | None
+    shape: str
+    nodes: list[NodeSampleView]
+
+
+class RunSummary(_View):
+    """A finished run as the history reads it."""
+
+    id: int
+    name: str
+    host: str
+    batch_size: int
+    parameters: int | None
+    spec: dict[str, Any]
+    final_shape: dict[str, Any] | None
+    best_samples_per_s: float | None
+    measured_time_s: float | None
+
+    @classmethod
+    def of(cls, row: Job) -> RunSummary:
+        final = (row.report or {}).get("final_shape")
+        return cls(id=row.id, name=row.name, host=row.host, batch_size=row.batch_size,
+                   parameters=row.parameters, spec=row.spec, final_shape=final,
+                   best_samples_per_s=row.best_samples_per_s,
+                   measured_time_s=row.measured_time_s)  # fmt: skip
+
+
+class JobDetail(_View):
+    """``GET /jobs/{name}``: the job, its timeline and its latest sample."""
+
+    job: JobView
+    shapes: list[ShapeView]
+    latest: SampleView | None

@@ -1,0 +1,64 @@
+"""Helpers for the service's tests: stores on SQLite and (where CI provides one) PostgreSQL,
+and what the kernel holds for the service's jobs."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+#: CI starts PostgreSQL and sets this (.ci/run); elsewhere those tests skip.
+ENV_POSTGRES = "RIGHTSIZE_TEST_POSTGRES"
+
+
+def postgres_url() -> str | None:
+    return os.environ.get(ENV_POSTGRES)
+
+
+def fresh_postgres() -> str:
+    """A new, empty database on the test server (dropped with the server, never reused)."""
+    url = postgres_url()
+    if not url:
+        pytest.skip(f"no PostgreSQL: set {ENV_POSTGRES}=postgresql://... (CI does)")
+    import psycopg
+
+    name = f"rs_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def database_urls(tmp_path: Path) -> dict[str, str]:
+    urls = {"sqlite": str(tmp_path / "store.db")}
+    if postgres_url():
+        urls["postgresql"] = fresh_postgres()
+    return urls
+
+
+def held_cpu_cores() -> float | None:
+    """The CPU quotas the kernel enforces now on every rightsize node cgroup with a live
+    process — what is applied, not what the books say. None without cgroups."""
+    from rightsize.runtime.backends.cgroups import CgroupUnavailable, detect
+
+    try:
+        hierarchy = detect()
+    except CgroupUnavailable:
+        return None
+    base = hierarchy.bases.get("cpu") or hierarchy.bases.get("unified")
+    total = 0.0
+    for node in (base / "rightsize").glob("*/*") if (base / "rightsize").is_dir() else []:
+        try:
+            if not (node / "cgroup.procs").read_text().split():
+                continue
+            if hierarchy.version == 2:
+                quota, period = (node / "cpu.max").read_text().split()
+                total += 0.0 if quota == "max" else int(quota) / int(period)
+            else:
+                quota = int((node / "cpu.cfs_quota_us").read_text())
+                period = int((node / "cpu.cfs_period_us").read_text())
+                total += 0.0 if quota < 0 else quota / period
+        except (OSError, ValueError):
+            continue  # removed while read
+    return total

@@ -1,0 +1,103 @@
+"""The API: tokens, owners, bad input naming its field, cancel; and a schemathesis run.
+
+The allocator is never started here, so nothing launches: submitted jobs wait.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("httpx")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from rightsize.core.resources import Resources  # noqa: E402
+from rightsize.service.allocator import Allocator  # noqa: E402
+from rightsize.service.app import create_app  # noqa: E402
+from rightsize.service.store import Store  # noqa: E402
+
+GI = 2**30
+JOB = {"name": "digits", "workload": "mlp3", "dataset": "digits", "batch_size": 64, "steps": 50,
+       "budget": {"cpu": 1, "memory": "2Gi"}}  # fmt: skip
+
+
+@pytest.fixture
+def service(tmp_path):
+    store = Store(str(tmp_path / "store.db"))
+    allocator = Allocator(store, Resources(1.5, 8 * GI), tmp_path / "work")
+    client = TestClient(create_app(store, allocator))
+    tokens = {name: store.create_token(name) for name in ("alice", "bob")}
+    yield client, tokens, allocator
+    store.close()
+
+
+def auth(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_every_route_needs_a_token(service):
+    client, tokens, _ = service
+    for method, path in (("get", "/jobs"), ("post", "/jobs"), ("get", "/jobs/x"),
+                         ("get", "/jobs/x/samples"), ("post", "/jobs/x/cancel")):  # fmt: skip
+        assert getattr(client, method)(path).status_code == 401
+        assert getattr(client, method)(path, headers=auth("rs_wrong")).status_code == 401
+    assert client.get("/jobs", headers=auth(tokens["alice"])).status_code == 200
+
+
+def test_submit_queues_and_a_token_sees_only_its_own(service):
+    client, tokens, allocator = service
+    answer = client.post("/jobs", json=JOB, headers=auth(tokens["alice"]))
+    assert answer.status_code == 201, answer.text
+    job = answer.json()
+    assert job["phase"] == "waiting" and job["name"] == "digits"
+    assert [j.name for j in allocator.scheduler.waiting] == ["digits"]
+    again = client.post("/jobs", json=JOB, headers=auth(tokens["alice"])).json()
+    assert again["name"] == "digits-2"
+    assert client.get("/jobs/digits", headers=auth(tokens["bob"])).status_code == 404
+    assert client.post("/jobs/digits/cancel", headers=auth(tokens["bob"])).status_code == 404
+    assert client.get("/jobs", headers=auth(tokens["bob"])).json() == []
+    mine = client.get("/jobs", headers=auth(tokens["alice"])).json()
+    assert [j["name"] for j in mine] == ["digits", "digits-2"]
+    detail = client.get("/jobs/digits", headers=auth(tokens["alice"])).json()
+    assert detail["job"]["budget"] == {"cpu": 1.0, "memory": 2 * GI, "gpus": 0}
+    assert detail["shapes"] == [] and detail["latest"] is None
+
+
+def test_cancel_a_waiting_job(service):
+    client, tokens, allocator = service
+    client.post("/jobs", json=JOB, headers=auth(tokens["alice"]))
+    job = client.post("/jobs/digits/cancel", headers=auth(tokens["alice"])).json()
+    assert job["phase"] == "cancelled"
+    assert allocator.scheduler.waiting == []
+    again = client.post("/jobs/digits/cancel", headers=auth(tokens["alice"]))
+    assert again.status_code == 200 and again.json()["phase"] == "cancelled"
+    listed = client.get("/jobs?phase=cancelled", headers=auth(tokens["alice"])).json()
+    assert [j["name"] for j in listed] == ["digits"]
+
+
+@pytest.mark.parametrize("change, field, reason", [
+    ({"budget": {"cpu": 4, "memory": "2Gi"}}, ["body", "budget", "cpu"], "capacity"),
+    ({"budget": {"cpu": 1, "memory": "64Gi"}}, ["body", "budget", "memory"], "capacity"),
+    ({"workload": "resnet81"}, ["body", "workload"], "resnet18"),
+    ({"dataset": "digitz"}, ["body", "dataset"], "digits"),
+    ({"policy": {"name": "nearchuss"}}, ["body", "policy"], "nearchus"),
+    ({"batch_size": 0}, ["body", "batch_size"], "greater than or equal to 1"),
+    ({"budget": {"cpu": "lots", "memory": "2Gi"}}, ["body", "budget", "cpu"], "cpu"),
+    ({"epochs": 2, "steps": 5}, ["body"], "either epochs or steps"),
+    ({"colour": "blue"}, ["body", "colour"], "Extra inputs"),
+])  # fmt: skip
+def test_bad_input_is_a_422_naming_the_field(service, change, field, reason):
+    client, tokens, allocator = service
+    answer = client.post("/jobs", json={**JOB, **change}, headers=auth(tokens["alice"]))
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["detail"]
+    assert any(e["loc"][: len(field)] == field and reason in e["msg"] for e in errors), errors
+    assert allocator.scheduler.waiting == []  # nothing queued
+    assert client.get("/jobs", headers=auth(tokens["alice"])).json() == []
+
+
+def test_the_schema_documents_the_routes(service):
+    client, _, _ = service
+    schema = client.get("/openapi.json").json()
+    assert {"/jobs", "/jobs/{name}", "/jobs/{name}/samples", "/jobs/{name}/cancel",
+            "/jobs/{name}/report"} <= set(schema["paths"])  # fmt: skip
+    assert "HTTPBearer" in schema["components"]["securitySchemes"]

@@ -1,0 +1,72 @@
+"""The allocator's lease books: what a running job may grow into, under one capacity.
+
+The integration tests (test_service_jobs.py) check the kernel's quotas on real jobs; these
+check the rules: a reservation beyond what is free is refused with the reason, nothing is
+free to grow into while a job waits, a reservation holds the larger of before and after
+until the job settles, and a settle after a shrink gives the rest back.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rightsize.core.resources import Resources
+from rightsize.core.spec import parse_job_spec
+from rightsize.service.allocator import Allocator, QueuedJob
+from rightsize.service.store import Store
+
+GI = 2**30
+
+
+@pytest.fixture
+def books(tmp_path):
+    store = Store(str(tmp_path / "s.db"))
+    allocator = Allocator(store, Resources(2.0, 8 * GI), tmp_path / "work")
+    yield allocator
+    store.close()
+
+
+def running(allocator: Allocator, name: str, held: Resources) -> None:
+    spec = parse_job_spec({"name": name, "workload": "mlp3", "batch_size": 8,
+                           "budget": {"cpu": 2, "memory": "8Gi"}})  # fmt: skip
+    job = QueuedJob(name, 0.0, 1.0, 0, spec)
+    allocator.scheduler.submit(job)
+    assert allocator.scheduler.admit(lambda _job, _free: held) == [job]
+
+
+def test_growth_takes_only_what_is_free(books):
+    running(books, "a", Resources(1.0, 2 * GI))
+    running(books, "b", Resources(0.5, 2 * GI))
+    assert books.free_beyond("a", Resources(1.0, 2 * GI)) == Resources(0.5, 4 * GI)
+    why = books.reserve("a", Resources(1.6, 2 * GI))
+    assert why and "capacity" in why
+    assert books.held("a") == Resources(1.0, 2 * GI)  # a refusal takes nothing
+    assert books.reserve("a", Resources(1.5, 2 * GI)) is None
+    assert books.scheduler.allocated == Resources(2.0, 4 * GI)
+    assert books.reserve("b", Resources(0.6, 2 * GI)) is not None  # nothing left
+
+
+def test_a_reservation_holds_the_larger_until_the_job_settles(books):
+    running(books, "a", Resources(1.0, 4 * GI))
+    # a reshape to fewer cores but more memory: both old and new run during the change
+    assert books.reserve("a", Resources(0.6, 6 * GI)) is None
+    assert books.held("a") == Resources(1.0, 6 * GI)
+    books.settle("a", Resources(0.6, 6 * GI))
+    assert books.held("a") == Resources(0.6, 6 * GI)
+    books.settle("a", Resources(0.9, 6 * GI))  # more than reserved: never taken by a settle
+    assert books.held("a") == Resources(0.6, 6 * GI)
+
+
+def test_no_cpu_to_grow_into_while_a_job_waits(books):
+    running(books, "a", Resources(1.0, 2 * GI))
+    waiting = parse_job_spec({"name": "w", "workload": "mlp3", "batch_size": 8,
+                              "budget": {"cpu": 2, "memory": "1Gi"}})  # fmt: skip
+    books.scheduler.submit(QueuedJob("w", 1.0, 1.0, 1, waiting))
+    why = books.reserve("a", Resources(1.2, 2 * GI))
+    assert why and "1 job(s) wait" in why
+    assert books.reserve("a", Resources(1.0, 3 * GI)) is None  # memory still may grow
+
+
+def test_a_job_not_running_here_has_no_lease(books):
+    assert books.reserve("ghost", Resources(0.1, GI)) is not None
+    assert books.held("ghost") == Resources()

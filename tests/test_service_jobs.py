@@ -1,0 +1,168 @@
+"""Real jobs through the service: queued, admitted as capacity frees, trained, recorded;
+cancelled while running; and a service killed with SIGKILL whose jobs resume on restart.
+
+Capacity is checked against the kernel (the CPU quotas on the jobs' node cgroups,
+sampled while they run), not against the allocator's books.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rightsize.core.resources import Resources
+from rightsize.core.spec import parse_job_spec
+from rightsize.service.allocator import Allocator
+from rightsize.service.models import JobPhase
+from rightsize.service.store import Store
+from service_helpers import held_cpu_cores
+
+pytestmark = pytest.mark.integration
+GI = 2**30
+
+
+def job(name: str, steps: int, cpu: float, **fields) -> dict:
+    """MLP-3 on digits, one PS and one worker of ``cpu / 2`` each."""
+    half = cpu / 2
+    data = {
+        "name": name, "workload": "mlp3", "options": {"hidden": 64}, "dataset": "digits",
+        "batch_size": 64, "steps": steps, "strategy": "ps",
+        "budget": {"cpu": cpu, "memory": "4Gi"},
+        "initial_shape": {"ps": {"count": 1, "cpu": half, "memory": "1Gi"},
+                          "workers": {"count": 1, "cpu": half, "memory": "1Gi"}},
+        "checkpoint": {"interval": "2s"}, "training": {"optimizer": "sgd", "lr": 0.05},
+        "runtime": {"metric_interval": "1s", "shard_size": 128, "startup_timeout": "240s"},
+    }  # fmt: skip
+    data.update(fields)
+    return data
+
+
+def wait_for(predicate, timeout_s: float, every_s: float = 0.5, during=lambda: None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        during()
+        if predicate():
+            return
+        time.sleep(every_s)
+    raise AssertionError(f"not within {timeout_s}s")
+
+
+def test_jobs_queue_run_and_are_recorded_within_capacity(tmp_path):
+    store = Store(str(tmp_path / "store.db"))
+    capacity = Resources(1.0, 8 * GI)
+    allocator = Allocator(store, capacity, tmp_path / "work", poll_s=0.3)
+    allocator.start()
+    held = []
+    try:
+        first = allocator.submit(parse_job_spec(job("first", 150, 0.8)), owner_id=None)
+        second = allocator.submit(parse_job_spec(job("second", 60, 0.6)), owner_id=None)
+        third = allocator.submit(parse_job_spec(job("third", 4000, 0.2)), owner_id=None)
+
+        def sample():
+            cores = held_cpu_cores()
+            if cores is not None:
+                held.append(cores)
+
+        wait_for(lambda: store.job_by_id(first.id).phase == "running", 120, during=sample)
+        # FCFS: the second (0.6 of the 0.2 left) waits, and the third behind it, though it fits
+        assert store.job_by_id(second.id).phase == "waiting"
+        assert store.job_by_id(third.id).phase == "waiting"
+        wait_for(lambda: store.job_by_id(second.id).phase == "running", 300, during=sample)
+        wait_for(lambda: store.job_by_id(third.id).phase == "running", 300, during=sample)
+        # cancel the third while it runs: it checkpoints, stops and gives its share back
+        wait_for(lambda: store.samples(third.id), 120, during=sample)
+        allocator.cancel("third")
+        wait_for(lambda: JobPhase(store.job_by_id(third.id).phase).done, 120, during=sample)
+        wait_for(lambda: JobPhase(store.job_by_id(second.id).phase).done, 300, during=sample)
+    finally:
+        allocator.stop()
+    assert held, "no cgroup quota was read"
+    assert max(held) >= 0.75, max(held)  # the first job's 0.8 was read from the kernel
+    assert max(held) <= capacity.cpu_cores + 0.01, max(held)
+    assert store.job_by_id(third.id).phase == "cancelled"
+    for done in (first, second):
+        view = store.job_by_id(done.id)
+        assert view.phase == "finished", view.error
+        assert view.accounting["exactly_once"] is True
+        assert view.measured_time_s > 0 and view.measured_core_h > 0
+        assert view.launch_source == "job file"
+        shapes = store.shapes(done.id)
+        assert shapes[0].action == "launch" and shapes[0].transition_s is not None
+        samples = store.samples(done.id)
+        assert samples and all(s.nodes for s in samples)
+        assert {n.role for n in samples[-1].nodes} == {"ps", "worker"}
+        assert store.report(done.id)["steps"] == store.spec_of(done.id)["steps"]
+    assert allocator.scheduler.allocated == Resources()
+    store.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(database: Path, port: int, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rightsize", "serve", "--database", str(database), "--port",
+         str(port), "--cpu", "1", "--workdir", str(database.parent / "work")],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rightsize", *args], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+
+
+def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
+    database, port, log = tmp_path / "store.db", free_port(), tmp_path / "serve.log"
+    store = Store(str(database))
+    token = store.create_token("tester")
+    env = {**os.environ, "RIGHTSIZE_SERVER": f"http://127.0.0.1:{port}",
+           "RIGHTSIZE_TOKEN": token}  # fmt: skip
+    job_file = tmp_path / "job.json"  # JSON is YAML
+    job_file.write_text(json.dumps(job("survivor", 600, 0.6)))
+    service = serve(database, port, log)
+    try:
+        wait_for(lambda: cli("jobs", env=env).returncode == 0, 60)
+        submitted = cli("submit", str(job_file), "--json", env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        name = json.loads(submitted.stdout)["name"]
+
+        def checkpointed() -> bool:
+            shown = json.loads(cli("job", name, "--json", env=env).stdout)
+            return shown["latest"] is not None and shown["latest"]["steps_done"] > 100
+
+        wait_for(checkpointed, 240, every_s=1.0)
+        time.sleep(3)  # past a checkpoint interval
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+        service = serve(database, port, log)
+        wait_for(lambda: cli("jobs", env=env).returncode == 0, 60)
+
+        def finished() -> bool:
+            listed = json.loads(cli("jobs", "--json", env=env).stdout)
+            return JobPhase(listed[0]["phase"]).done
+
+        wait_for(finished, 300, every_s=1.0)
+        shown = json.loads(cli("job", name, "--json", env=env).stdout)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(90)
+    view = shown["job"]
+    assert view["phase"] == "finished", (view["error"], log.read_text()[-2000:])
+    assert view["accounting"]["exactly_once"] is True
+    assert any(s["action"] == "resume" for s in shown["shapes"]), shown["shapes"]
+    report = store.report(view["id"])
+    assert report["restarts"]["masters"] >= 1
+    assert report["steps"] == 600
+    store.close()
