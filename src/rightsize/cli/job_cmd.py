@@ -35,9 +35,11 @@ def run(args: argparse.Namespace) -> int:
             f"  at {format_duration(latest['time_s'])}: {latest['steps_done']} steps, "
             f"{latest['samples_per_s']:.0f} samples/s, loss {loss}, {latest['shape']}"
         )
-    for label, key in (("predicted", "predicted_time_s"), ("measured", "measured_time_s")):
-        if job[key] is not None:
-            print(f"  {label} time {format_duration(job[key])}")
+    for label in ("predicted", "measured"):
+        time_s, core_h = job[f"{label}_time_s"], job[f"{label}_core_h"]
+        if time_s is not None:
+            cores = "" if core_h is None else f", {core_h:.4g} CPU core-hours"
+            print(f"  {label}: {format_duration(time_s)}{cores}")
     accounting = job["accounting"]
     if accounting and accounting.get("checked"):
         once = "yes" if accounting.get("exactly_once") else "NO"
