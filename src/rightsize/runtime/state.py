@@ -243,3 +243,14 @@ class StateStore:
     def samples(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT data FROM samples ORDER BY seq")
         return [json.loads(d) for (d,) in rows]
+
+
+def read_job(path: Path) -> dict[str, Any] | None:
+    """The job the state file at ``path`` holds; None if there is no file or no job in it."""
+    if not path.exists():
+        return None
+    store = StateStore(path)
+    try:
+        return store.job()
+    finally:
+        store.close()

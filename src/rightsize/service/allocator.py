@@ -32,6 +32,7 @@ from pathlib import Path
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.scaling.api import Action, LaunchRequest, Plan, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
@@ -368,22 +369,14 @@ class _Named:
 
 
 def _total(shape: dict) -> Resources:
-    from rightsize.core.shape import ClusterShape
-
     return ClusterShape.from_dict(shape).total()
 
 
 def _trained(spec: JobSpec) -> bool:
     """Whether the job's state file says it finished training."""
-    from rightsize.runtime.state import JobStatus, StateStore
+    from rightsize.runtime.state import JobStatus, read_job
 
-    if not spec.state_path.exists():
-        return False
-    state = StateStore(spec.state_path)
-    try:
-        job = state.job()
-    finally:
-        state.close()
+    job = read_job(spec.state_path)
     return job is not None and job["status"] == str(JobStatus.FINISHED)
 
 

@@ -32,13 +32,7 @@ def record_run(store: Store, spec: JobSpec, policy: str, phase: JobPhase,
 
 
 def _started_at(spec: JobSpec) -> float | None:
-    from rightsize.runtime.state import StateStore
+    from rightsize.runtime.state import read_job
 
-    if not spec.state_path.exists():
-        return None
-    state = StateStore(spec.state_path)
-    try:
-        job = state.job()
-    finally:
-        state.close()
+    job = read_job(spec.state_path)
     return None if job is None else job["started_at"]
