@@ -37,9 +37,10 @@ def database_urls(tmp_path: Path) -> dict[str, str]:
     return urls
 
 
-def held_cpu_cores() -> float | None:
-    """The CPU quotas the kernel enforces now on every rightsize node cgroup with a live
-    process — what is applied, not what the books say. None without cgroups."""
+def held_cpu_cores(masters: set[int]) -> float | None:
+    """The CPU quotas the kernel enforces now on the node cgroups (with a live process) of
+    the jobs whose masters are the processes ``masters`` — what is applied, not what the
+    books say; other jobs on the machine are not counted. None without cgroups."""
     from rightsize.runtime.backends.cgroups import CgroupUnavailable, detect
 
     try:
@@ -49,6 +50,9 @@ def held_cpu_cores() -> float | None:
     base = hierarchy.bases.get("cpu") or hierarchy.bases.get("unified")
     total = 0.0
     for node in (base / "rightsize").glob("*/*") if (base / "rightsize").is_dir() else []:
+        owner = node.parent.name.split("-", 1)[0]  # rightsize/<master pid>-<token>/<node>
+        if not owner.isdigit() or int(owner) not in masters:
+            continue
         try:
             if not (node / "cgroup.procs").read_text().split():
                 continue

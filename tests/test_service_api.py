@@ -84,6 +84,7 @@ def test_cancel_a_waiting_job(service):
     ({"budget": {"cpu": "lots", "memory": "2Gi"}}, ["body", "budget", "cpu"], "cpu"),
     ({"epochs": 2, "steps": 5}, ["body"], "either epochs or steps"),
     ({"colour": "blue"}, ["body", "colour"], "Extra inputs"),
+    ({"policy": {"name": "nearchus+"}}, ["body", "budget"], "minimal shape"),
 ])  # fmt: skip
 def test_bad_input_is_a_422_naming_the_field(service, change, field, reason):
     client, tokens, allocator = service

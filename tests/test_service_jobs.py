@@ -45,6 +45,11 @@ def job(name: str, steps: int, cpu: float, **fields) -> dict:
     return data
 
 
+def runner_pids(allocator: Allocator) -> set[int]:
+    with allocator.lock:
+        return {runner.popen.pid for runner in allocator.runners.values()}
+
+
 def wait_for(predicate, timeout_s: float, every_s: float = 0.5, during=lambda: None):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -67,7 +72,7 @@ def test_jobs_queue_run_and_are_recorded_within_capacity(tmp_path):
         third = allocator.submit(parse_job_spec(job("third", 4000, 0.2)), owner_id=None)
 
         def sample():
-            cores = held_cpu_cores()
+            cores = held_cpu_cores(runner_pids(allocator))
             if cores is not None:
                 held.append(cores)
 
@@ -165,4 +170,44 @@ def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
     report = store.report(view["id"])
     assert report["restarts"]["masters"] >= 1
     assert report["steps"] == 600
+    store.close()
+
+
+def test_a_growing_policy_grows_only_into_what_is_free(tmp_path):
+    """A NEARCHUS+ job beside a static one grows into the capacity the static one leaves, and
+    no further: the kernel's quotas never exceed the capacity, and every shape it ran while
+    the other held its share fits beside it."""
+    store = Store(str(tmp_path / "store.db"))
+    capacity = Resources(2.0, 8 * GI)  # NEARCHUS+ starts at R0 = 1/4 of a budget of >= 2
+    allocator = Allocator(store, capacity, tmp_path / "work", poll_s=0.3)
+    allocator.start()
+    held = []
+
+    def sample():
+        cores = held_cpu_cores(runner_pids(allocator))
+        if cores is not None:
+            held.append(cores)
+
+    try:
+        fixed = allocator.submit(parse_job_spec(job("fixed", 100_000, 1.0)), owner_id=None)
+        wait_for(lambda: store.job_by_id(fixed.id).phase == "running", 120, during=sample)
+        grower = job("grower", 100_000, 2.0, initial_shape="auto", policy={"name": "nearchus+"})
+        growing = allocator.submit(parse_job_spec(grower), owner_id=None)
+
+        def grew() -> bool:  # the allocator copies the timeline every 2 s
+            return any(s.applied and s.action != "launch" for s in store.shapes(growing.id))
+
+        wait_for(grew, 300, during=sample)
+        assert store.job_by_id(fixed.id).phase == "running"  # it held its share throughout
+        for name in ("fixed", "grower"):
+            allocator.cancel(name)
+        wait_for(lambda: all(JobPhase(store.job_by_id(j.id).phase).done
+                             for j in (fixed, growing)), 120, during=sample)  # fmt: skip
+    finally:
+        allocator.stop()
+    assert held and max(held) <= capacity.cpu_cores + 0.01, max(held)
+    shapes = [s for s in store.shapes(growing.id) if s.applied and s.action != "resume"]
+    cores = [sum(n["cpu"] for n in s.shape["nodes"]) for s in shapes]
+    assert cores[-1] > cores[0]  # it grew
+    assert max(cores) <= capacity.cpu_cores - 1.0 + 0.01, cores  # beside the fixed job's 1.0
     store.close()

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,9 +164,16 @@ class Allocator:
             raise SpecError(f"budget.gpus: {budget.gpus} but the service has "
                             f"{self.capacity.gpus}")  # fmt: skip
         try:
-            make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
+            policy = make_policy(spec.policy.name, spec.runtime.metric_interval_s,
+                                 **spec.policy.params)  # fmt: skip
         except RightsizeError as exc:
             raise SpecError(f"policy: {exc}") from None
+        if not isinstance(spec.initial_shape, ShapeSpec):
+            try:  # the policy's launch on an empty service: a budget it cannot start in fails now
+                policy.launch_plan(LaunchRequest(spec.name, budget, self.capacity, (),
+                                                 self.capacity))  # fmt: skip
+            except RightsizeError as exc:
+                raise SpecError(f"budget: {exc}") from None
         _check_names(spec)
 
     def submit(self, spec: JobSpec, owner_id: int | None) -> JobView:
@@ -239,7 +247,16 @@ class Allocator:
             self.store.ingest(runner.job.job_id, runner.job.spec.state_path)
 
     def turn(self) -> None:
-        """One turn: reap ended runners, admit what fits, copy running jobs' progress."""
+        """One turn: reap ended runners, admit what fits, copy running jobs' progress.
+
+        A failure here is the service's bug, not a job's: it is printed and the loop goes on
+        (a job that cannot be admitted fails alone, in :meth:`_admission`)."""
+        try:
+            self._turn()
+        except Exception:  # noqa: BLE001 — the loop must outlive any one turn
+            traceback.print_exc(file=sys.stderr)
+
+    def _turn(self) -> None:
         with self.lock:
             self._reap()
             for job in self.scheduler.admit(self._admission, SLACK_CORES):
@@ -273,7 +290,16 @@ class Allocator:
                                                 spec, held))  # fmt: skip
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
-        """What ``job`` takes if it starts now, or None (it and those behind it wait)."""
+        """What ``job`` takes if it starts now, or None (it and those behind it wait). A job
+        whose launch cannot be planned fails and leaves the queue."""
+        try:
+            return self._launch_now(job, free)
+        except RightsizeError as exc:
+            self.scheduler.waiting.remove(job)
+            self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
+            return None
+
+    def _launch_now(self, job: QueuedJob, free: Resources) -> Resources | None:
         if job.held is not None:  # resumed: its master relaunches what it last ran
             return job.held if job.held.fits_within(free) else None
         spec = job.spec
