@@ -247,10 +247,19 @@ class StateStore:
 
 def read_job(path: Path) -> dict[str, Any] | None:
     """The job the state file at ``path`` holds; None if there is no file or no job in it."""
+    return _read(path, StateStore.job)
+
+
+def read_shape(path: Path) -> ClusterShape | None:
+    """The last applied shape in the state file at ``path`` (None if none)."""
+    return _read(path, StateStore.current_shape)
+
+
+def _read(path: Path, what):
     if not path.exists():
         return None
     store = StateStore(path)
     try:
-        return store.job()
+        return what(store)
     finally:
         store.close()

@@ -33,8 +33,8 @@ from pathlib import Path
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec, ShapeSpec
+from rightsize.runtime.state import read_shape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
 from rightsize.scaling.registry import make_policy
@@ -282,9 +282,9 @@ class Allocator:
                 )
                 continue
             held = None
-            if row.phase == str(JobPhase.RUNNING):
-                applied = [s for s in self.store.shapes(row.id) if s.applied]
-                held = _total(applied[-1].shape) if applied else None
+            if row.phase == str(JobPhase.RUNNING):  # the state file, not the store's copy of it
+                shape = read_shape(spec.state_path)  # (the copy may lag the last change)
+                held = shape.total() if shape else None
             with self.lock:
                 self.scheduler.submit(QueuedJob(row.name, row.submitted_at, work_of(spec), row.id,
                                                 spec, held))  # fmt: skip
@@ -392,10 +392,6 @@ class _Named:
     """A job by name only: what Scheduler.allocate needs to find its books."""
 
     name: str
-
-
-def _total(shape: dict) -> Resources:
-    return ClusterShape.from_dict(shape).total()
 
 
 def _trained(spec: JobSpec) -> bool:
