@@ -8,11 +8,14 @@ until the job settles, and a settle after a shrink gives the rest back.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rightsize.core.resources import Resources
 from rightsize.core.spec import parse_job_spec
 from rightsize.service.allocator import Allocator, QueuedJob
+from rightsize.service.models import JobPhase, Source
 from rightsize.service.store import Store
 
 GI = 2**30
@@ -70,3 +73,37 @@ def test_no_cpu_to_grow_into_while_a_job_waits(books):
 def test_a_job_not_running_here_has_no_lease(books):
     assert books.reserve("ghost", Resources(0.1, GI)) is not None
     assert books.held("ghost") == Resources()
+
+
+def test_a_job_that_cannot_launch_fails_alone_and_the_queue_moves_on(books, capsys):
+    # admitted behind the API's check (say, a store written by an older rightsize): its
+    # policy cannot start it within its budget
+    bad = parse_job_spec({"name": "bad", "workload": "mlp3", "batch_size": 8,
+                          "budget": {"cpu": 1, "memory": "1Gi"}, "policy": {"name": "nearchus+"}})
+    row = books.store.add_job(bad, owner_id=None, source=Source.SERVICE, phase=JobPhase.WAITING,
+                              state_path=Path("x"), policy="nearchus+")  # fmt: skip
+    books.scheduler.submit(QueuedJob("bad", 0.0, 1.0, row.id, bad))
+    spawned = []
+    books._spawn = spawned.append  # no runner: this checks the books, not the launch
+    good = parse_job_spec({"name": "good", "workload": "mlp3", "batch_size": 8,
+                           "budget": {"cpu": 1, "memory": "1Gi"}})  # fmt: skip
+    books.scheduler.submit(QueuedJob("good", 1.0, 1.0, 0, good))
+    books.turn()
+    view = books.store.job_by_id(row.id)
+    assert view.phase == "failed" and "minimal shape" in view.error
+    assert books.scheduler.waiting[0].name == "good"  # the bad one left the queue
+    books.turn()
+    assert [j.name for j in spawned] == ["good"]
+
+
+def test_a_failing_turn_is_printed_and_the_loop_goes_on(books, capsys, monkeypatch):
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise RuntimeError("a bug in a turn")
+
+    monkeypatch.setattr(books, "_turn", broken)
+    books.turn()
+    books.turn()
+    assert len(calls) == 2 and "a bug in a turn" in capsys.readouterr().err
