@@ -35,7 +35,7 @@ from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.runtime.state import read_shape
-from rightsize.scaling.api import Action, LaunchRequest, Plan, ShapeRecord
+from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
 from rightsize.scaling.registry import make_policy
 from rightsize.service import history
@@ -67,6 +67,7 @@ class QueuedJob:
     plan: Plan | None = None  # set on admission
     source: str = "policy"  # where the launch plan came from: history, policy or job file
     history: list[tuple[RunSummary, ShapeRecord]] | None = None  # read once, at first try
+    policy: Policy | None = None  # the launch rule's policy, built at the first try
 
 
 @dataclass(eq=False)
@@ -77,6 +78,11 @@ class Runner:
     report: Path
     cancelled: bool = False
     ingested_at: float = field(default=0.0)
+
+
+def policy_of(spec: JobSpec) -> Policy:
+    """The job's policy as the job file names it (the runner builds its own alike)."""
+    return make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
 
 
 def work_of(spec: JobSpec) -> float:
@@ -164,8 +170,7 @@ class Allocator:
             raise SpecError(f"budget.gpus: {budget.gpus} but the service has "
                             f"{self.capacity.gpus}")  # fmt: skip
         try:
-            policy = make_policy(spec.policy.name, spec.runtime.metric_interval_s,
-                                 **spec.policy.params)  # fmt: skip
+            policy = policy_of(spec)
         except RightsizeError as exc:
             raise SpecError(f"policy: {exc}") from None
         if not isinstance(spec.initial_shape, ShapeSpec):
@@ -314,13 +319,13 @@ class Allocator:
                 "history",
             )
             if plan is None and not self._waits_for_history(job):
-                policy = make_policy(spec.policy.name, spec.runtime.metric_interval_s,
-                                     **spec.policy.params)  # fmt: skip
+                if job.policy is None:  # built once: admission is retried every turn
+                    job.policy = policy_of(spec)
                 prior = tuple(record for _, record in job.history)
                 request = LaunchRequest(
                     spec.name, spec.budget.resources, free, prior, self.capacity
                 )
-                plan, job.source = launch_plan(policy, request), "policy"
+                plan, job.source = launch_plan(job.policy, request), "policy"
         if plan is None or not plan.shape.total().fits_within(free):
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -172,10 +172,6 @@ class Store:
                  .order_by(Job.finished_at.desc()))  # fmt: skip
         with self.session() as session:
             return [RunSummary.of(row) for row in session.scalars(query)]
-
-    def delete_job(self, job_id: int) -> None:
-        with self.session() as session:
-            session.execute(delete(Job).where(Job.id == job_id))
 
     def count_jobs(self) -> int:
         with self.session() as session:
