@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
+from rightsize.cluster.clusters import machine_cluster
 from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
 from rightsize.cluster.simjob import Noise
@@ -34,10 +35,6 @@ from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
 from rightsize.scaling.api import Policy
 
-#: A localhost "link" the simulated transfers never saturate: on one machine moving tensors
-#: costs CPU, which the fitted per-step core-seconds already hold.
-LOOPBACK_BYTES_PER_S = 1e12
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -47,13 +44,6 @@ class Setting:
     budget: Resources
     metric_interval_s: float
     warmup_s: float
-
-
-def machine_cluster(budget: Resources) -> ClusterSpec:
-    """This machine as the simulator's cluster: the budget's CPU and memory, one server of
-    the budget's cores (the node limit), a link that never binds."""
-    return ClusterSpec("this-machine", budget.cpu_cores, budget.memory_bytes, budget.cpu_cores,
-                       budget.memory_bytes, LOOPBACK_BYTES_PER_S, "one machine")  # fmt: skip
 
 
 def job_need(spec: JobSpec) -> MemoryNeed:

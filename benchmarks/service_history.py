@@ -50,11 +50,14 @@ def run_once(allocator: Allocator, store: Store, data: dict, timeout_s: float) -
     shapes = [s for s in store.shapes(view.id) if s.applied]
     print(f"{done.name}: {done.phase}, from {done.launch_source} ({done.launch_note}); 95% of "
           f"best {done.best_samples_per_s} samples/s at {done.time_to_95_s} s, JCT "
-          f"{done.measured_time_s} s", file=sys.stderr)  # fmt: skip
+          f"{done.measured_time_s} s (predicted {done.predicted_time_s} s: "
+          f"{done.predicted_note})", file=sys.stderr)  # fmt: skip
     return {"job": done.name, "phase": done.phase, "error": done.error,
             "launch_source": done.launch_source, "launch_note": done.launch_note,
             "time_to_95_s": done.time_to_95_s, "best_samples_per_s": done.best_samples_per_s,
             "jct_s": done.measured_time_s, "core_h": done.measured_core_h,
+            "predicted_time_s": done.predicted_time_s, "predicted_core_h": done.predicted_core_h,
+            "predicted_note": done.predicted_note,
             "exactly_once": (done.accounting or {}).get("exactly_once"),
             "shapes": [{"time_s": s.time_s, "action": s.action, "reason": s.reason,
                         "shape": s.shape} for s in shapes]}  # fmt: skip
@@ -83,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             allocator.stop()
             store.close()
     first, second = runs
+    for run in runs:  # predicted against measured, as `rightsize job` shows them
+        predicted, measured = run["predicted_time_s"], run["jct_s"]
+        run["predicted_time_error"] = (predicted / measured - 1) if predicted and measured else None
     result.update(
         runs=runs,
         load_after=load_note(),

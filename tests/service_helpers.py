@@ -4,6 +4,9 @@ and what the kernel holds for the service's jobs."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -66,3 +69,18 @@ def held_cpu_cores(masters: set[int]) -> float | None:
         except (OSError, ValueError):
             continue  # removed while read
     return total
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(database: Path, port: int, log: Path, cpu: float = 1) -> subprocess.Popen:
+    """``rightsize serve`` on 127.0.0.1:``port`` over ``database``, ``cpu`` cores of capacity."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rightsize", "serve", "--database", str(database), "--port",
+         str(port), "--cpu", str(cpu), "--workdir", str(database.parent / "work")],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+    )  # fmt: skip

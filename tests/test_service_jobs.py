@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +21,7 @@ from rightsize.core.spec import parse_job_spec
 from rightsize.service.allocator import Allocator
 from rightsize.service.models import JobPhase
 from rightsize.service.store import Store
-from service_helpers import held_cpu_cores
+from service_helpers import free_port, held_cpu_cores, serve
 
 pytestmark = pytest.mark.integration
 GI = 2**30
@@ -107,20 +105,6 @@ def test_jobs_queue_run_and_are_recorded_within_capacity(tmp_path):
         assert store.report(done.id)["steps"] == store.spec_of(done.id)["steps"]
     assert allocator.scheduler.allocated == Resources()
     store.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def serve(database: Path, port: int, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rightsize", "serve", "--database", str(database), "--port",
-         str(port), "--cpu", "1", "--workdir", str(database.parent / "work")],
-        stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
 
 
 def cli(*args: str, env: dict) -> subprocess.CompletedProcess:

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         time_s, core_h = job[f"{label}_time_s"], job[f"{label}_core_h"]
         if time_s is not None:
             cores = "" if core_h is None else f", {core_h:.4g} CPU core-hours"
-            print(f"  {label}: {format_duration(time_s)}{cores}")
+            note = job["predicted_note"] if label == "predicted" else None
+            print(f"  {label}: {format_duration(time_s)}{cores}" + (f" ({note})" if note else ""))
     accounting = job["accounting"]
     if accounting and accounting.get("checked"):
         once = "yes" if accounting.get("exactly_once") else "NO"

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rightsize.cli.args import bounded, ignored_unless
 from rightsize.cli.output import format_table, print_json, progress_printer
@@ -28,10 +29,12 @@ from rightsize.perf.precision import Precision
 from rightsize.perf.ps import PSModel
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
+from rightsize.planning.measured import HistoryFit, MeasuredSpeed, with_history
 from rightsize.planning.options import ComputeMethod, DeviceChoice
 from rightsize.planning.plan import CloudPlan, overlapping
 from rightsize.planning.planner import build_options, parse_instances, plan
 from rightsize.planning.skypilot import NodeCommand, task_shape
+from rightsize.profiling.profile import Profile
 
 FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
 #: Flags that only --strategy ps reads (FC2's recommenders).
@@ -73,6 +76,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="--strategy ps: dlrover (DLRover eq. 1 with FC2's PS network cap, default) or "
         "queueing (PS CPU per byte, link efficiency, mean-value analysis; perf/ps.py)",
     )
+    parser.add_argument(
+        "--database", help="the store of past runs (URL or SQLite file; default "
+        "$RIGHTSIZE_DATABASE or ~/.local/share/rightsize/rightsize.db, when it exists)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-history", action="store_true", help="predict every instance type from the "
+        "profile, even those that past runs of this workload measured"
+    )  # fmt: skip
+    parser.add_argument(
+        "--history-fit", choices=[f.value for f in HistoryFit], default=HistoryFit.INTERPOLATE,
+        help="how past runs replace a type's prediction: interpolate the measured throughput "
+        "between measured batches (default), or scale the profile's curve by one factor"
+    )  # fmt: skip
     add_skypilot_arguments(parser)
     parser.set_defaults(run=run)  # fmt: skip
 
@@ -188,12 +204,20 @@ def run(args: argparse.Namespace) -> int:
     request = request_from(args)
     notes: list[str] = []
     comm = comm_model(args.comm_model, notes)
+    history = history_store(args)
     if args.strategy == "ps":
         fc2 = _fc2_request(args, catalog, caps, request)
         return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2, command)
     profiles = resolve_profiles(args, progress)
     options = build_options(profiles, catalog, caps, args.spot, args.region,
                             device_choice(args))
+    speeds = past_speeds(history, profiles[0], "allreduce")
+    fit = HistoryFit(args.history_fit)
+    options = [with_history(option, speeds, fit) for option in options]
+    names = {option.name for option in options}
+    notes += [f"{s.instance_type}: measured by run {s.run} ({s.samples_per_s:.4g} samples/s "
+              f"at {s.vm_batch} samples per step on {s.cores:g} cores)"
+              for s in speeds if s.instance_type in names]  # fmt: skip
     progress(f"searching {len(options)} instance types")
     result = plan(options, comm, request, args.mode, args.top)
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
@@ -208,6 +232,40 @@ def run(args: argparse.Namespace) -> int:
         shape = task_shape(exported, instances, args.spot, best)
         write_task(args.skypilot_yaml, shape, command, args.spot)
     return status
+
+
+def history_store(args: argparse.Namespace) -> str | None:
+    """The store of past runs to read (None with --no-history, or when the default store does
+    not exist yet: planning never creates one).
+
+    Raises:
+        SpecError: --database names a SQLite file that does not exist.
+    """
+    if args.no_history:
+        return None
+    from rightsize.service.db import as_url, default_url
+
+    url = as_url(args.database) if args.database else default_url()
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        if args.database:
+            raise SpecError(f"--database {args.database}: no such store")
+        return None
+    return url
+
+
+def past_speeds(url: str | None, profile: Profile, strategy: str) -> list[MeasuredSpeed]:
+    """What the store's finished runs of the profiled workload measured per instance type."""
+    if url is None:
+        return []
+    from rightsize.service.history import measured_speeds
+    from rightsize.service.store import Store
+
+    store = Store(url)
+    try:
+        return measured_speeds(store, profile.workload, profile.dataset, dict(profile.options),
+                               strategy)  # fmt: skip
+    finally:
+        store.close()
 
 
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rightsize.cli.output import format_table, print_json
+from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.files import atomic_write_text, check_output_path
 from rightsize.core.spec import job_spec_help, load_job_spec
 from rightsize.core.units import format_bytes, format_duration
@@ -49,10 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--oversubscribe", action="store_true", help="run nodes, shapes and budgets larger "
         "than this machine (runtime.oversubscribe)"
     )  # fmt: skip
-    parser.add_argument(
-        "--database", help="the store the run is written to (URL or SQLite file; default "
-        "$RIGHTSIZE_DATABASE or ~/.local/share/rightsize/rightsize.db)"
-    )  # fmt: skip
+    add_store_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(run=run)
@@ -64,14 +62,13 @@ def run(args: argparse.Namespace) -> int:
     from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
     from rightsize.service.models import JobPhase
-    from rightsize.service.store import Store
 
     spec = load_job_spec(args.job)
     name = args.policy or spec.policy.name
     params = spec.policy.params if name == spec.policy.name else {}
     policy = make_policy(name, spec.runtime.metric_interval_s, **params)
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
-    store = Store(args.database)  # a bad URL fails here, before anything trains
+    store = open_store(args)  # a bad URL fails here, before anything trains
     view = ProgressView(quiet=args.quiet)
     master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,
                     oversubscribe=args.oversubscribe)  # fmt: skip

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.resources import Resources
 from rightsize.core.units import parse_cpu, parse_memory
 
@@ -23,11 +24,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument(
-        "--database",
-        help="store URL or SQLite file (default "
-        "$RIGHTSIZE_DATABASE or ~/.local/share/rightsize/rightsize.db)",
-    )
+    add_store_arguments(parser)
     parser.add_argument(
         "--cpu", help="CPU cores all jobs may hold together (default: this machine's)"
     )
@@ -86,10 +83,9 @@ def serve(args: argparse.Namespace) -> int:
 
     from rightsize.service.allocator import Allocator
     from rightsize.service.app import create_app
-    from rightsize.service.store import Store
 
     limit = capacity(args.cpu, args.memory)
-    store = Store(args.database)
+    store = open_store(args)
     workdir = args.workdir or _default_workdir(store)
     allocator = Allocator(store, limit, workdir, args.order)
     app = create_app(store, allocator)

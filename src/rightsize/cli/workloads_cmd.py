@@ -19,31 +19,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the zoo is PyTorch code: importing it is most of this command's time, not its --help's
-    from rightsize.workloads.datasets import builtin_datasets
     from rightsize.workloads.registry import WorkloadRegistry
 
-    registry = WorkloadRegistry()
-    models = [
-        {
-            "name": m.name,
-            "description": m.description,
-            "data": list(m.kinds),
-            "default_dataset": m.default_dataset,
-            "options": m.option_names(),
-        }
-        for m in registry.models()
-    ]
-    datasets = [
-        {
-            "name": d.name,
-            "kind": d.info.kind,
-            "samples": d.default_samples,
-            "description": d.description,
-        }
-        for d in builtin_datasets().values()
-    ]
+    listing = WorkloadRegistry().listing()
+    models, datasets = listing["models"], listing["datasets"]
     if args.json:
-        print_json({"models": models, "datasets": datasets})
+        print_json(listing)
         return 0
     print(format_table(
         ["workload", "data", "default dataset", "options", "description"],

@@ -17,6 +17,7 @@ import math
 from rightsize.cluster.jobmodel import ClusterSpec
 from rightsize.core.errors import SpecError, unknown_name
 from rightsize.core.limits import Bound
+from rightsize.core.resources import Resources
 from rightsize.core.units import parse_cpu, parse_memory
 
 GB = 10**9
@@ -32,6 +33,18 @@ CLUSTERS = {
         "NEARCHUS cluster B: 300 vCPU of 9 64-core servers, 50 Gbps (Table I, §V)", 9,
     ),
 }  # fmt: skip
+
+#: A localhost "link" the simulated transfers never saturate: on one machine moving tensors
+#: costs CPU, which the per-step core-seconds hold.
+LOOPBACK_BYTES_PER_S = 1e12
+
+
+def machine_cluster(budget: Resources) -> ClusterSpec:
+    """This machine as the simulator's cluster: the budget's CPU and memory, one server of
+    the budget's cores (the node limit), a link that never binds."""
+    return ClusterSpec("this-machine", budget.cpu_cores, budget.memory_bytes, budget.cpu_cores,
+                       budget.memory_bytes, LOOPBACK_BYTES_PER_S, "one machine")  # fmt: skip
+
 
 _KEYS = ("cpu", "memory", "net_gbps", "server_cores", "server_memory", "servers")
 #: A custom cluster's vCPUs: a million, far beyond the papers' clusters (NEARCHUS: 300), and

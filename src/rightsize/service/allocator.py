@@ -34,6 +34,7 @@ from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
+from rightsize.planning.local import predict_launch, samples_of
 from rightsize.runtime.state import read_shape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
@@ -41,7 +42,7 @@ from rightsize.scaling.registry import make_policy
 from rightsize.service import history
 from rightsize.service.lease import serve_lease
 from rightsize.service.models import JobPhase, Source
-from rightsize.service.schemas import JobView, RunSummary
+from rightsize.service.schemas import JobView, LaunchPreview, RunSummary
 from rightsize.service.store import Store
 
 #: Millicore drift tolerated between a shape's rounded node quotas and the books.
@@ -60,7 +61,7 @@ class QueuedJob:
 
     name: str
     arrival_s: float
-    work_core_s: float  # SJF orders by the samples the job trains (see ``work_of``)
+    work_core_s: float  # SJF orders by the samples the job trains (``planning.local.samples_of``)
     job_id: int
     spec: JobSpec
     held: Resources | None = None  # what a job resumed after a restart last held
@@ -83,13 +84,6 @@ class Runner:
 def policy_of(spec: JobSpec) -> Policy:
     """The job's policy as the job file names it (the runner builds its own alike)."""
     return make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
-
-
-def work_of(spec: JobSpec) -> float:
-    """What SJF orders by: the samples a job trains (steps × batch, or epochs × dataset)."""
-    if spec.steps is not None:
-        return float(spec.steps * spec.batch_size)
-    return float((spec.epochs or 1) * (spec.dataset_size or 0))
 
 
 class Allocator:
@@ -181,6 +175,30 @@ class Allocator:
                 raise SpecError(f"budget: {exc}") from None
         _check_names(spec)
 
+    def preview(self, spec: JobSpec) -> LaunchPreview:
+        """Where ``spec`` would start on an empty service, from the same rules admission uses
+        (:meth:`_launch_now`), and what that launch is predicted to take; nothing is queued.
+
+        Raises:
+            SpecError: what :meth:`check` refuses.
+        """
+        self.check(spec)
+        probe = QueuedJob(spec.name, time.time(), samples_of(spec), 0, spec)
+        if self._launch_now(probe, self.capacity) is None or probe.plan is None:
+            raise SpecError("budget: the job cannot start even on an empty service")
+        plan, total = probe.plan, probe.plan.shape.total()
+        expected = history.predicted(plan, spec) or predict_launch(spec, plan.shape)
+        with self.lock:
+            free, waiting = self.scheduler.free_for_running(), len(self.scheduler.waiting)
+        return LaunchPreview(
+            source=probe.source, shape=plan.shape.to_dict(), shape_text=plan.shape.describe(),
+            reason=plan.reason, cpu_cores=total.cpu_cores, memory_bytes=total.memory_bytes,
+            predicted_time_s=expected and expected.time_s,
+            predicted_core_h=expected and expected.core_h,
+            predicted_note=expected and expected.source,
+            fits_now=not waiting and total.fits_within(free), waiting=waiting,
+        )  # fmt: skip
+
     def submit(self, spec: JobSpec, owner_id: int | None) -> JobView:
         """Queue ``spec`` (checked first: :meth:`check`); its name is made unique."""
         self.check(spec)
@@ -196,7 +214,7 @@ class Allocator:
         self.store.update(row.id, spec=spec.model_dump(mode="json", by_alias=True),
                           state_path=str(spec.state_path))  # fmt: skip
         with self.lock:
-            self.scheduler.submit(QueuedJob(row.name, time.time(), work_of(spec), row.id, spec))
+            self.scheduler.submit(QueuedJob(row.name, time.time(), samples_of(spec), row.id, spec))
         self._wake.set()
         return self.store.job_by_id(row.id)
 
@@ -291,7 +309,7 @@ class Allocator:
                 shape = read_shape(spec.state_path)  # (the copy may lag the last change)
                 held = shape.total() if shape else None
             with self.lock:
-                self.scheduler.submit(QueuedJob(row.name, row.submitted_at, work_of(spec), row.id,
+                self.scheduler.submit(QueuedJob(row.name, row.submitted_at, samples_of(spec), row.id,
                                                 spec, held))  # fmt: skip
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
@@ -368,9 +386,11 @@ class Allocator:
         if job.plan is not None:
             fields.update(started_at=time.time(), launch_source=job.source,
                           launch_note=job.plan.reason)  # fmt: skip
-            expected = history.predicted(job.plan, work_of(job.spec), job.spec.batch_size)
+            expected = (history.predicted(job.plan, job.spec)
+                        or predict_launch(job.spec, job.plan.shape))  # fmt: skip
             if expected is not None:
-                fields.update(predicted_time_s=expected[0], predicted_core_h=expected[1])
+                fields.update(predicted_time_s=expected.time_s, predicted_core_h=expected.core_h,
+                              predicted_note=expected.source)  # fmt: skip
         self.store.update(job.job_id, **fields)
 
     def _reap(self) -> None:

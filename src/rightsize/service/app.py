@@ -20,10 +20,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rightsize import __version__
 from rightsize.core.errors import RightsizeError
-from rightsize.core.spec import JobSpec
+from rightsize.core.spec import JobSpec, Strategy
+from rightsize.service import web
 from rightsize.service.allocator import Allocator
 from rightsize.service.models import JobPhase
-from rightsize.service.schemas import JobDetail, JobView, SampleView
+from rightsize.service.schemas import JobDetail, JobView, LaunchPreview, QueueRow, SampleView
 from rightsize.service.store import Store
 
 _FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
@@ -43,6 +44,15 @@ def _owner(
 
 
 Owner = Annotated[int, Depends(_owner)]
+
+
+def job_choices() -> dict[str, Any]:
+    """The zoo's models (each with the datasets it trains on), datasets and policies."""
+    from rightsize.scaling.registry import policy_names
+    from rightsize.workloads.registry import WorkloadRegistry
+
+    return {**WorkloadRegistry().listing(), "policies": policy_names(),
+            "strategies": [str(s) for s in Strategy]}  # fmt: skip
 
 
 def create_app(store: Store, allocator: Allocator) -> FastAPI:
@@ -69,6 +79,19 @@ def create_app(store: Store, allocator: Allocator) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": [
             {"loc": loc, "msg": msg, "type": "value_error"}]})  # fmt: skip
 
+    @app.get("/me", summary="who the token belongs to")
+    def me(owner_id: Owner) -> dict[str, str]:
+        return {"name": store.token_name(owner_id)}
+
+    @app.get("/choices", summary="what a job file may name: zoo models, datasets, policies")
+    def choices(_owner_id: Owner) -> dict[str, Any]:
+        return job_choices()
+
+    @app.post("/jobs/preview", response_model=LaunchPreview,
+              summary="where the service would start a job, and its predicted time; queues nothing")  # fmt: skip
+    def preview(spec: JobSpec, _owner_id: Owner) -> LaunchPreview:
+        return allocator.preview(spec)
+
     @app.post("/jobs", status_code=201, response_model=JobView, summary="submit a job")
     def submit(spec: JobSpec, owner_id: Owner) -> JobView:
         return allocator.submit(spec, owner_id)
@@ -77,6 +100,14 @@ def create_app(store: Store, allocator: Allocator) -> FastAPI:
     def jobs(owner_id: Owner,
              phase: Annotated[list[JobPhase] | None, Query()] = None) -> list[JobView]:  # fmt: skip
         return store.jobs(owner_id, tuple(phase or ()))
+
+    @app.get("/queue", response_model=list[QueueRow],
+             summary="your jobs with their newest samples, oldest first")  # fmt: skip
+    def queue(owner_id: Owner,
+              phase: Annotated[list[JobPhase] | None, Query()] = None) -> list[QueueRow]:  # fmt: skip
+        views = store.jobs(owner_id, tuple(phase or ()))
+        latest = store.latest_samples([v.id for v in views])
+        return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
 
     @app.get("/jobs/{name}", response_model=JobDetail, summary="a job, its shapes, its last sample")
     def job(name: str, owner_id: Owner) -> JobDetail:
@@ -105,4 +136,5 @@ def create_app(store: Store, allocator: Allocator) -> FastAPI:
             allocator.cancel(view.name)
         return store.job_by_id(view.id)
 
+    web.mount(app)
     return app

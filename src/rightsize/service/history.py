@@ -19,6 +19,8 @@ import statistics
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
+from rightsize.planning.local import LaunchPrediction, samples_of
+from rightsize.planning.measured import MeasuredSpeed
 from rightsize.scaling.api import Action, Plan, ShapeRecord
 from rightsize.scaling.dlrover_math import fit_into
 from rightsize.service.schemas import RunSummary
@@ -60,6 +62,25 @@ def records(store: Store, run: RunSummary, batch_size: int) -> list[ShapeRecord]
     return found
 
 
+def measured_speeds(store: Store, workload: str, dataset: str, options: dict,
+                    strategy: str) -> list[MeasuredSpeed]:  # fmt: skip
+    """The fastest shape of each similar finished run whose host declared its instance type:
+    what ``plan`` puts in place of its prediction for that type (planning/measured.py)."""
+    found = []
+    for run in store.finished_runs(workload, dataset):
+        if (run.instance_type is None or run.spec.get("options", {}) != options
+                or run.spec.get("strategy") != strategy):  # fmt: skip
+            continue
+        shapes = records(store, run, run.batch_size)
+        if shapes:
+            best = max(shapes, key=lambda r: r.steps_per_s)
+            found.append(MeasuredSpeed(run.name, run.instance_type,
+                                       best.shape.n_workers * run.batch_size,
+                                       best.steps_per_s * run.batch_size,
+                                       best.shape.total().cpu_cores))  # fmt: skip
+    return found[:MAX_RUNS]
+
+
 def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
                 free: Resources) -> Plan | None:  # fmt: skip
     """Start at the fastest shape measured, within ``budget``; None if it does not fit ``free``."""
@@ -76,11 +97,12 @@ def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
                 {"from_run": run.name, "steps_per_s": best.steps_per_s})  # fmt: skip
 
 
-def predicted(plan: Plan, samples: float, batch_size: int) -> tuple[float, float] | None:
-    """The time (s) and CPU core-hours a job of ``samples`` takes at a history plan's measured
-    speed on its shape (None without a measured speed, or with no known length)."""
-    speed = plan.details.get("steps_per_s")
+def predicted(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:
+    """What ``spec`` takes at a history plan's measured speed on its shape (None: not a
+    history plan, or no known length)."""
+    speed, samples = plan.details.get("steps_per_s"), samples_of(spec)
     if not isinstance(speed, float) or speed <= 0 or samples <= 0:
         return None
-    time_s = samples / (speed * batch_size)
-    return time_s, time_s * plan.shape.total().cpu_cores / 3600
+    time_s = samples / (speed * spec.batch_size)
+    return LaunchPrediction(speed, time_s, time_s * plan.shape.total().cpu_cores / 3600,
+                            f"measured by {plan.details.get('from_run')} on {plan.shape.describe()}")

@@ -60,11 +60,13 @@ class Job(Base):
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("tokens.id"), index=True)
     source: Mapped[str] = mapped_column(String(16))
     host: Mapped[str] = mapped_column(String(200))
+    instance_type: Mapped[str | None] = mapped_column(String(64))  # the host's, if declared
     phase: Mapped[str] = mapped_column(String(16), index=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     workload: Mapped[str] = mapped_column(String(200), index=True)
     dataset: Mapped[str] = mapped_column(String(200))
     batch_size: Mapped[int] = mapped_column(Integer)
+    samples_total: Mapped[float | None] = mapped_column(Float)  # what it trains, when known
     parameters: Mapped[int | None] = mapped_column(BigInteger)  # model size, for similarity
     policy: Mapped[str] = mapped_column(String(64))
     state_path: Mapped[str] = mapped_column(Text)
@@ -75,6 +77,7 @@ class Job(Base):
     launch_note: Mapped[str | None] = mapped_column(Text)
     predicted_time_s: Mapped[float | None] = mapped_column(Float)
     predicted_core_h: Mapped[float | None] = mapped_column(Float)
+    predicted_note: Mapped[str | None] = mapped_column(Text)  # what the prediction rests on
     measured_time_s: Mapped[float | None] = mapped_column(Float)
     measured_core_h: Mapped[float | None] = mapped_column(Float)
     best_samples_per_s: Mapped[float | None] = mapped_column(Float)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
+from rightsize.planning.local import predict_launch
 from rightsize.service.models import JobPhase, Source
 from rightsize.service.store import Store
 
@@ -28,7 +30,20 @@ def record_run(store: Store, spec: JobSpec, policy: str, phase: JobPhase,
                                started_at=started_at).id  # fmt: skip
     store.ingest(job_id, state_path)
     store.finish(job_id, phase, report, error)
+    _predict(store, job_id, spec)
     return job_id
+
+
+def _predict(store: Store, job_id: int, spec: JobSpec) -> None:
+    """The profile-based prediction of the run's launch shape, once (a resumed rerun keeps
+    the first run's): what the run would have taken had nothing resized it."""
+    if store.job_by_id(job_id).predicted_time_s is not None:
+        return
+    launched = next((s for s in store.shapes(job_id) if s.applied), None)
+    expected = launched and predict_launch(spec, ClusterShape.from_dict(launched.shape))
+    if expected:
+        store.update(job_id, predicted_time_s=expected.time_s, predicted_core_h=expected.core_h,
+                     predicted_note=expected.source)  # fmt: skip
 
 
 def _started_at(spec: JobSpec) -> float | None:

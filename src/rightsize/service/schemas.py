@@ -27,6 +27,7 @@ class JobView(_View):
     batch_size: int
     policy: str
     budget: dict[str, Any]
+    samples_total: float | None = Field(description="samples the job trains, when known")
     submitted_at: float = Field(description="Unix time, seconds")
     started_at: float | None
     finished_at: float | None
@@ -35,6 +36,9 @@ class JobView(_View):
     predicted_time_s: float | None
     measured_time_s: float | None
     predicted_core_h: float | None = Field(description="CPU core-hours the plan expected")
+    predicted_note: str | None = Field(description="what the prediction rests on")
+    host: str = Field(description="the machine that ran it")
+    instance_type: str | None = Field(description="the host's instance type, if declared")
     measured_core_h: float | None = Field(description="CPU core-hours the job held")
     best_samples_per_s: float | None
     time_to_95_s: float | None = Field(description="seconds to 95% of its best throughput")
@@ -90,6 +94,7 @@ class RunSummary(_View):
     id: int
     name: str
     host: str
+    instance_type: str | None
     batch_size: int
     parameters: int | None
     spec: dict[str, Any]
@@ -100,10 +105,34 @@ class RunSummary(_View):
     @classmethod
     def of(cls, row: Job) -> RunSummary:
         final = (row.report or {}).get("final_shape")
-        return cls(id=row.id, name=row.name, host=row.host, batch_size=row.batch_size,
+        return cls(id=row.id, name=row.name, host=row.host, instance_type=row.instance_type,
+                   batch_size=row.batch_size,
                    parameters=row.parameters, spec=row.spec, final_shape=final,
                    best_samples_per_s=row.best_samples_per_s,
                    measured_time_s=row.measured_time_s)  # fmt: skip
+
+
+class LaunchPreview(_View):
+    """``POST /jobs/preview``: where the service would start a job, and what it predicts."""
+
+    source: str = Field(description="history, policy or job file")
+    shape: dict[str, Any]
+    shape_text: str
+    reason: str
+    cpu_cores: float = Field(description="cores the launch holds")
+    memory_bytes: int = Field(description="bytes the launch holds")
+    predicted_time_s: float | None = Field(description="seconds at the launch shape")
+    predicted_core_h: float | None = Field(description="CPU core-hours at the launch shape")
+    predicted_note: str | None = Field(description="what the prediction rests on")
+    fits_now: bool = Field(description="whether it would start now (else it waits)")
+    waiting: int = Field(description="jobs waiting ahead of it")
+
+
+class QueueRow(_View):
+    """``GET /queue``: a job and its newest sample."""
+
+    job: JobView
+    latest: SampleView | None
 
 
 class JobDetail(_View):

@@ -16,12 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from rightsize.core.errors import SpecError
 from rightsize.core.spec import JobSpec
+from rightsize.planning.local import samples_of
 from rightsize.service import ingest
 from rightsize.service.db import open_engine
 from rightsize.service.models import Job, JobPhase, SampleRow, ShapeRow, Source, Token
@@ -36,10 +37,16 @@ def digest(token: str) -> str:
 
 
 class Store:
-    """Reads and writes the store at ``database`` (default: :func:`db.default_url`)."""
+    """Reads and writes the store at ``database`` (default: :func:`db.default_url`).
 
-    def __init__(self, database: str | None = None, engine: Engine | None = None) -> None:
+    ``instance_type`` is this host's cloud instance type, where the user declared it: the
+    jobs added here carry it, and ``plan`` reads their measured speed for that type.
+    """
+
+    def __init__(self, database: str | None = None, engine: Engine | None = None,
+                 instance_type: str | None = None) -> None:  # fmt: skip
         self.engine = engine or open_engine(database)
+        self.instance_type = instance_type
 
     def close(self) -> None:
         self.engine.dispose()
@@ -71,6 +78,10 @@ class Store:
         with self.session() as session:
             return session.scalar(select(Token.id).where(Token.digest == digest(token)))
 
+    def token_name(self, owner_id: int) -> str:
+        with self.session() as session:
+            return session.get_one(Token, owner_id).name
+
     # -- jobs -----------------------------------------------------------------------
     def add_job(self, spec: JobSpec, *, owner_id: int | None, source: Source, phase: JobPhase,
                 state_path: Path, policy: str, parameters: int | None = None,
@@ -80,8 +91,10 @@ class Store:
         for attempt in range(1, 1000):
             name = spec.name if attempt == 1 else f"{spec.name}-{attempt}"
             row = Job(name=name, owner_id=owner_id, source=str(source), host=socket.gethostname(),
+                      instance_type=self.instance_type,
                       phase=str(phase), spec=spec_json, workload=spec.workload,
                       dataset=spec.dataset or "", batch_size=spec.batch_size,
+                      samples_total=samples_of(spec) or None,
                       parameters=parameters, policy=policy, state_path=str(state_path),
                       submitted_at=time.time(), started_at=started_at)  # fmt: skip
             try:
@@ -164,6 +177,18 @@ class Store:
         with self.session() as session:
             return [SampleView.model_validate(r, from_attributes=True)
                     for r in session.scalars(query)]  # fmt: skip
+
+    def latest_samples(self, job_ids: list[int]) -> dict[int, SampleView]:
+        """Each job's newest sample (jobs without one are left out), in one query."""
+        newest = (select(SampleRow.job_id, func.max(SampleRow.seq).label("seq"))
+                  .where(SampleRow.job_id.in_(job_ids)).group_by(SampleRow.job_id).subquery())
+        query = (select(SampleRow)
+                 .join(newest, and_(SampleRow.job_id == newest.c.job_id,
+                                    SampleRow.seq == newest.c.seq))
+                 .options(selectinload(SampleRow.nodes)))  # fmt: skip
+        with self.session() as session:
+            return {row.job_id: SampleView.model_validate(row, from_attributes=True)
+                    for row in session.scalars(query)}  # fmt: skip
 
     def finished_runs(self, workload: str, dataset: str) -> list[RunSummary]:
         """Finished runs of ``workload`` on ``dataset``, newest first, for the history."""

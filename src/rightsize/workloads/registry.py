@@ -113,6 +113,19 @@ class WorkloadRegistry:
     def dataset_names(self) -> list[str]:
         return list(self._datasets)
 
+    def listing(self) -> dict[str, list[dict[str, Any]]]:
+        """The zoo as plain data (``rightsize workloads --json``, the service's forms): each
+        model with the data kinds it takes, the datasets that fit and its options; each
+        dataset with its kind and default size."""
+        datasets = list(self._datasets.values())
+        models = [{"name": m.name, "description": m.description, "data": list(m.kinds),
+                   "default_dataset": m.default_dataset, "options": m.option_names(),
+                   "datasets": [d.name for d in datasets if d.info.kind in m.kinds]}
+                  for m in self._models.values()]  # fmt: skip
+        return {"models": models, "datasets": [
+            {"name": d.name, "kind": d.info.kind, "samples": d.default_samples,
+             "description": d.description} for d in datasets]}  # fmt: skip
+
     def get(
         self,
         name: str,

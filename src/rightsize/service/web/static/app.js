@@ -1,0 +1,529 @@
+// The rightsize pages: one module, hash routes, the service's own REST API underneath.
+// Every value from the API reaches the page as text (h() never parses HTML).
+
+import { COLORS, lineChart, formatNumber } from "./charts.js";
+
+const TOKEN_KEY = "rightsize-token";
+const POLL_MS = 2000;
+const main = document.getElementById("main");
+let stopPage = () => {};  // the current page's timers, cleared when the route changes
+
+// -- small helpers ------------------------------------------------------------------------
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "class") el.className = value;
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${s % 60} s`;
+  return `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+export function bytes(value) {
+  if (value === null || value === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = value, i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+  return `${v.toPrecision(3)} ${units[i]}`;
+}
+
+// Unix seconds as a date and time in the viewer's own zone.
+export function when(unixSeconds) {
+  if (!unixSeconds) return "–";
+  return new Date(unixSeconds * 1000).toLocaleString(undefined, {
+    dateStyle: "medium", timeStyle: "medium",
+  });
+}
+
+const rate = (v) => (v === null || v === undefined ? "–" : `${formatNumber(v)} samples/s`);
+const coreHours = (v) => (v === null || v === undefined ? "–" : `${v.toPrecision(3)} core-h`);
+const phaseBadge = (phase) => h("span", { class: `phase ${phase}` }, phase);
+const DONE = new Set(["finished", "failed", "cancelled", "interrupted"]);
+
+function budgetText(budget) {
+  const parts = [];
+  if (budget.cpu !== undefined) parts.push(`${budget.cpu} CPU`);
+  if (budget.memory) parts.push(bytes(budget.memory));
+  return parts.join(", ") || "–";
+}
+
+function elapsed(job) {
+  if (!job.started_at) return null;
+  return (job.finished_at || Date.now() / 1000) - job.started_at;
+}
+
+function timeLeft(job, latest) {
+  if (DONE.has(job.phase) || !latest || !job.samples_total || !(latest.samples_per_s > 0)) return null;
+  const left = job.samples_total - latest.steps_done * job.batch_size;
+  return Math.max(0, left) / latest.samples_per_s;
+}
+
+// -- the API ------------------------------------------------------------------------------
+class ApiError extends Error {
+  constructor(status, detail) {
+    super(typeof detail === "string" ? detail : `the service answered ${status}`);
+    this.status = status;
+    this.detail = detail;
+  }
+}
+
+// A 401 means the token is gone or wrong: back to the sign-in form (except while signing in).
+async function api(method, path, body, { signInOn401 = true } = {}) {
+  const headers = { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = (response.headers.get("content-type") || "").includes("json")
+    ? await response.json() : await response.text();
+  if (response.status === 401 && signInOn401) {
+    signOut("Your token was not accepted: sign in again.");
+    throw new ApiError(401, "not signed in");
+  }
+  if (!response.ok) throw new ApiError(response.status, data && data.detail !== undefined ? data.detail : data);
+  return data;
+}
+
+// -- sign-in ------------------------------------------------------------------------------
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  document.getElementById("nav").hidden = true;
+  location.hash = "#/signin";
+  if (message) sessionStorage.setItem("rightsize-message", message);
+}
+
+function signInPage() {
+  const message = sessionStorage.getItem("rightsize-message");
+  sessionStorage.removeItem("rightsize-message");
+  const error = h("p", { class: "error", id: "error-token", role: "alert" }, message || "");
+  const input = h("input", { id: "token", name: "token", type: "password", autocomplete: "off",
+                             required: true, "aria-describedby": "error-token hint-token" });
+  const form = h("form", { class: "signin panel", onsubmit: async (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    try {
+      await api("GET", "/me", undefined, { signInOn401: false });
+      location.hash = "#/jobs";
+    } catch (exc) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      error.textContent = exc.status === 401 ? "That token is not known to this service." : exc.message;
+      input.focus();
+    }
+  } },
+  h("div", { class: "field" },
+    h("label", { for: "token" }, "API token"),
+    input,
+    h("span", { class: "hint", id: "hint-token" }, "Made with: rightsize serve token create NAME"),
+    error),
+  h("div", { class: "actions" }, h("button", { class: "primary", type: "submit" }, "Sign in")));
+  main.replaceChildren(h("h1", {}, "Sign in"), form);
+  input.focus();
+}
+
+// -- queue --------------------------------------------------------------------------------
+function queueTable(rows, columns) {
+  return h("div", { class: "table-wrap" }, h("table", {},
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", { class: c.num ? "num" : "" }, c.label)))),
+    h("tbody", {}, rows.map((row) => h("tr", { "data-job": row.job.name },
+      columns.map((c) => h("td", { class: c.num ? "num" : "" }, c.cell(row))))))));
+}
+
+const QUEUE_COLUMNS = [
+  { label: "job", cell: (r) => h("a", { href: `#/jobs/${encodeURIComponent(r.job.name)}` }, r.job.name) },
+  { label: "phase", cell: (r) => phaseBadge(r.job.phase) },
+  { label: "workload", cell: (r) => `${r.job.workload} / ${r.job.dataset}` },
+  { label: "budget", cell: (r) => budgetText(r.job.budget) },
+  { label: "shape", cell: (r) => (r.latest ? r.latest.shape : "–") },
+  { label: "throughput", num: true, cell: (r) => rate(r.latest && r.latest.samples_per_s) },
+  { label: "elapsed", num: true, cell: (r) => duration(elapsed(r.job)) },
+  { label: "predicted left", num: true, cell: (r) => duration(timeLeft(r.job, r.latest)) },
+  { label: "submitted", cell: (r) => when(r.job.submitted_at) },
+];
+
+async function queuePage() {
+  const body = h("div", {});
+  main.replaceChildren(h("h1", {}, "Queue"), body);
+  const refresh = async () => {
+    const rows = await api("GET", "/queue");
+    const groups = [["Running", (p) => p === "running"], ["Waiting", (p) => p === "waiting"],
+                    ["Finished", (p) => DONE.has(p)]];
+    body.replaceChildren(...groups.map(([title, test]) => {
+      const mine = rows.filter((r) => test(r.job.phase));
+      if (title === "Finished") mine.reverse();
+      return h("section", { "aria-label": title }, h("h2", {}, `${title} (${mine.length})`),
+        mine.length ? queueTable(mine, QUEUE_COLUMNS) : h("p", { class: "muted" }, "none"));
+    }));
+  };
+  await refresh();
+  const timer = setInterval(() => refresh().catch(() => {}), POLL_MS);
+  stopPage = () => clearInterval(timer);
+}
+
+// -- submit -------------------------------------------------------------------------------
+function field(name, label, control, hint) {
+  control.id = `field-${name}`;
+  control.name = name;
+  const described = [`error-${name}`, hint ? `hint-${name}` : null].filter(Boolean).join(" ");
+  control.setAttribute("aria-describedby", described);
+  return h("div", { class: "field", "data-field": name },
+    h("label", { for: control.id }, label), control,
+    hint ? h("span", { class: "hint", id: `hint-${name}` }, hint) : null,
+    h("p", { class: "error", id: `error-${name}`, role: "alert" }));
+}
+
+function jobFromForm(form) {
+  const value = (name) => form.elements[name].value.trim();
+  const job = {
+    name: value("name"), workload: value("workload"), dataset: value("dataset"),
+    batch_size: Number(value("batch_size")), strategy: value("strategy"),
+    budget: { cpu: value("budget.cpu"), memory: value("budget.memory") },
+    initial_shape: "auto", policy: { name: value("policy.name") }, constraints: {},
+  };
+  const length = value("length_kind");
+  job[length] = Number(value("length_count"));
+  if (value("dataset_size")) job.dataset_size = Number(value("dataset_size"));
+  if (value("options")) {
+    try { job.options = JSON.parse(value("options")); } catch { job.options = value("options"); }
+  }
+  if (value("constraints.deadline")) job.constraints.deadline = value("constraints.deadline");
+  if (value("constraints.budget")) job.constraints.budget = value("constraints.budget");
+  return job;
+}
+
+// Each 422 detail names its field (loc after "body"); it is shown under that field, or above
+// the form when no field has the name.
+function showErrors(form, detail) {
+  form.querySelectorAll(".field").forEach((f) => f.classList.remove("invalid"));
+  form.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
+  const general = form.querySelector("#error-form");
+  const items = Array.isArray(detail) ? detail : [{ loc: [], msg: String(detail) }];
+  let first = null;
+  for (const item of items) {
+    const path = (item.loc || []).filter((p) => p !== "body");
+    let target = null;
+    for (let n = path.length; n > 0 && !target; n -= 1) {
+      const name = path.slice(0, n).join(".");
+      const alias = { steps: "length_count", epochs: "length_count", "initial_shape": "budget.cpu" }[name] || name;
+      target = form.querySelector(`[data-field="${CSS.escape(alias)}"]`);
+    }
+    const box = target ? target.querySelector(".error") : general;
+    if (target) target.classList.add("invalid");
+    box.textContent = box.textContent ? `${box.textContent}; ${item.msg}` : item.msg;
+    first = first || (target && target.querySelector("input, select, textarea"));
+  }
+  (first || general).focus && (first || general).focus();
+}
+
+function previewPanel(preview) {
+  return h("div", { class: "panel", id: "preview", "aria-live": "polite" },
+    h("h2", {}, "Where the service would start it"),
+    h("dl", { class: "facts" },
+      h("dt", {}, "launch shape"), h("dd", {}, preview.shape_text),
+      h("dt", {}, "from"), h("dd", {}, `${preview.source}: ${preview.reason}`),
+      h("dt", {}, "predicted time"), h("dd", {}, duration(preview.predicted_time_s)),
+      h("dt", {}, "predicted cost"), h("dd", {}, coreHours(preview.predicted_core_h)),
+      h("dt", {}, "prediction rests on"), h("dd", {}, preview.predicted_note || "no prediction for this workload"),
+      h("dt", {}, "starts"), h("dd", {}, preview.fits_now ? "now" : `after ${preview.waiting} waiting job(s) or when capacity frees`)));
+}
+
+async function submitPage() {
+  const choices = await api("GET", "/choices");
+  const models = Object.fromEntries(choices.models.map((m) => [m.name, m]));
+  const workload = h("select", {}, choices.models.map((m) => h("option", { value: m.name }, `${m.name} — ${m.description}`)));
+  const dataset = h("select", {});
+  const fillDatasets = () => {
+    const model = models[workload.value];
+    dataset.replaceChildren(...model.datasets.map((d) => h("option", { value: d, selected: d === model.default_dataset }, d)));
+  };
+  workload.addEventListener("change", fillDatasets);
+  workload.value = models["wide-deep"] ? "wide-deep" : choices.models[0].name;
+  fillDatasets();
+  const lengthKind = h("select", {}, h("option", { value: "epochs" }, "epochs"), h("option", { value: "steps" }, "steps"));
+  const result = h("div", {});
+  const form = h("form", { class: "job", novalidate: true },
+    h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
+    field("name", "Job name", h("input", { value: "my-job", required: true })),
+    field("workload", "Workload", workload),
+    field("dataset", "Dataset", dataset),
+    field("options", "Model options", h("input", { placeholder: '{"width": 2}' }), "JSON, optional"),
+    field("dataset_size", "Dataset size", h("input", { type: "number", min: 1, value: 20000 }), "samples (synthetic data)"),
+    field("batch_size", "Batch per worker", h("input", { type: "number", min: 1, value: 512 }), "samples per step"),
+    field("length_kind", "Train for", lengthKind),
+    field("length_count", "How many", h("input", { type: "number", min: 1, value: 1 }), "epochs or steps"),
+    field("strategy", "Strategy", h("select", {}, choices.strategies.map((s) => h("option", { value: s }, s)))),
+    field("budget.cpu", "CPU budget", h("input", { value: "2" }), "cores the job may hold at most, e.g. 2 or 1500m"),
+    field("budget.memory", "Memory budget", h("input", { value: "4Gi" }), "e.g. 4Gi"),
+    field("policy.name", "Policy", h("select", {}, choices.policies.map((p) => h("option", { value: p, selected: p === "nearchus+" }, p)))),
+    field("constraints.deadline", "Deadline", h("input", { placeholder: "2h" }), "optional, for plans"),
+    field("constraints.budget", "Dollar budget", h("input", { placeholder: "$30" }), "optional, for plans"),
+    h("div", { class: "actions" },
+      h("button", { type: "button", id: "preview-button", onclick: () => send("/jobs/preview") }, "Preview"),
+      h("button", { type: "submit", class: "primary" }, "Submit")));
+  form.addEventListener("submit", (event) => { event.preventDefault(); send("/jobs"); });
+  async function send(path) {
+    try {
+      const answer = await api("POST", path, jobFromForm(form));
+      showErrors(form, []);
+      if (path === "/jobs") location.hash = `#/jobs/${encodeURIComponent(answer.name)}`;
+      else result.replaceChildren(previewPanel(answer));
+    } catch (exc) {
+      if (exc.status === 401) return;
+      showErrors(form, exc.detail !== undefined ? exc.detail : exc.message);
+    }
+  }
+  main.replaceChildren(h("h1", {}, "Submit a job"), form, result);
+}
+
+// -- one run ------------------------------------------------------------------------------
+// One series per node, each node in its own colour (its allocation, dashed, in the same one).
+function nodeSeries(samples, pick) {
+  const byNode = new Map();
+  for (const s of samples) {
+    for (const n of s.nodes || []) {
+      if (!byNode.has(n.node)) byNode.set(n.node, []);
+      byNode.get(n.node).push([s.time_s, pick(n)]);
+    }
+  }
+  return [...byNode.entries()].map(([name, points], i) => ({ name, points, color: COLORS[i % COLORS.length] }));
+}
+
+const allocatedSeries = (series) => series.map((s) => ({ ...s, name: `${s.name} allocated`, dashed: true }));
+
+function chartBox(id, title) {
+  return h("div", { class: "chart-box", id }, h("h3", {}, title), h("div", { class: "plot" }));
+}
+
+function drawRunCharts(container, samples) {
+  const plot = (id) => container.querySelector(`#${id} .plot`);
+  lineChart(plot("chart-throughput"), [{ name: "throughput", points: samples.map((s) => [s.time_s, s.samples_per_s]) }],
+            { xLabel: "time since launch (s)", yLabel: "samples/s", title: "throughput" });
+  lineChart(plot("chart-loss"), [{ name: "loss", points: samples.filter((s) => s.loss !== null).map((s) => [s.time_s, s.loss]) }],
+            { xLabel: "time since launch (s)", yLabel: "loss", title: "loss" });
+  const used = nodeSeries(samples, (n) => n.cpu_used);
+  const allocated = allocatedSeries(nodeSeries(samples, (n) => n.cpu_allocated));
+  lineChart(plot("chart-cpu"), [...used, ...allocated], { xLabel: "time since launch (s)", yLabel: "CPU cores", title: "CPU per node" });
+  const memory = nodeSeries(samples, (n) => n.memory_used / 2 ** 20);
+  const memoryAllocated = allocatedSeries(nodeSeries(samples, (n) => n.memory_allocated / 2 ** 20));
+  lineChart(plot("chart-memory"), [...memory, ...memoryAllocated], { xLabel: "time since launch (s)", yLabel: "MiB", title: "memory per node" });
+  const network = [...nodeSeries(samples, (n) => (n.net_in + n.net_out) / 2 ** 20)];
+  lineChart(plot("chart-network"), network, { xLabel: "time since launch (s)", yLabel: "MiB/s in + out", title: "network per node", legend: true });
+}
+
+function latestNodesTable(sample) {
+  if (!sample || !sample.nodes.length) return h("p", { class: "muted" }, "no node samples yet");
+  return h("div", { class: "table-wrap" }, h("table", { id: "nodes" },
+    h("thead", {}, h("tr", {}, ["node", "role", "CPU used / allocated", "memory used / allocated", "network in", "network out", "steps/s"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, sample.nodes.map((n) => h("tr", {},
+      h("td", {}, n.node), h("td", {}, n.role),
+      h("td", {}, `${n.cpu_used.toFixed(2)} / ${n.cpu_allocated.toFixed(2)} cores`),
+      h("td", {}, `${bytes(n.memory_used)} / ${bytes(n.memory_allocated)}`),
+      h("td", {}, `${bytes(n.net_in)}/s`), h("td", {}, `${bytes(n.net_out)}/s`),
+      h("td", {}, n.steps_per_s.toFixed(2)))))));
+}
+
+function timelineTable(shapes) {
+  return h("div", { class: "table-wrap" }, h("table", { id: "timeline" },
+    h("thead", {}, h("tr", {}, ["at", "action", "applied", "transition", "shape", "reason"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, shapes.map((s) => h("tr", {},
+      h("td", {}, `${s.time_s.toFixed(1)} s`), h("td", {}, s.action), h("td", {}, s.applied ? "yes" : "no"),
+      h("td", {}, duration(s.transition_s)), h("td", {}, describeShape(s.shape)), h("td", {}, s.reason))))));
+}
+
+function describeShape(shape) {
+  const nodes = shape.nodes || [];
+  const roles = {};
+  for (const n of nodes) {
+    const r = (roles[n.role] = roles[n.role] || { count: 0, cpu: 0 });
+    r.count += 1;
+    r.cpu += n.cpu || 0;
+  }
+  return Object.entries(roles).map(([role, r]) => `${r.count} ${role}${r.count > 1 ? "s" : ""} (${r.cpu.toFixed(2)} CPU)`).join(" + ") || "–";
+}
+
+function accountingText(accounting) {
+  if (!accounting || !accounting.checked) return "not checked yet";
+  return accounting.exactly_once ? "every sample trained exactly once per epoch" : "NOT exactly once: see the report";
+}
+
+const HAS_REPORT = new Set(["finished", "failed"]);
+
+async function downloadReport(name) {
+  let report;
+  try {
+    report = await api("GET", `/jobs/${encodeURIComponent(name)}/report`);
+  } catch (exc) {
+    window.alert(`No report for ${name}: ${exc.message}`);
+    return;
+  }
+  const link = h("a", { href: URL.createObjectURL(new Blob([JSON.stringify(report, null, 2)], { type: "application/json" })),
+                        download: `${name}-report.json` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+}
+
+async function runPage(name) {
+  const path = `/jobs/${encodeURIComponent(name)}`;
+  let samples = [];
+  const header = h("div", {});
+  const charts = h("div", { class: "charts" },
+    chartBox("chart-throughput", "Throughput"), chartBox("chart-loss", "Loss"),
+    chartBox("chart-cpu", "CPU per node against its allocation"),
+    chartBox("chart-memory", "Memory per node against its allocation"),
+    chartBox("chart-network", "Network per node"));
+  const nodes = h("div", {});
+  const timeline = h("div", {});
+  main.replaceChildren(h("h1", {}, name), header, h("h2", {}, "Charts"), charts,
+                       h("h2", {}, "Nodes now"), nodes, h("h2", {}, "Timeline of shapes"), timeline);
+  let done = false;
+  const refresh = async () => {
+    const detail = await api("GET", path);
+    const fresh = await api("GET", `${path}/samples?after=${samples.length ? samples[samples.length - 1].seq : 0}`);
+    samples = samples.concat(fresh);
+    const job = detail.job;
+    done = DONE.has(job.phase);
+    const actions = h("div", { class: "actions" });
+    if (!done) actions.append(h("button", { class: "danger", id: "cancel", type: "button", onclick: async () => {
+      await api("POST", `${path}/cancel`);
+      refresh();
+    } }, "Cancel"));
+    if (HAS_REPORT.has(job.phase)) actions.append(h("button", { type: "button", id: "download", onclick: () => downloadReport(name) }, "Download report JSON"));
+    const latest = samples[samples.length - 1];
+    header.replaceChildren(h("div", { class: "panel" }, h("dl", { class: "facts" },
+      h("dt", {}, "phase"), h("dd", { id: "phase" }, phaseBadge(job.phase)),
+      h("dt", {}, "workload"), h("dd", {}, `${job.workload} on ${job.dataset}, batch ${job.batch_size}, ${job.policy}`),
+      h("dt", {}, "budget"), h("dd", {}, budgetText(job.budget)),
+      h("dt", {}, "started"), h("dd", {}, `${when(job.started_at)}${job.launch_source ? ` from ${job.launch_source}: ${job.launch_note}` : ""}`),
+      h("dt", {}, "throughput now"), h("dd", { id: "throughput-now" }, rate(latest && latest.samples_per_s)),
+      h("dt", {}, "elapsed"), h("dd", {}, duration(elapsed(job))),
+      h("dt", {}, "predicted left"), h("dd", {}, duration(timeLeft(job, latest))),
+      h("dt", {}, "time"), h("dd", { id: "time-compare" }, `predicted ${duration(job.predicted_time_s)}, measured ${duration(job.measured_time_s)}`),
+      h("dt", {}, "cost"), h("dd", {}, `predicted ${coreHours(job.predicted_core_h)}, measured ${coreHours(job.measured_core_h)}`),
+      h("dt", {}, "prediction rests on"), h("dd", {}, job.predicted_note || "–"),
+      h("dt", {}, "exactly once"), h("dd", { id: "accounting" }, accountingText(job.accounting)),
+      job.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, job.error)] : []), actions));
+    drawRunCharts(charts, samples);
+    nodes.replaceChildren(latestNodesTable(latest));
+    timeline.replaceChildren(timelineTable(detail.shapes));
+  };
+  await refresh();
+  const timer = setInterval(() => { if (!done) refresh().catch(() => {}); }, POLL_MS);
+  stopPage = () => clearInterval(timer);
+}
+
+// -- past runs and comparing them ---------------------------------------------------------
+const RUN_COLUMNS = [
+  ["name", "job", (j) => j.name],
+  ["phase", "phase", (j) => j.phase],
+  ["workload", "workload", (j) => j.workload],
+  ["policy", "policy", (j) => j.policy],
+  ["finished_at", "finished", (j) => j.finished_at || 0],
+  ["measured_time_s", "time", (j) => j.measured_time_s ?? -1],
+  ["best_samples_per_s", "best throughput", (j) => j.best_samples_per_s ?? -1],
+  ["measured_core_h", "core-hours", (j) => j.measured_core_h ?? -1],
+];
+
+async function runsPage() {
+  const jobs = (await api("GET", "/jobs")).filter((j) => DONE.has(j.phase));
+  let sortKey = "finished_at", ascending = false;
+  const chosen = new Set();
+  const filter = h("input", { id: "filter", type: "search", placeholder: "name, workload, policy or phase" });
+  const compare = h("button", { type: "button", id: "compare", class: "primary", disabled: true,
+    onclick: () => { location.hash = `#/compare/${[...chosen].map(encodeURIComponent).join(",")}`; } }, "Compare selected");
+  const table = h("div", { class: "table-wrap" });
+  const render = () => {
+    const words = filter.value.trim().toLowerCase();
+    const shown = jobs.filter((j) => !words || [j.name, j.workload, j.policy, j.phase].join(" ").toLowerCase().includes(words));
+    const [, , key] = RUN_COLUMNS.find(([k]) => k === sortKey);
+    shown.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0) * (ascending ? 1 : -1));
+    table.replaceChildren(h("table", { id: "runs" },
+      h("thead", {}, h("tr", {}, h("th", {}, h("span", { class: "muted" }, "pick")),
+        RUN_COLUMNS.map(([k, label]) => h("th", { "aria-sort": k === sortKey ? (ascending ? "ascending" : "descending") : "none" },
+          h("button", { type: "button", "data-sort": k, onclick: () => { ascending = k === sortKey ? !ascending : true; sortKey = k; render(); } },
+            label + (k === sortKey ? (ascending ? " ▲" : " ▼") : "")))))),
+      h("tbody", {}, shown.map((j) => h("tr", { "data-job": j.name },
+        h("td", {}, h("input", { type: "checkbox", "aria-label": `compare ${j.name}`, checked: chosen.has(j.name),
+          onchange: (e) => { e.target.checked ? chosen.add(j.name) : chosen.delete(j.name); compare.disabled = chosen.size < 2; } })),
+        h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(j.name)}` }, j.name)),
+        h("td", {}, phaseBadge(j.phase)), h("td", {}, `${j.workload} / ${j.dataset}`), h("td", {}, j.policy),
+        h("td", {}, when(j.finished_at)), h("td", { class: "num" }, duration(j.measured_time_s)),
+        h("td", { class: "num" }, rate(j.best_samples_per_s)), h("td", { class: "num" }, coreHours(j.measured_core_h)))))));
+  };
+  filter.addEventListener("input", render);
+  main.replaceChildren(h("h1", {}, "Past runs"),
+    h("div", { class: "toolbar" }, h("div", { class: "field" }, h("label", { for: "filter" }, "Filter"), filter), compare),
+    jobs.length ? table : h("p", { class: "muted" }, "No finished runs yet."));
+  render();
+}
+
+async function comparePage(names) {
+  const runs = await Promise.all(names.map(async (name) => {
+    const path = `/jobs/${encodeURIComponent(name)}`;
+    const [detail, samples] = await Promise.all([api("GET", path), api("GET", `${path}/samples`)]);
+    return { name, job: detail.job, samples };
+  }));
+  const charts = h("div", { class: "charts" }, chartBox("chart-throughput", "Throughput"), chartBox("chart-loss", "Loss"));
+  main.replaceChildren(h("h1", {}, `Comparing ${names.join(", ")}`),
+    h("div", { class: "table-wrap" }, h("table", { id: "comparison" },
+      h("thead", {}, h("tr", {}, ["job", "launched from", "time", "time to 95% of best", "best throughput", "core-hours", "exactly once", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, runs.map((r) => h("tr", {},
+        h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(r.name)}` }, r.name)),
+        h("td", {}, r.job.launch_source || "–"), h("td", { class: "num" }, duration(r.job.measured_time_s)),
+        h("td", { class: "num" }, duration(r.job.time_to_95_s)), h("td", { class: "num" }, rate(r.job.best_samples_per_s)),
+        h("td", { class: "num" }, coreHours(r.job.measured_core_h)), h("td", {}, accountingText(r.job.accounting)),
+        h("td", {}, HAS_REPORT.has(r.job.phase) ? h("button", { type: "button", onclick: () => downloadReport(r.name) }, "report JSON") : "no report")))))),
+    charts);
+  lineChart(charts.querySelector("#chart-throughput .plot"), runs.map((r) => ({ name: r.name, points: r.samples.map((s) => [s.time_s, s.samples_per_s]) })),
+            { xLabel: "time since launch (s)", yLabel: "samples/s", title: "throughput", legend: true });
+  lineChart(charts.querySelector("#chart-loss .plot"), runs.map((r) => ({ name: r.name, points: r.samples.filter((s) => s.loss !== null).map((s) => [s.time_s, s.loss]) })),
+            { xLabel: "time since launch (s)", yLabel: "loss", title: "loss", legend: true });
+}
+
+// -- routing ------------------------------------------------------------------------------
+async function route() {
+  stopPage();
+  stopPage = () => {};
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [page, ...rest] = hash.split("/");
+  const signedIn = Boolean(sessionStorage.getItem(TOKEN_KEY));
+  if (!signedIn || page === "signin") {
+    document.getElementById("nav").hidden = true;
+    signInPage();
+    return;
+  }
+  document.getElementById("nav").hidden = false;
+  try {
+    if (!document.getElementById("who").textContent) {
+      document.getElementById("who").textContent = `signed in as ${(await api("GET", "/me")).name}`;
+    }
+    if (page === "submit") await submitPage();
+    else if (page === "runs") await runsPage();
+    else if (page === "compare") await comparePage(rest.join("/").split(",").map(decodeURIComponent).filter(Boolean));
+    else if (page === "jobs" && rest.length) await runPage(decodeURIComponent(rest.join("/")));
+    else await queuePage();
+    main.focus({ preventScroll: true });
+  } catch (exc) {
+    if (exc.status !== 401) main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, exc.message));
+  }
+}
+
+document.getElementById("sign-out").addEventListener("click", () => {
+  document.getElementById("who").textContent = "";
+  signOut();
+});
+window.addEventListener("hashchange", route);
+route();

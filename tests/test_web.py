@@ -1,0 +1,226 @@
+"""The web pages in a real browser: Playwright driving Debian's Chromium against a real
+`rightsize serve` on 127.0.0.1 with a temporary SQLite store, running real jobs.
+
+Skips where Playwright or /usr/bin/chromium is missing (CI installs both: .ci/run).
+Writes a screenshot of each page into docs/screenshots/ (README.md shows one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from rightsize.service.store import Store
+from service_helpers import free_port, serve
+
+pytestmark = pytest.mark.integration
+CHROMIUM = Path(os.environ.get("RIGHTSIZE_CHROMIUM", "/usr/bin/chromium"))
+SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
+#: Chromium as issue 20 runs it: nothing started that would reach the network.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+ZONE = "Asia/Tokyo"  # not this machine's: times must show in the viewer's zone
+WIDE, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+if not CHROMIUM.exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; CI does)",
+                allow_module_level=True)  # fmt: skip
+expect = playwright_api.expect
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """A service with 2 CPUs of capacity, a token, and its URL."""
+    home = tmp_path_factory.mktemp("web")
+    database, port = home / "store.db", free_port()
+    store = Store(str(database))
+    token = store.create_token("web-tester")
+    store.close()
+    process = serve(database, port, home / "serve.log", cpu=2)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    import urllib.request
+
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/ui/", timeout=2).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise AssertionError((home / "serve.log").read_text()) from None
+            time.sleep(0.5)
+    yield url, token
+    process.terminate()
+    process.wait(90)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=CHROMIUM_ARGS)  # fmt: skip
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=WIDE, locale="en-US", timezone_id=ZONE,
+                                  accept_downloads=True)  # fmt: skip
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page, url: str, token: str) -> None:
+    page.goto(f"{url}/")
+    page.get_by_label("API token").fill(token)
+    page.get_by_label("API token").press("Enter")  # the keyboard submits the form
+    expect(page.get_by_role("heading", name="Queue")).to_be_visible()
+
+
+def fill_job(page, name: str, epochs: int, dataset_size: int) -> None:
+    page.goto(page.url.split("#")[0] + "#/submit")
+    expect(page.get_by_role("heading", name="Submit a job")).to_be_visible()
+    page.get_by_label("Job name").fill(name)
+    page.get_by_label("Workload").select_option("wide-deep")
+    page.get_by_label("Dataset", exact=True).select_option("synthetic-criteo")
+    page.get_by_label("Model options").fill(json.dumps({"embed_dim": 8, "hidden": [64, 32]}))
+    page.get_by_label("Dataset size").fill(str(dataset_size))
+    page.get_by_label("Batch per worker").fill("512")
+    page.get_by_label("Train for").select_option("epochs")
+    page.get_by_label("How many").fill(str(epochs))
+    page.get_by_label("Strategy").select_option("ps")
+    page.get_by_label("CPU budget").fill("1")
+    page.get_by_label("Memory budget").fill("3Gi")
+    page.get_by_label("Policy").select_option("static")
+
+
+def points(page, chart: str) -> int:
+    path = page.locator(f"#{chart} path.series").first
+    return int(path.get_attribute("data-points") or 0)
+
+
+def test_nothing_shows_without_a_token(page, service):
+    url, _ = service
+    page.goto(f"{url}/")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("#nav")).to_be_hidden()
+    page.goto(f"{url}/ui/#/jobs")  # a deep link without a token lands on the sign-in form
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    page.get_by_label("API token").fill("rs_not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#error-token")).to_have_text("That token is not known to this service.")
+    shot(page, "signin")
+
+
+def test_a_bad_field_is_shown_next_to_it_before_anything_queues(page, service):
+    url, token = service
+    sign_in(page, url, token)
+    fill_job(page, "bad-budget", 1, 4096)
+    page.get_by_label("CPU budget").fill("lots")
+    page.get_by_role("button", name="Submit").click()
+    error = page.locator('[data-field="budget.cpu"] .error')
+    expect(error).to_contain_text("cpu")
+    expect(page.locator('[data-field="budget.cpu"]')).to_have_class(re.compile("invalid"))
+    page.get_by_label("CPU budget").fill("64")  # more than the service's 2 CPUs
+    page.get_by_role("button", name="Submit").click()
+    expect(error).to_contain_text("capacity")
+    shot(page, "submit-error")
+    page.goto(f"{url}/ui/#/jobs")
+    expect(page.locator("tr[data-job]")).to_have_count(0)  # nothing was queued
+
+
+def test_submit_follow_cancel_and_compare_real_jobs(page, service):
+    url, token = service
+    sign_in(page, url, token)
+    # the recommendation before submitting: the launch shape and its predicted time
+    fill_job(page, "watched", 3, 200_000)
+    page.get_by_role("button", name="Preview").click()
+    preview = page.locator("#preview")
+    expect(preview).to_contain_text("launch shape")
+    expect(preview).to_contain_text("wide-deep's profile")
+    shot(page, "submit")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.get_by_role("heading", name="watched")).to_be_visible()
+    # a second job beside it (1 CPU each on the service's 2), and a third that waits and
+    # is cancelled while it waits
+    for name, epochs in (("beside", 2), ("cancelled-one", 20)):
+        fill_job(page, name, epochs, 200_000)
+        page.get_by_role("button", name="Submit").click()
+        expect(page.get_by_role("heading", name=name)).to_be_visible()
+    expect(page.locator("#phase")).to_have_text("waiting")
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#phase")).to_have_text("cancelled", timeout=60_000)
+    # live: the watched job's charts gain points while it trains
+    page.goto(f"{url}/ui/#/jobs/watched")
+    expect(page.locator("#phase")).to_have_text("running", timeout=120_000)
+    expect(page.locator("#chart-throughput path.series")).to_have_count(1, timeout=90_000)
+    first = points(page, "chart-throughput")
+    page.wait_for_function(
+        f"document.querySelector('#chart-throughput path.series').dataset.points > {first + 6}",
+        timeout=60_000)  # fmt: skip
+    expect(page.locator("#chart-loss path.series")).to_have_count(1)
+    expect(page.locator("#timeline tbody tr").first).to_contain_text("launch")
+    expect(page.locator("#nodes tbody tr").first).to_contain_text("cores")
+    shot(page, "run")
+    # the queue, with times in the viewer's zone
+    page.goto(f"{url}/ui/#/jobs")
+    row = page.locator('tr[data-job="watched"]')
+    local = datetime.fromtimestamp(_submitted_at(page, url, token, "watched"), ZoneInfo(ZONE))
+    expect(row).to_contain_text(f"{local:%b} {local.day}, {local.year}, {local:%-I:%M:%S %p}")
+    expect(row).to_contain_text("samples/s")
+    shot(page, "queue")
+    page.set_viewport_size(PHONE)
+    shot(page, "queue-phone")
+    page.set_viewport_size(WIDE)
+    # the watched job to its end: measured beside predicted, exactly once
+    page.goto(f"{url}/ui/#/jobs/watched")
+    expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
+    expect(page.locator("#accounting")).to_have_text("every sample trained exactly once per epoch")
+    expect(page.locator("#time-compare")).to_contain_text("measured")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download report JSON").click()
+    report = json.loads(Path(download.value.path()).read_text())
+    assert report["accounting"]["exactly_once"] is True
+    # past runs: filter, sort, compare the two that trained
+    page.goto(f"{url}/ui/#/jobs/beside")
+    expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
+    page.goto(f"{url}/ui/#/runs")
+    expect(page.locator("#runs tbody tr")).to_have_count(3)
+    page.get_by_label("Filter").fill("cancel")
+    expect(page.locator("#runs tbody tr")).to_have_count(1)
+    page.get_by_label("Filter").fill("")
+    page.locator('button[data-sort="name"]').click()
+    expect(page.locator("#runs tbody tr").first).to_have_attribute("data-job", "beside")
+    page.get_by_label("compare watched").check()
+    page.get_by_label("compare beside").check()
+    shot(page, "runs")
+    page.get_by_role("button", name="Compare selected").click()
+    expect(page.locator("#comparison tbody tr")).to_have_count(2)
+    series = page.locator("#chart-throughput path.series")
+    expect(series).to_have_count(2)
+    assert all(int(series.nth(i).get_attribute("data-points")) > 5 for i in range(2))
+    shot(page, "compare")
+
+
+def _submitted_at(page, url: str, token: str, name: str) -> float:
+    answer = page.request.get(f"{url}/jobs/{name}", headers={"Authorization": f"Bearer {token}"})
+    return answer.json()["job"]["submitted_at"]
