@@ -5,6 +5,8 @@ The allocator is never started here, so nothing launches: submitted jobs wait.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("httpx")
@@ -37,7 +39,9 @@ def auth(token):
 def test_every_route_needs_a_token(service):
     client, tokens, _ = service
     for method, path in (("get", "/jobs"), ("post", "/jobs"), ("get", "/jobs/x"),
-                         ("get", "/jobs/x/samples"), ("post", "/jobs/x/cancel")):  # fmt: skip
+                         ("get", "/jobs/x/samples"), ("post", "/jobs/x/cancel"), ("get", "/me"),
+                         ("get", "/queue"), ("get", "/choices"), ("post", "/jobs/preview"),
+                         ("post", "/recommendations")):  # fmt: skip
         assert getattr(client, method)(path).status_code == 401
         assert getattr(client, method)(path, headers=auth("rs_wrong")).status_code == 401
     assert client.get("/jobs", headers=auth(tokens["alice"])).status_code == 200
@@ -102,3 +106,75 @@ def test_the_schema_documents_the_routes(service):
     assert {"/jobs", "/jobs/{name}", "/jobs/{name}/samples", "/jobs/{name}/cancel",
             "/jobs/{name}/report"} <= set(schema["paths"])  # fmt: skip
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+def test_preview_says_where_a_job_would_start_and_queues_nothing(service):
+    client, tokens, allocator = service
+    job = {**JOB, "workload": "wide-deep", "dataset": "synthetic-criteo", "batch_size": 512,
+           "dataset_size": 10_000, "epochs": 1, "initial_shape": "auto",
+           "policy": {"name": "static"}}  # fmt: skip
+    del job["steps"]
+    answer = client.post("/jobs/preview", json=job, headers=auth(tokens["alice"]))
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["source"] == "policy" and preview["fits_now"] and preview["waiting"] == 0
+    assert 0 < preview["cpu_cores"] <= 1  # within the 1-CPU budget
+    assert preview["predicted_time_s"] > 0 and "wide-deep's profile" in preview["predicted_note"]
+    assert allocator.scheduler.waiting == [] and client.get(
+        "/jobs", headers=auth(tokens["alice"])).json() == []  # fmt: skip
+    bad = client.post("/jobs/preview", json={**job, "budget": {"cpu": 8, "memory": "2Gi"}},
+                      headers=auth(tokens["alice"]))  # fmt: skip
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "budget", "cpu"]
+
+
+def test_queue_rows_carry_the_newest_sample_and_the_samples_to_train(service):
+    client, tokens, _ = service
+    client.post("/jobs", json=JOB, headers=auth(tokens["alice"]))
+    [row] = client.get("/queue", headers=auth(tokens["alice"])).json()
+    assert row["job"]["name"] == "digits" and row["latest"] is None
+    assert row["job"]["samples_total"] == 50 * 64
+    assert client.get("/queue", headers=auth(tokens["bob"])).json() == []
+    assert client.get("/me", headers=auth(tokens["bob"])).json() == {"name": "bob"}
+    choices = client.get("/choices", headers=auth(tokens["bob"])).json()
+    mlp3 = next(m for m in choices["models"] if m["name"] == "mlp3")
+    assert "digits" in mlp3["datasets"] and "nearchus+" in choices["policies"]
+
+
+def test_recommendations_from_the_services_profile(service, tmp_path):
+    client, tokens, allocator = service
+    from profile_factory import linear_profile
+
+    (allocator.workdir / "profiles").mkdir(parents=True)
+    linear_profile().save(allocator.workdir / "profiles" / "mlp3-digits-cpu.json")
+    body = {"workload": "mlp3", "dataset": "digits", "global_batch": 512, "iterations": 1000,
+            "instances": "g4dn.xlarge:8,p3.2xlarge:8", "constraints": {"deadline": "2h"}}  # fmt: skip
+    answer = client.post("/recommendations", json=body, headers=auth(tokens["alice"]))
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    plans = found["srift"]["plans"]
+    assert plans and all("device model" in json.dumps(p["models"]) for p in plans)
+    assert {p["policy"] for p in found["srift"]["baselines"]} <= {"cap", "tap"}
+    assert [p["policy"] for p in found["fc2"]["plans"]] == ["cost-opt", "time-opt", "scala-opt"]
+    for change, field in ((("instances", "g4dn.xlarg"), "instances"),
+                          (("workload", "pkg.mod:factory"), "workload"),
+                          (("dataset", "no-such-data"), "workload"),
+                          (("global_batch", 0), "global_batch")):  # fmt: skip
+        bad = client.post("/recommendations", json={**body, change[0]: change[1]},
+                          headers=auth(tokens["alice"]))  # fmt: skip
+        assert bad.status_code == 422, (change, bad.text)
+        assert bad.json()["detail"][0]["loc"][:2] == ["body", field], bad.text
+
+
+def test_a_simulation_is_checked_before_it_runs(service):
+    client, tokens, allocator = service
+    alice = auth(tokens["alice"])
+    for body, field in (({"cluster": "Z"}, "cluster"), ({"policies": ["nearchos"]}, "policies"),
+                        ({"trace": "upload"}, "trace_csv"), ({"trace": "nope"}, "trace"),
+                        ({"trace": "upload", "trace_csv": "arrival,duration\n0,1h\n"},
+                         "trace_csv")):  # fmt: skip
+        answer = client.post("/simulations", json=body, headers=alice)
+        assert answer.status_code == 422, (body, answer.text)
+        assert answer.json()["detail"][0]["loc"] == ["body", field], answer.text
+        assert str(allocator.workdir) not in answer.text  # no paths on the server
+    assert client.get("/simulations", headers=alice).json() == []
+    assert client.get("/simulations/1", headers=alice).status_code == 404

@@ -148,6 +148,65 @@ def test_a_bad_field_is_shown_next_to_it_before_anything_queues(page, service):
     expect(page.locator("tr[data-job]")).to_have_count(0)  # nothing was queued
 
 
+def test_cloud_recommendations_wait_for_the_profile_then_show_the_models(page, service):
+    url, token = service
+    sign_in(page, url, token)
+    page.goto(f"{url}/ui/#/submit")
+    page.get_by_label("Workload").select_option("mlp3")
+    page.get_by_label("Dataset", exact=True).select_option("digits")
+    page.get_by_label("Instance types").fill("g4dn.xlarg")
+    page.get_by_role("button", name="Recommend cloud clusters").click()
+    expect(page.locator('[data-field="instances"] .error')).to_contain_text("g4dn.xlarge")
+    page.get_by_label("Global batch").fill("8192")
+    page.get_by_label("Iterations").fill("5000")
+    page.get_by_label("Instance types").fill("g4dn.xlarge:16,p3.2xlarge:16,g5.xlarge:16")
+    page.get_by_role("button", name="Recommend cloud clusters").click()
+    # the service profiles mlp3 on this machine first (a real `rightsize profile`)
+    expect(page.locator("#profiling")).to_contain_text("Profiling mlp3")
+    srift = page.locator("#srift-plans tbody tr")
+    expect(srift.first).to_contain_text("device model", timeout=480_000)
+    expect(page.locator("#srift-plans")).to_contain_text("cap")  # the baselines beside
+    fc2 = page.locator("#fc2-plans tbody tr")
+    expect(fc2).to_have_count(3)
+    for row, name in zip(range(3), ("cost-opt", "time-opt", "scala-opt"), strict=True):
+        expect(fc2.nth(row)).to_contain_text(name)
+    expect(page.locator("#fc2-plans")).to_contain_text("dlrover-eq1")
+    shot(page, "recommendations")
+
+
+TRACE = "arrival,duration,cpu,model\n" + "".join(
+    f"{i * 5}m,{40 + 10 * i}m,{10 + 5 * (i % 3)},resnet50\n" for i in range(6))
+
+
+def test_a_simulation_on_an_uploaded_trace(page, service, tmp_path):
+    url, token = service
+    sign_in(page, url, token)
+    page.goto(f"{url}/ui/#/simulations")
+    page.get_by_label("Trace", exact=True).select_option("upload")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival,duration\n0,1h\n")
+    page.get_by_label("Trace CSV").set_input_files(str(bad))
+    page.get_by_role("button", name="Run the simulation").click()
+    expect(page.locator('[data-field="trace_csv"] .error')).to_contain_text("cpu")
+    good = tmp_path / "six-jobs.csv"
+    good.write_text(TRACE)
+    page.get_by_label("Trace CSV").set_input_files(str(good))
+    for name in ("nearchus+", "optimus", "fa-bf"):
+        page.get_by_label(name, exact=True).uncheck()
+    page.get_by_role("button", name="Run the simulation").click()
+    expect(page.get_by_role("heading", name=re.compile("Simulation #"))).to_be_visible()
+    expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
+    expect(page.locator("dl.facts")).to_contain_text("six-jobs")
+    rows = page.locator("#policies tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#policies")).to_contain_text("nearchus")
+    expect(page.locator("#policies")).to_contain_text("dlrover")
+    for plot in ("#plot-jct img", "#plot-utilization img", "#plot-throughput img"):
+        expect(page.locator(plot)).to_be_visible()
+    assert page.locator("#plot-jct img").evaluate("img => img.naturalWidth") > 100
+    shot(page, "simulation")
+
+
 def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     url, token = service
     sign_in(page, url, token)

@@ -28,15 +28,15 @@ from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.precision import Precision
 from rightsize.perf.ps import PSModel
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
-from rightsize.planning.fc2 import Fc2Planner, Fc2Request, choose_ps
-from rightsize.planning.measured import HistoryFit, MeasuredSpeed, with_history
+from rightsize.planning.fc2 import Fc2Request
+from rightsize.planning.measured import HistoryFit, MeasuredSpeed
 from rightsize.planning.options import ComputeMethod, DeviceChoice
 from rightsize.planning.plan import CloudPlan, overlapping
-from rightsize.planning.planner import build_options, parse_instances, plan
+from rightsize.planning.planner import parse_instances
+from rightsize.planning.recommend import FC2_PS_TYPES, Market, fc2, srift
 from rightsize.planning.skypilot import NodeCommand, task_shape
 from rightsize.profiling.profile import Profile
 
-FC2_PS_TYPES = "m4.large,m4.2xlarge,m4.10xlarge"  # FC2 Table 1
 #: Flags that only --strategy ps reads (FC2's recommenders).
 PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type", "ps_model")
 
@@ -199,36 +199,29 @@ def run(args: argparse.Namespace) -> int:
     ignored_unless(args, PS_ONLY, args.strategy == "ps", "with --strategy ps")
     command = node_command(args)
     progress = progress_printer(args.quiet)
-    catalog = load_catalogs(args.cloud or ["aws"])
-    caps = parse_instances(args.instances, catalog)
+    market = Market.of(load_catalogs(args.cloud or ["aws"]), args.instances, spot=args.spot,
+                       region=args.region, device=device_choice(args))  # fmt: skip
     request = request_from(args)
     notes: list[str] = []
     comm = comm_model(args.comm_model, notes)
     history = history_store(args)
     if args.strategy == "ps":
-        fc2 = _fc2_request(args, catalog, caps, request)
-        return _run_fc2(args, resolve_profiles(args, progress), catalog, caps, fc2, command)
+        fc2 = _fc2_request(args, market, request)
+        return _run_fc2(args, resolve_profiles(args, progress), market, fc2, command)
     profiles = resolve_profiles(args, progress)
-    options = build_options(profiles, catalog, caps, args.spot, args.region,
-                            device_choice(args))
     speeds = past_speeds(history, profiles[0], "allreduce")
-    fit = HistoryFit(args.history_fit)
-    options = [with_history(option, speeds, fit) for option in options]
-    names = {option.name for option in options}
-    notes += [f"{s.instance_type}: measured by run {s.run} ({s.samples_per_s:.4g} samples/s "
-              f"at {s.vm_batch} samples per step on {s.cores:g} cores)"
-              for s in speeds if s.instance_type in names]  # fmt: skip
-    progress(f"searching {len(options)} instance types")
-    result = plan(options, comm, request, args.mode, args.top)
+    progress(f"searching {len(market.caps) or 'every GPU'} instance types")
+    found = srift(profiles, market, request, comm, args.mode, args.top, speeds,
+                  HistoryFit(args.history_fit))  # fmt: skip
+    result = found.result
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
               f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
-    notes += [line for profile in profiles for line in profile.timing_warnings()]
     status = print_plans(result.plans + result.baselines, header, args.json,
-                         request.objective.value, notes)  # fmt: skip
+                         request.objective.value, notes + found.notes)  # fmt: skip
     if command is not None:
         best = result.plans[0]
-        exported = exported_plan(best, options, comm, request)
-        instances = {o.name: o.instance for o in options}
+        exported = exported_plan(best, found.options, comm, request)
+        instances = {o.name: o.instance for o in found.options}
         shape = task_shape(exported, instances, args.spot, best)
         write_task(args.skypilot_yaml, shape, command, args.spot)
     return status
@@ -298,35 +291,28 @@ def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
     return 0
 
 
-def _fc2_request(args, catalog, caps, request: PlanRequest) -> Fc2Request:
+def _fc2_request(args, market: Market, request: PlanRequest) -> Fc2Request:
     budget = (
         parse_money(args.budget_per_hour, "--budget-per-hour") if args.budget_per_hour else None
     )
-    if not caps:
+    if not market.caps:
         raise SpecError("--strategy ps needs the worker candidates in --instances (FC2's list L^w)")
     if args.worker_type:
-        catalog.get(args.worker_type)
-    parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
+        market.catalog.get(args.worker_type)
+    parse_instances(args.ps_types or FC2_PS_TYPES, market.catalog, "--ps-types")
     return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers,
                       ps_model=PSModel(args.ps_model or PSModel.DLROVER))  # fmt: skip
 
 
-def _run_fc2(args, profiles, catalog, caps, fc2: Fc2Request, command: NodeCommand | None) -> int:
-    budget = fc2.budget_per_hour
-    workers = build_options(profiles, catalog, caps, args.spot, args.region,
-                            device_choice(args))
-    ps_types = parse_instances(args.ps_types or FC2_PS_TYPES, catalog, "--ps-types")
-    ps = choose_ps([catalog.get(name, args.region) if args.region else catalog.get(name)
-                    for name in ps_types], budget)  # fmt: skip
-    planner = Fc2Planner(profiles[0], workers, ps, fc2)
-    names = ["cost-opt", "time-opt", "scala-opt"] + (["scala-opt-m"] if args.worker_type else [])
-    plans = [planner.recommend(name, args.worker_type) for name in names]
-    header = (f"FC2 recommendations: parameter server {ps.name} ({ps.network_gbps:g} Gbps), "
-              f"worker batch {fc2.worker_batch}, {fc2.iterations} global steps")  # fmt: skip
-    status = print_plans(plans, header, args.json)
+def _run_fc2(args, profiles, market: Market, request: Fc2Request,
+             command: NodeCommand | None) -> int:  # fmt: skip
+    found = fc2(profiles, market, request, args.ps_types or FC2_PS_TYPES, args.worker_type)
+    header = (f"{found.header}, worker batch {request.worker_batch}, "
+              f"{request.iterations} global steps")  # fmt: skip
+    status = print_plans(found.plans, header, args.json)
     if command is not None:  # FC2's recommenders are not ranked: export the best by --objective
         by_time = Objective(args.objective) == Objective.TIME
-        chosen = min(plans, key=lambda p: p.total_seconds if by_time else p.total_cost)
-        instances = {o.name: o.instance for o in workers} | {ps.name: ps}
+        chosen = min(found.plans, key=lambda p: p.total_seconds if by_time else p.total_cost)
+        instances = {o.name: o.instance for o in found.workers} | {found.ps.name: found.ps}
         write_task(args.skypilot_yaml, task_shape(chosen, instances, args.spot), command, args.spot)
     return status

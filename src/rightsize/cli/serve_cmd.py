@@ -83,12 +83,16 @@ def serve(args: argparse.Namespace) -> int:
 
     from rightsize.service.allocator import Allocator
     from rightsize.service.app import create_app
+    from rightsize.service.profiles import ProfileBook
+    from rightsize.service.simulations import Simulations
 
     limit = capacity(args.cpu, args.memory)
     store = open_store(args)
     workdir = args.workdir or _default_workdir(store)
     allocator = Allocator(store, limit, workdir, args.order)
-    app = create_app(store, allocator)
+    profiles = ProfileBook(workdir / "profiles")
+    simulations = Simulations(store, workdir / "simulations")
+    app = create_app(store, allocator, profiles, simulations)
     allocator.start()
     url = store.engine.url.render_as_string(hide_password=True)
     print(f"rightsize serve: http://{args.host}:{args.port} (API docs at /docs), store {url}, "
@@ -97,6 +101,8 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
                                       log_level="warning")).run()  # fmt: skip
     finally:
+        simulations.stop()
+        profiles.stop()
         allocator.stop()
         store.close()
     return 0

@@ -8,11 +8,12 @@ are NEARCHUS's scale-up and scale-out (§IV) and Optimus's one more node.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from rightsize.core.errors import ResourceError
 from rightsize.core.resources import CPU_DECIMALS, Resources
-from rightsize.core.shape import ClusterShape, DTConfig, NodeRole
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import EventKind, Observation, Plan
 from rightsize.scaling.oom import memory_doubled_after_oom
 
@@ -23,8 +24,16 @@ DERIVED_SHAPES = 4096  # remembered shapes derived from others (a cache bound)
 
 @lru_cache(maxsize=LAUNCH_SHAPES)  # a shape is immutable; trace jobs share a few budgets
 def one_ps_two_workers(total: Resources) -> ClusterShape:
-    """``total`` split as (1 PS, 2 workers) with a third and two thirds: NEARCHUS's DT-config."""
-    return ClusterShape.from_dt_config(DTConfig(1, 2, total.scaled(1 / 3), total.scaled(2 / 3)))
+    """``total`` split as (1 PS, 2 workers) with a third and two thirds: NEARCHUS's DT-config.
+
+    Each worker's share is rounded down to the millicore and the PS takes the rest, so the
+    nodes add up to ``total`` exactly: thirds rounded each on their own made 1 CPU into
+    0.333 + 2 x 0.334 = 1.001, a shape over its budget (found by the service's preview)."""
+    worker = Resources(math.floor(total.cpu_cores * 1000 / 3) / 1000, total.memory_bytes // 3,
+                       total.gpus // 3)  # fmt: skip
+    ps = Resources(round(total.cpu_cores - 2 * worker.cpu_cores, 3),
+                   total.memory_bytes - 2 * worker.memory_bytes, total.gpus - 2 * worker.gpus)  # fmt: skip
+    return ClusterShape.from_counts(1, 2, ps, worker)
 
 
 @lru_cache(maxsize=LAUNCH_SHAPES)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rightsize import __version__
@@ -24,7 +24,17 @@ from rightsize.core.spec import JobSpec, Strategy
 from rightsize.service import web
 from rightsize.service.allocator import Allocator
 from rightsize.service.models import JobPhase
-from rightsize.service.schemas import JobDetail, JobView, LaunchPreview, QueueRow, SampleView
+from rightsize.service.profiles import ProfileBook, ProfilingPhase, ProfilingState
+from rightsize.service.recommendations import RecommendationRequest, recommend
+from rightsize.service.schemas import (
+    JobDetail,
+    JobView,
+    LaunchPreview,
+    QueueRow,
+    SampleView,
+    SimulationView,
+)
+from rightsize.service.simulations import SimulationRequest, Simulations
 from rightsize.service.store import Store
 
 _FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
@@ -55,8 +65,13 @@ def job_choices() -> dict[str, Any]:
             "strategies": [str(s) for s in Strategy]}  # fmt: skip
 
 
-def create_app(store: Store, allocator: Allocator) -> FastAPI:
-    """The API over ``store`` and ``allocator`` (which the caller starts and stops)."""
+def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None = None,
+               simulations: Simulations | None = None) -> FastAPI:  # fmt: skip
+    """The API over ``store`` and ``allocator`` (which the caller starts and stops); the
+    workloads' profiles for recommendations and the simulations under the allocator's
+    workdir unless given."""
+    profiles = profiles or ProfileBook(allocator.workdir / "profiles")
+    simulations = simulations or Simulations(store, allocator.workdir / "simulations")
     app = FastAPI(title="rightsize", version=__version__,
                   description="Submit training jobs, follow them, and read past runs.")  # fmt: skip
 
@@ -91,6 +106,52 @@ def create_app(store: Store, allocator: Allocator) -> FastAPI:
               summary="where the service would start a job, and its predicted time; queues nothing")  # fmt: skip
     def preview(spec: JobSpec, _owner_id: Owner) -> LaunchPreview:
         return allocator.preview(spec)
+
+    @app.post("/recommendations", summary="Srift's plans and FC2's recommendations for a "
+              "workload (202 while its profile is being measured)",
+              responses={202: {"description": "the workload is being profiled: ask again"},
+                         409: {"description": "its profile could not be measured"}})  # fmt: skip
+    def recommendations(body: RecommendationRequest, _owner_id: Owner,
+                        response: Response) -> dict[str, Any]:  # fmt: skip
+        answer = recommend(body, profiles, store)
+        if not isinstance(answer, ProfilingState):
+            return answer
+        if answer.phase is ProfilingPhase.FAILED:
+            raise HTTPException(409, f"profiling {body.workload}: {answer.error}")
+        response.status_code = 202
+        return {"profiling": {"workload": body.workload, "started_at": answer.started_at}}
+
+    @app.post("/simulations", status_code=202, response_model=SimulationView,
+              summary="run `rightsize simulate` on a trace; poll GET /simulations/{id}")  # fmt: skip
+    def simulate(body: SimulationRequest, owner_id: Owner) -> SimulationView:
+        return simulations.start(body, owner_id)
+
+    @app.get("/simulations", response_model=list[SimulationView], summary="your simulations")
+    def simulations_list(owner_id: Owner) -> list[SimulationView]:
+        simulations.refresh()
+        return store.simulations(owner_id)
+
+    def own_simulation(simulation_id: int, owner_id: int) -> SimulationView:
+        simulations.refresh()
+        found = store.simulation(simulation_id, owner_id)
+        if found is None:
+            raise HTTPException(404, f"no simulation {simulation_id}")
+        return found
+
+    @app.get("/simulations/{simulation_id}", response_model=SimulationView,
+             summary="a simulation: running, or its per-policy results")  # fmt: skip
+    def simulation(simulation_id: Annotated[int, Path(ge=1, le=2**62)],
+                   owner_id: Owner) -> SimulationView:  # fmt: skip
+        return own_simulation(simulation_id, owner_id)
+
+    @app.get("/simulations/{simulation_id}/plots/{name}", summary="one of its plots (PNG)",
+             response_class=FileResponse)  # fmt: skip
+    def simulation_plot(simulation_id: Annotated[int, Path(ge=1, le=2**62)], name: str,
+                        owner_id: Owner) -> FileResponse:  # fmt: skip
+        found = simulations.plot(own_simulation(simulation_id, owner_id), name)
+        if found is None:
+            raise HTTPException(404, f"simulation {simulation_id} has no plot {name!r}")
+        return FileResponse(found, media_type="image/png")
 
     @app.post("/jobs", status_code=201, response_model=JobView, summary="submit a job")
     def submit(spec: JobSpec, owner_id: Owner) -> JobView:

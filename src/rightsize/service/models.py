@@ -157,3 +157,20 @@ class EventRow(Base):
     node: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(32))
     detail: Mapped[str] = mapped_column(Text)
+
+
+class SimulationRow(Base):
+    """A `rightsize simulate` run started from the web pages: what was asked, its results."""
+
+    __tablename__ = "simulations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    trace: Mapped[str] = mapped_column(String(200))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    phase: Mapped[str] = mapped_column(String(16))  # running, finished, failed
+    directory: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)

@@ -141,3 +141,16 @@ class JobDetail(_View):
     job: JobView
     shapes: list[ShapeView]
     latest: SampleView | None
+
+
+class SimulationView(_View):
+    """A simulation started from the web pages, and its per-policy results when done."""
+
+    id: int
+    trace: str
+    request: dict[str, Any]
+    phase: str = Field(description="running, finished or failed")
+    created_at: float = Field(description="Unix time, seconds")
+    finished_at: float | None
+    result: dict[str, Any] | None = Field(description="`rightsize simulate --json`'s output")
+    error: str | None

@@ -25,8 +25,16 @@ from rightsize.core.spec import JobSpec
 from rightsize.planning.local import samples_of
 from rightsize.service import ingest
 from rightsize.service.db import open_engine
-from rightsize.service.models import Job, JobPhase, SampleRow, ShapeRow, Source, Token
-from rightsize.service.schemas import JobView, RunSummary, SampleView, ShapeView
+from rightsize.service.models import (
+    Job,
+    JobPhase,
+    SampleRow,
+    ShapeRow,
+    SimulationRow,
+    Source,
+    Token,
+)
+from rightsize.service.schemas import JobView, RunSummary, SampleView, ShapeView, SimulationView
 
 #: A token's visible prefix; the rest is 32 random bytes, stored only as its SHA-256.
 TOKEN_PREFIX = "rs_"
@@ -197,6 +205,42 @@ class Store:
                  .order_by(Job.finished_at.desc()))  # fmt: skip
         with self.session() as session:
             return [RunSummary.of(row) for row in session.scalars(query)]
+
+    # -- simulations ------------------------------------------------------------------
+    def add_simulation(self, owner_id: int, trace: str, request: dict[str, Any],
+                       directory: Path) -> SimulationView:  # fmt: skip
+        with self.session() as session:
+            row = SimulationRow(owner_id=owner_id, trace=trace, request=request,
+                                phase="running", directory=str(directory),
+                                created_at=time.time())  # fmt: skip
+            session.add(row)
+            session.flush()
+            return SimulationView.model_validate(row, from_attributes=True)
+
+    def simulations(self, owner_id: int | None = None,
+                    phase: str | None = None) -> list[SimulationView]:  # fmt: skip
+        query = select(SimulationRow).order_by(SimulationRow.id)
+        if owner_id is not None:
+            query = query.where(SimulationRow.owner_id == owner_id)
+        if phase is not None:
+            query = query.where(SimulationRow.phase == phase)
+        with self.session() as session:
+            return [SimulationView.model_validate(r, from_attributes=True)
+                    for r in session.scalars(query)]  # fmt: skip
+
+    def simulation(self, simulation_id: int, owner_id: int) -> SimulationView | None:
+        with self.session() as session:
+            row = session.get(SimulationRow, simulation_id)
+            if row is None or row.owner_id != owner_id:
+                return None
+            return SimulationView.model_validate(row, from_attributes=True)
+
+    def end_simulation(self, simulation_id: int, result: dict[str, Any] | None,
+                       error: str | None) -> None:  # fmt: skip
+        with self.session() as session:
+            row = session.get_one(SimulationRow, simulation_id)
+            row.phase = "failed" if error else "finished"
+            row.result, row.error, row.finished_at = result, error, time.time()
 
     def count_jobs(self) -> int:
         with self.session() as session:

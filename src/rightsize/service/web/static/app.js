@@ -17,7 +17,7 @@ function h(tag, attrs = {}, ...children) {
     else if (key === "class") el.className = value;
     else el.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null) continue;
     el.append(child instanceof Node ? child : String(child));
   }
@@ -206,10 +206,14 @@ function jobFromForm(form) {
 
 // Each 422 detail names its field (loc after "body"); it is shown under that field, or above
 // the form when no field has the name.
-function showErrors(form, detail) {
+function clearErrors(form) {
   form.querySelectorAll(".field").forEach((f) => f.classList.remove("invalid"));
   form.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
-  const general = form.querySelector("#error-form");
+}
+
+function showErrors(form, detail) {
+  clearErrors(form);
+  const general = form.querySelector(".error[tabindex]");  // the form's own, above its fields
   const items = Array.isArray(detail) ? detail : [{ loc: [], msg: String(detail) }];
   let first = null;
   for (const item of items) {
@@ -225,7 +229,7 @@ function showErrors(form, detail) {
     box.textContent = box.textContent ? `${box.textContent}; ${item.msg}` : item.msg;
     first = first || (target && target.querySelector("input, select, textarea"));
   }
-  (first || general).focus && (first || general).focus();
+  (first || general).focus();
 }
 
 function previewPanel(preview) {
@@ -238,6 +242,37 @@ function previewPanel(preview) {
       h("dt", {}, "predicted cost"), h("dd", {}, coreHours(preview.predicted_core_h)),
       h("dt", {}, "prediction rests on"), h("dd", {}, preview.predicted_note || "no prediction for this workload"),
       h("dt", {}, "starts"), h("dd", {}, preview.fits_now ? "now" : `after ${preview.waiting} waiting job(s) or when capacity frees`)));
+}
+
+const money = (v) => (v === null || v === undefined ? "–" : `$${v < 10 ? v.toFixed(3) : v.toFixed(2)}`);
+
+// A prediction's interval (the model's held-out error), when it has one.
+function interval(range, format) {
+  if (!range || range[0] === range[1]) return null;
+  return h("span", { class: "range" }, `${format(range[0])} – ${format(range[1])}`);
+}
+
+function cloudTable(id, plans) {
+  return h("div", { class: "table-wrap" }, h("table", { id },
+    h("thead", {}, h("tr", {}, ["policy", "configuration", "time per step", "total time", "total cost", "price", "models behind the prediction"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, plans.map((p) => h("tr", {},
+      h("td", {}, p.policy), h("td", {}, p.config),
+      h("td", { class: "num" }, `${formatNumber(p.seconds_per_iter * 1000)} ms`),
+      h("td", { class: "num" }, duration(p.total_seconds), interval(p.total_seconds_interval, duration)),
+      h("td", { class: "num" }, money(p.total_cost), interval(p.total_cost_interval, money)),
+      h("td", { class: "num" }, `${money(p.price_per_hour)}/h`),
+      h("td", {}, Object.entries(p.models).map(([k, v]) => `${k}: ${v}`).join("; ")))))));
+}
+
+function recommendationPanel(answer) {
+  const part = (title, id, found, note) => [h("h3", {}, title),
+    found.error ? h("p", { class: "error" }, found.error) : [note ? h("p", { class: "muted" }, note) : null, cloudTable(id, found.plans.concat(found.baselines || []))]];
+  return h("div", { class: "panel", id: "recommendations" },
+    h("h2", {}, "Cloud recommendations"),
+    h("p", { class: "muted" }, `From the profile of ${answer.profile.workload} on ${answer.profile.dataset} measured on ${answer.profile.device}.`),
+    (answer.srift.notes || []).map((n) => h("p", { class: "muted" }, `note: ${n}`)),
+    part("Srift: the best configurations (CAP and TAP beside them)", "srift-plans", answer.srift),
+    part("FC2: Cost-Opt, Time-Opt, Scala-Opt", "fc2-plans", answer.fc2, answer.fc2.header));
 }
 
 async function submitPage() {
@@ -254,6 +289,45 @@ async function submitPage() {
   fillDatasets();
   const lengthKind = h("select", {}, h("option", { value: "epochs" }, "epochs"), h("option", { value: "steps" }, "steps"));
   const result = h("div", {});
+  const recommendations = h("div", { "aria-live": "polite" });
+  const cloudForm = h("form", { class: "job", novalidate: true, id: "cloud-form" },
+    h("p", { class: "error", id: "error-cloud", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
+    field("global_batch", "Global batch", h("input", { type: "number", min: 1, value: 1024 }), "samples per step over all VMs"),
+    field("iterations", "Iterations", h("input", { type: "number", min: 1, value: 10000 }), "training steps"),
+    field("cloud", "Cloud", h("select", {}, ["aws", "gcp", "azure"].map((c) => h("option", { value: c }, c)))),
+    field("instances", "Instance types", h("input", { placeholder: "g4dn.xlarge:8,p3.2xlarge:4" }), "optional; default every GPU type"),
+    field("spot", "Spot prices", h("select", {}, h("option", { value: "no" }, "no"), h("option", { value: "yes" }, "yes"))),
+    h("div", { class: "actions" }, h("button", { type: "submit" }, "Recommend cloud clusters")));
+  cloudForm.addEventListener("submit", (event) => { event.preventDefault(); recommend(); });
+  let polling = null;
+  stopPage = () => clearTimeout(polling);
+  async function recommend() {
+    clearTimeout(polling);
+    const value = (name) => cloudForm.elements[name].value.trim();
+    const job = jobFromForm(form);
+    const body = {
+      workload: job.workload, dataset: job.dataset, options: typeof job.options === "object" ? job.options : {},
+      global_batch: Number(value("global_batch")), iterations: Number(value("iterations")),
+      constraints: job.constraints, cloud: value("cloud"), instances: value("instances"), spot: value("spot") === "yes",
+    };
+    try {
+      const response = await fetch("/recommendations", { method: "POST", body: JSON.stringify(body),
+        headers: { "Content-Type": "application/json", Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` } });
+      const answer = await response.json();
+      if (response.status === 202) {
+        const since = answer.profiling.started_at ? ` (since ${when(answer.profiling.started_at)})` : "";
+        recommendations.replaceChildren(h("p", { class: "panel", id: "profiling" }, `Profiling ${answer.profiling.workload} on this machine${since}: about a minute; the plans follow.`));
+        polling = setTimeout(recommend, 3000);
+        return;
+      }
+      if (!response.ok) throw new ApiError(response.status, answer.detail);
+      clearErrors(cloudForm);
+      recommendations.replaceChildren(recommendationPanel(answer));
+    } catch (exc) {
+      recommendations.replaceChildren();
+      showErrors(cloudForm, exc.detail !== undefined ? exc.detail : exc.message);
+    }
+  }
   const form = h("form", { class: "job", novalidate: true },
     h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
     field("name", "Job name", h("input", { value: "my-job", required: true })),
@@ -277,7 +351,7 @@ async function submitPage() {
   async function send(path) {
     try {
       const answer = await api("POST", path, jobFromForm(form));
-      showErrors(form, []);
+      clearErrors(form);
       if (path === "/jobs") location.hash = `#/jobs/${encodeURIComponent(answer.name)}`;
       else result.replaceChildren(previewPanel(answer));
     } catch (exc) {
@@ -285,7 +359,10 @@ async function submitPage() {
       showErrors(form, exc.detail !== undefined ? exc.detail : exc.message);
     }
   }
-  main.replaceChildren(h("h1", {}, "Submit a job"), form, result);
+  main.replaceChildren(h("h1", {}, "Submit a job"), form, result,
+    h("h2", {}, "Where it would run in a cloud"),
+    h("p", { class: "muted" }, "Srift's and FC2's recommendations for the workload above, with its deadline and dollar budget."),
+    cloudForm, recommendations);
 }
 
 // -- one run ------------------------------------------------------------------------------
@@ -493,6 +570,103 @@ async function comparePage(names) {
             { xLabel: "time since launch (s)", yLabel: "loss", title: "loss", legend: true });
 }
 
+// -- simulations --------------------------------------------------------------------------
+const pct = (v) => (v === null || v === undefined ? "–" : `${v >= 0 ? "+" : ""}${(v * 100).toFixed(1)}%`);
+
+async function simulationsPage() {
+  const choices = await api("GET", "/choices");
+  const defaults = new Set(["nearchus", "nearchus+", "dlrover", "optimus", "fa-bf"]);
+  const traceKind = h("select", {}, h("option", { value: "nearchus-40" }, "nearchus-40 (NEARCHUS §V: 40 jobs)"),
+                      h("option", { value: "upload" }, "a CSV of my own"));
+  const file = h("input", { type: "file", accept: ".csv,text/csv" });
+  const policies = h("fieldset", { class: "field", "data-field": "policies" }, h("legend", {}, "Policies"),
+    choices.policies.map((p) => h("label", {}, h("input", { type: "checkbox", name: "policy", value: p, checked: defaults.has(p) }), ` ${p}`)),
+    h("p", { class: "error", id: "error-policies", role: "alert" }));
+  const form = h("form", { class: "job", novalidate: true },
+    h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
+    field("trace", "Trace", traceKind),
+    field("trace_csv", "Trace CSV", file, "Pollux's name,time,application,num_replicas,batch_size, or arrival,duration,cpu"),
+    field("cluster", "Cluster", h("input", { value: "A" }), "A (100 vCPU, 1 Gbps), B (300 vCPU, 50 Gbps) or cpu=N,net_gbps=G"),
+    field("seed", "Seed", h("input", { type: "number", min: 0, value: 1 })),
+    field("order", "Queue order", h("select", {}, h("option", { value: "fcfs" }, "first come"), h("option", { value: "sjf" }, "shortest first"))),
+    policies,
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Run the simulation")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = {
+      trace: traceKind.value, cluster: form.elements.cluster.value.trim(), seed: Number(form.elements.seed.value),
+      order: form.elements.order.value, policies: [...form.querySelectorAll('input[name="policy"]:checked')].map((c) => c.value),
+    };
+    if (body.trace === "upload" && file.files.length) {
+      body.trace_csv = await file.files[0].text();
+      body.trace_name = file.files[0].name;
+    }
+    try {
+      const started = await api("POST", "/simulations", body);
+      location.hash = `#/simulations/${started.id}`;
+    } catch (exc) {
+      if (exc.status !== 401) showErrors(form, exc.detail !== undefined ? exc.detail : exc.message);
+    }
+  });
+  const mine = await api("GET", "/simulations");
+  main.replaceChildren(h("h1", {}, "Simulations"),
+    h("p", { class: "muted" }, "Policies compared on a simulated cluster (NEARCHUS §V): simulated, not measured."),
+    form, h("h2", {}, "Your simulations"),
+    mine.length ? h("div", { class: "table-wrap" }, h("table", { id: "simulations" },
+      h("thead", {}, h("tr", {}, ["simulation", "trace", "cluster", "policies", "phase", "started"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, mine.slice().reverse().map((m) => h("tr", {},
+        h("td", {}, h("a", { href: `#/simulations/${m.id}` }, `#${m.id}`)), h("td", {}, m.trace), h("td", {}, m.request.cluster),
+        h("td", {}, m.request.policies.join(", ")), h("td", {}, phaseBadge(m.phase)), h("td", {}, when(m.created_at)))))))
+      : h("p", { class: "muted" }, "none yet"));
+}
+
+async function plotImage(id, path, alt) {
+  const response = await fetch(path, { headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` } });
+  if (!response.ok) return h("p", { class: "muted" }, `${alt}: not drawn`);
+  return h("figure", { id }, h("img", { src: URL.createObjectURL(await response.blob()), alt }), h("figcaption", {}, alt));
+}
+
+async function simulationPage(id) {
+  const body = h("div", {});
+  main.replaceChildren(h("h1", {}, `Simulation #${id}`), body);
+  const refresh = async () => {
+    const sim = await api("GET", `/simulations/${id}`);
+    const facts = h("div", { class: "panel" }, h("dl", { class: "facts" },
+      h("dt", {}, "phase"), h("dd", { id: "phase" }, phaseBadge(sim.phase)),
+      h("dt", {}, "trace"), h("dd", {}, sim.trace),
+      h("dt", {}, "cluster"), h("dd", {}, sim.result ? `${sim.request.cluster}` : sim.request.cluster),
+      h("dt", {}, "policies"), h("dd", {}, sim.request.policies.join(", ")),
+      h("dt", {}, "seed, order"), h("dd", {}, `${sim.request.seed}, ${sim.request.order}`),
+      h("dt", {}, "started"), h("dd", {}, when(sim.created_at)),
+      sim.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, sim.error)] : []));
+    if (sim.phase === "running") {
+      body.replaceChildren(facts, h("p", { class: "muted" }, "Simulating…"));
+      return false;
+    }
+    if (!sim.result) {
+      body.replaceChildren(facts);
+      return true;
+    }
+    const rows = sim.result.results;
+    const table = h("div", { class: "table-wrap" }, h("table", { id: "policies" },
+      h("thead", {}, h("tr", {}, ["policy", "avg JCT", "vs first", "avg queue", "avg run", "makespan", "CPU used", "CPU allocated", "restarts", "failed"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.map((r) => h("tr", {},
+        h("td", {}, r.policy), h("td", { class: "num" }, duration(r.avg_jct_s)), h("td", { class: "num" }, pct(r.jct_change_vs_first)),
+        h("td", { class: "num" }, duration(r.avg_queue_s)), h("td", { class: "num" }, duration(r.avg_run_s)),
+        h("td", { class: "num" }, duration(r.makespan_s)), h("td", { class: "num" }, `${r.cpu_used_pct.toFixed(1)}%`),
+        h("td", { class: "num" }, `${r.cpu_allocated_pct.toFixed(1)}%`), h("td", { class: "num" }, r.restarts), h("td", { class: "num" }, r.failed))))));
+    const names = [["plot-jct", "jct_breakdown.png", "job completion time: queue and run, per policy"],
+                   ["plot-utilization", "utilization.png", "CPU used and allocated over time, per policy"],
+                   ["plot-throughput", "throughput.png", "one job's speed over time, per policy"]];
+    const plots = await Promise.all(names.map(([pid, file, alt]) => plotImage(pid, `/simulations/${id}/plots/${file}`, alt)));
+    body.replaceChildren(facts, h("p", { class: "muted" }, sim.result.note), table, h("div", { class: "charts plots" }, plots));
+    return true;
+  };
+  if (await refresh()) return;
+  const timer = setInterval(async () => { if (await refresh().catch(() => false)) clearInterval(timer); }, POLL_MS);
+  stopPage = () => clearInterval(timer);
+}
+
 // -- routing ------------------------------------------------------------------------------
 async function route() {
   stopPage();
@@ -512,6 +686,8 @@ async function route() {
     }
     if (page === "submit") await submitPage();
     else if (page === "runs") await runsPage();
+    else if (page === "simulations" && rest.length) await simulationPage(Number(rest[0]));
+    else if (page === "simulations") await simulationsPage();
     else if (page === "compare") await comparePage(rest.join("/").split(",").map(decodeURIComponent).filter(Boolean));
     else if (page === "jobs" && rest.length) await runPage(decodeURIComponent(rest.join("/")));
     else await queuePage();
