@@ -178,3 +178,40 @@ def test_a_simulation_is_checked_before_it_runs(service):
         assert str(allocator.workdir) not in answer.text  # no paths on the server
     assert client.get("/simulations", headers=alice).json() == []
     assert client.get("/simulations/1", headers=alice).status_code == 404
+
+
+def test_a_policy_that_profiles_shapes_first_gets_their_predicted_speeds(service):
+    # FA-BF searches every (p, w) before launch (NEARCHUS §V); the service answers that
+    # search from the workload's profile instead of running each shape
+    client, tokens, _ = service
+    job = {**JOB, "workload": "wide-deep", "dataset": "synthetic-criteo", "batch_size": 512,
+           "dataset_size": 10_000, "epochs": 1, "initial_shape": "auto",
+           "policy": {"name": "fa-bf", "params": {"cores_per_node": 0.25}}}  # fmt: skip
+    del job["steps"]
+    answer = client.post("/jobs/preview", json=job, headers=auth(tokens["alice"]))
+    assert answer.status_code == 200, answer.text
+    preview = answer.json()
+    assert preview["source"] == "prediction"
+    assert "fastest of 6 searched shapes" in preview["reason"]  # (p, w) on 4 nodes of 0.25
+    user = {**job, "workload": "mypkg.models:factory"}  # no profile: nothing to search with
+    refused = client.post("/jobs/preview", json=user, headers=auth(tokens["alice"]))
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][:2] == ["body", "budget"]
+
+
+def test_a_study_is_a_checked_tune_report_seen_only_by_its_owner(service):
+    client, tokens, _ = service
+    rung = {"bracket": 0, "rung": 0, "n": 2, "r": 9, "packs": [["s0-000", "s0-001"]],
+            "losses": {"s0-000": 0.5, "s0-001": 0.7}}  # fmt: skip
+    report = {"workload": "mlp3", "dataset": "digits", "max_resource": 9, "eta": 3,
+              "best": {"trial_id": "s0-000", "val_loss": 0.5}, "trials": {"s0-000": {},
+              "s0-001": {}}, "rungs": [rung], "wall_s": 1.0}  # fmt: skip
+    alice = auth(tokens["alice"])
+    kept = client.post("/studies", json={"name": "s", "report": report}, headers=alice)
+    assert kept.status_code == 201, kept.text
+    assert kept.json()["best"]["val_loss"] == 0.5 and kept.json()["report"] is None
+    whole = client.get(f"/studies/{kept.json()['id']}", headers=alice).json()
+    assert whole["report"]["rungs"][0]["packs"] == [["s0-000", "s0-001"]]
+    assert client.get(f"/studies/{kept.json()['id']}", headers=auth(tokens["bob"])).status_code == 404
+    assert client.get("/studies", headers=auth(tokens["bob"])).json() == []
+    bad = client.post("/studies", json={"name": "s", "report": {**report, "eta": 1}}, headers=alice)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:3] == ["body", "report", "eta"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ from service_helpers import free_port, serve
 pytestmark = pytest.mark.integration
 CHROMIUM = Path(os.environ.get("RIGHTSIZE_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
+EXAMPLES = Path(__file__).parents[1] / "examples"
 #: Chromium as issue 20 runs it: nothing started that would reach the network.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
@@ -205,6 +208,37 @@ def test_a_simulation_on_an_uploaded_trace(page, service, tmp_path):
         expect(page.locator(plot)).to_be_visible()
     assert page.locator("#plot-jct img").evaluate("img => img.naturalWidth") > 100
     shot(page, "simulation")
+
+
+def test_a_packed_hyperband_study(page, service, tmp_path):
+    url, token = service
+    report = tmp_path / "search.json"
+    searched = subprocess.run(
+        [sys.executable, "-m", "rightsize", "tune", "--workload", "mlp3", "--dataset", "digits",
+         "--space", str(EXAMPLES / "spaces" / "small.yaml"), "--max-resource", "9", "--eta", "3",
+         "--steps-per-unit", "2", "--pack", "knn", "--seed", "4", "--threads", "1", "--json",
+         "--quiet"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert searched.returncode == 0, searched.stderr
+    report.write_text(searched.stdout)
+    expected = json.loads(searched.stdout)
+    sign_in(page, url, token)
+    page.goto(f"{url}/ui/#/studies")
+    bad = tmp_path / "not-a-report.json"
+    bad.write_text(json.dumps({"workload": "mlp3"}))
+    page.get_by_label("Search report").set_input_files(str(bad))
+    page.get_by_role("button", name="Keep the study").click()
+    expect(page.locator('[data-field="report"] .error')).to_contain_text("required")
+    page.get_by_label("Study name").fill("small-space")
+    page.get_by_label("Search report").set_input_files(str(report))
+    page.get_by_role("button", name="Keep the study").click()
+    expect(page.get_by_role("heading", name="Study small-space")).to_be_visible()
+    expect(page.locator("#best")).to_contain_text(expected["best"]["trial_id"])
+    expect(page.locator("#rungs tbody tr")).to_have_count(len(expected["rungs"]))
+    packed = max(len(pack) for rung in expected["rungs"] for pack in rung["packs"])
+    assert packed > 1  # knn packed trials together, and the page lists them
+    expect(page.locator("#rungs")).to_contain_text("pack 1: ")
+    expect(page.locator("#chart-trials path.series")).to_have_count(len(expected["trials"]))
+    shot(page, "study")
 
 
 def test_submit_follow_cancel_and_compare_real_jobs(page, service):

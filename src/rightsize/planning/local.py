@@ -30,6 +30,7 @@ from rightsize.cluster.jobmodel import JobModel, SimModel
 from rightsize.cluster.models import Derivation, derive, profiled
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec, Strategy
+from rightsize.scaling.api import ShapeRecord
 
 
 @dataclass(frozen=True)
@@ -78,19 +79,37 @@ def predict_launch(spec: JobSpec, shape: ClusterShape) -> LaunchPrediction | Non
     """The time and core-hours of ``spec`` held at ``shape`` (None: no profile of its model,
     no known length, or a shape that cannot train)."""
     model, samples = profiled_model(spec), samples_of(spec)
-    if model is None or samples <= 0 or not shape.workers:
+    if model is None or samples <= 0:
         return None
-    if spec.strategy == Strategy.PS:
-        if not shape.ps:
-            return None
-        steps = JobModel(model, machine_cluster(spec.budget.resources)).speed(shape)
-        how = "the simulator's PS model"
-    else:
-        steps = min(n.resources.cpu_cores for n in shape.workers) / model.step_core_s
-        how = "the slowest worker's compute, exchange not counted"
-    if steps <= 0:
+    steps = _steps_per_s(model, spec, shape)
+    if not steps:
         return None
+    how = ("the simulator's PS model" if spec.strategy == Strategy.PS
+           else "the slowest worker's compute, exchange not counted")  # fmt: skip
     time_s = samples / (steps * spec.batch_size)
     source = (f"predicted for {shape.describe()} from {spec.workload}'s profile ({how}; "
               "the launch shape held to the end)")  # fmt: skip
     return LaunchPrediction(steps, time_s, time_s * shape.total().cpu_cores / 3600, source)
+
+
+def predicted_records(spec: JobSpec, shapes: tuple[ClusterShape, ...]) -> tuple[ShapeRecord, ...]:
+    """A policy's profiling runs (``Policy.prior_shapes``: Optimus's 20 configurations,
+    FA-BF's exhaustive search) answered by the profile-based model instead of by running
+    each shape — what the simulator does with its models (cluster/priors.py). Empty when
+    the workload has no profile."""
+    model = profiled_model(spec) if shapes else None
+    if model is None:
+        return ()
+    records = ((shape, _steps_per_s(model, spec, shape)) for shape in shapes)
+    return tuple(ShapeRecord(shape, steps) for shape, steps in records if steps)
+
+
+def _steps_per_s(model: SimModel, spec: JobSpec, shape: ClusterShape) -> float | None:
+    """Worker steps per second of ``shape`` (None: it cannot train)."""
+    if not shape.workers:
+        return None
+    if spec.strategy == Strategy.PS:
+        if not shape.ps:
+            return None
+        return JobModel(model, machine_cluster(spec.budget.resources)).speed(shape) or None
+    return min(n.resources.cpu_cores for n in shape.workers) / model.step_core_s or None

@@ -34,7 +34,7 @@ from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
-from rightsize.planning.local import predict_launch, samples_of
+from rightsize.planning.local import predict_launch, predicted_records, samples_of
 from rightsize.runtime.state import read_shape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
@@ -66,9 +66,10 @@ class QueuedJob:
     spec: JobSpec
     held: Resources | None = None  # what a job resumed after a restart last held
     plan: Plan | None = None  # set on admission
-    source: str = "policy"  # where the launch plan came from: history, policy or job file
+    source: str = "policy"  # the launch plan's source: history, prediction, policy or job file
     history: list[tuple[RunSummary, ShapeRecord]] | None = None  # read once, at first try
     policy: Policy | None = None  # the launch rule's policy, built at the first try
+    predicted: tuple[ShapeRecord, ...] = ()  # its prior shapes at predicted speeds, with it
 
 
 @dataclass(eq=False)
@@ -169,7 +170,8 @@ class Allocator:
             raise SpecError(f"policy: {exc}") from None
         if not isinstance(spec.initial_shape, ShapeSpec):
             try:  # the policy's launch on an empty service: a budget it cannot start in fails now
-                policy.launch_plan(LaunchRequest(spec.name, budget, self.capacity, (),
+                prior = self._predicted_prior(spec, policy)
+                policy.launch_plan(LaunchRequest(spec.name, budget, self.capacity, prior,
                                                  self.capacity))  # fmt: skip
             except RightsizeError as exc:
                 raise SpecError(f"budget: {exc}") from None
@@ -339,15 +341,22 @@ class Allocator:
             if plan is None and not self._waits_for_history(job):
                 if job.policy is None:  # built once: admission is retried every turn
                     job.policy = policy_of(spec)
-                prior = tuple(record for _, record in job.history)
+                    job.predicted = self._predicted_prior(spec, job.policy)
+                prior = tuple(record for _, record in job.history) or job.predicted
                 request = LaunchRequest(
                     spec.name, spec.budget.resources, free, prior, self.capacity
                 )
-                plan, job.source = launch_plan(job.policy, request), "policy"
+                source = "policy" if job.history or not job.predicted else "prediction"
+                plan, job.source = launch_plan(job.policy, request), source
         if plan is None or not plan.shape.total().fits_within(free):
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason
         return plan.shape.total()
+
+    def _predicted_prior(self, spec: JobSpec, policy: Policy) -> tuple[ShapeRecord, ...]:
+        """The shapes ``policy`` wants measured before launch, at their profile-predicted
+        speed (none for policies that ask for none, or workloads without a profile)."""
+        return predicted_records(spec, policy.prior_shapes(spec.budget.resources, self.capacity))
 
     def _history(self, spec: JobSpec) -> list[tuple[RunSummary, ShapeRecord]]:
         runs = history.similar(spec, self.store.finished_runs(spec.workload, spec.dataset or ""))

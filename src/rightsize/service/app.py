@@ -33,6 +33,8 @@ from rightsize.service.schemas import (
     QueueRow,
     SampleView,
     SimulationView,
+    StudyUpload,
+    StudyView,
 )
 from rightsize.service.simulations import SimulationRequest, Simulations
 from rightsize.service.store import Store
@@ -152,6 +154,23 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
         if found is None:
             raise HTTPException(404, f"simulation {simulation_id} has no plot {name!r}")
         return FileResponse(found, media_type="image/png")
+
+    @app.post("/studies", status_code=201, response_model=StudyView,
+              summary="keep a `rightsize tune --json` report as a study")  # fmt: skip
+    def add_study(body: StudyUpload, owner_id: Owner) -> StudyView:
+        return store.add_study(owner_id, body.name, body.report.model_dump(mode="json"))
+
+    @app.get("/studies", response_model=list[StudyView], summary="your studies")
+    def studies(owner_id: Owner) -> list[StudyView]:
+        return store.studies(owner_id)
+
+    @app.get("/studies/{study_id}", response_model=StudyView,
+             summary="a study with its brackets, rungs, packs and losses")  # fmt: skip
+    def study(study_id: Annotated[int, Path(ge=1, le=2**62)], owner_id: Owner) -> StudyView:
+        found = store.study(study_id, owner_id)
+        if found is None:
+            raise HTTPException(404, f"no study {study_id}")
+        return found
 
     @app.post("/jobs", status_code=201, response_model=JobView, summary="submit a job")
     def submit(spec: JobSpec, owner_id: Owner) -> JobView:

@@ -73,7 +73,7 @@ class Job(Base):
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
-    launch_source: Mapped[str | None] = mapped_column(String(16))  # history | prediction | job file
+    launch_source: Mapped[str | None] = mapped_column(String(16))  # history | prediction | policy | job file
     launch_note: Mapped[str | None] = mapped_column(Text)
     predicted_time_s: Mapped[float | None] = mapped_column(Float)
     predicted_core_h: Mapped[float | None] = mapped_column(Float)
@@ -174,3 +174,17 @@ class SimulationRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class StudyRow(Base):
+    """A `rightsize tune` search's report, uploaded to be seen on the web pages."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    workload: Mapped[str] = mapped_column(String(200))
+    dataset: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[float] = mapped_column(Float)
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -31,7 +31,7 @@ class JobView(_View):
     submitted_at: float = Field(description="Unix time, seconds")
     started_at: float | None
     finished_at: float | None
-    launch_source: str | None = Field(description="history, prediction or job file")
+    launch_source: str | None = Field(description="history, prediction, policy or job file")
     launch_note: str | None
     predicted_time_s: float | None
     measured_time_s: float | None
@@ -154,3 +154,51 @@ class SimulationView(_View):
     finished_at: float | None
     result: dict[str, Any] | None = Field(description="`rightsize simulate --json`'s output")
     error: str | None
+
+
+class TuneRung(BaseModel):
+    """One rung of a Hyperband bracket as `rightsize tune --json` reports it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    bracket: int = Field(ge=0, le=100)
+    rung: int = Field(ge=0, le=100)
+    n: int = Field(ge=0, le=10**6)
+    r: float = Field(ge=0, le=10**9)
+    packs: list[list[str]] = Field(max_length=10**5, description="trials trained together")
+    losses: dict[str, float | None] = Field(description="each trial's validation loss")
+
+
+class TuneReport(BaseModel):
+    """What `rightsize tune --json` prints: the fields the study pages read are checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+    workload: str = Field(max_length=200)
+    dataset: str = Field(max_length=200)
+    max_resource: float = Field(gt=0, le=10**9)
+    eta: float = Field(gt=1, le=1000)
+    best: dict[str, Any]
+    trials: dict[str, dict[str, Any]] = Field(max_length=10**5)
+    rungs: list[TuneRung] = Field(min_length=1, max_length=10**4)
+
+
+class StudyUpload(BaseModel):
+    """``POST /studies``: a name and a `rightsize tune --json` report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    report: TuneReport
+
+
+class StudyView(_View):
+    """A study: its name, what it tuned, and (``GET /studies/{id}``) the whole report."""
+
+    id: int
+    name: str
+    workload: str
+    dataset: str
+    created_at: float = Field(description="Unix time, seconds")
+    best: dict[str, Any]
+    report: dict[str, Any] | None = None

@@ -32,9 +32,17 @@ from rightsize.service.models import (
     ShapeRow,
     SimulationRow,
     Source,
+    StudyRow,
     Token,
 )
-from rightsize.service.schemas import JobView, RunSummary, SampleView, ShapeView, SimulationView
+from rightsize.service.schemas import (
+    JobView,
+    RunSummary,
+    SampleView,
+    ShapeView,
+    SimulationView,
+    StudyView,
+)
 
 #: A token's visible prefix; the rest is 32 random bytes, stored only as its SHA-256.
 TOKEN_PREFIX = "rs_"
@@ -242,6 +250,31 @@ class Store:
             row.phase = "failed" if error else "finished"
             row.result, row.error, row.finished_at = result, error, time.time()
 
+    # -- studies ----------------------------------------------------------------------
+    def add_study(self, owner_id: int, name: str, report: dict[str, Any]) -> StudyView:
+        with self.session() as session:
+            row = StudyRow(owner_id=owner_id, name=name, workload=report["workload"],
+                           dataset=report["dataset"], created_at=time.time(), report=report)  # fmt: skip
+            session.add(row)
+            session.flush()
+            return _study(row, whole=False)
+
+    def studies(self, owner_id: int) -> list[StudyView]:
+        query = select(StudyRow).where(StudyRow.owner_id == owner_id).order_by(StudyRow.id)
+        with self.session() as session:
+            return [_study(row, whole=False) for row in session.scalars(query)]
+
+    def study(self, study_id: int, owner_id: int) -> StudyView | None:
+        with self.session() as session:
+            row = session.get(StudyRow, study_id)
+            return _study(row, whole=True) if row and row.owner_id == owner_id else None
+
     def count_jobs(self) -> int:
         with self.session() as session:
             return session.scalar(select(func.count(Job.id))) or 0
+
+
+def _study(row: StudyRow, whole: bool) -> StudyView:
+    return StudyView(id=row.id, name=row.name, workload=row.workload, dataset=row.dataset,
+                     created_at=row.created_at, best=row.report.get("best", {}),
+                     report=row.report if whole else None)  # fmt: skip

@@ -26,6 +26,7 @@ function h(tag, attrs = {}, ...children) {
 
 export function duration(seconds) {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "–";
+  if (seconds < 10) return `${Number(seconds.toPrecision(2))} s`;
   const s = Math.round(seconds);
   if (s < 60) return `${s} s`;
   const m = Math.floor(s / 60);
@@ -667,6 +668,79 @@ async function simulationPage(id) {
   stopPage = () => clearInterval(timer);
 }
 
+// -- studies (rightsize tune) -------------------------------------------------------------
+const configText = (config) => Object.entries(config || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+
+async function studiesPage() {
+  const file = h("input", { type: "file", accept: ".json,application/json" });
+  const form = h("form", { class: "job", novalidate: true },
+    h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
+    field("name", "Study name", h("input", { value: "my-search" })),
+    field("report", "Search report", file, "the JSON of rightsize tune ... --json"),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Keep the study")));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    let report;
+    try {
+      report = JSON.parse(file.files.length ? await file.files[0].text() : "");
+    } catch {
+      showErrors(form, [{ loc: ["body", "report"], msg: "not a JSON file: give the output of rightsize tune --json" }]);
+      return;
+    }
+    try {
+      const study = await api("POST", "/studies", { name: form.elements.name.value.trim(), report });
+      location.hash = `#/studies/${study.id}`;
+    } catch (exc) {
+      if (exc.status !== 401) showErrors(form, exc.detail !== undefined ? exc.detail : exc.message);
+    }
+  });
+  const mine = await api("GET", "/studies");
+  main.replaceChildren(h("h1", {}, "Studies"),
+    h("p", { class: "muted" }, "Packed Hyperband searches (rightsize tune): brackets, rungs, each trial's curve, and which trials trained together."),
+    form, h("h2", {}, "Your studies"),
+    mine.length ? h("div", { class: "table-wrap" }, h("table", { id: "studies" },
+      h("thead", {}, h("tr", {}, ["study", "workload", "best validation loss", "best configuration", "kept"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, mine.slice().reverse().map((m) => h("tr", {},
+        h("td", {}, h("a", { href: `#/studies/${m.id}` }, m.name)), h("td", {}, `${m.workload} / ${m.dataset}`),
+        h("td", { class: "num" }, m.best.val_loss === undefined ? "–" : m.best.val_loss.toPrecision(4)),
+        h("td", {}, configText(m.best.config)), h("td", {}, when(m.created_at)))))))
+      : h("p", { class: "muted" }, "none yet"));
+}
+
+async function studyPage(id) {
+  const study = await api("GET", `/studies/${id}`);
+  const report = study.report;
+  const curves = new Map();  // trial -> [[resource, loss]] over the rungs it reached
+  for (const rung of report.rungs) {
+    for (const [trial, loss] of Object.entries(rung.losses)) {
+      if (!curves.has(trial)) curves.set(trial, []);
+      curves.get(trial).push([rung.r, loss]);
+    }
+  }
+  const best = report.best.trial_id;
+  const series = [...curves.entries()].sort(([a], [b]) => (a === best ? -1 : b === best ? 1 : 0))
+    .map(([trial, points]) => ({ name: trial === best ? `${trial} (best)` : trial, points: points.sort((p, q) => p[0] - q[0]) }));
+  const chart = chartBox("chart-trials", "Each trial's validation loss at each rung it reached");
+  main.replaceChildren(h("h1", {}, `Study ${study.name}`),
+    h("div", { class: "panel" }, h("dl", { class: "facts" },
+      h("dt", {}, "workload"), h("dd", {}, `${report.workload} on ${report.dataset}`),
+      h("dt", {}, "Hyperband"), h("dd", {}, `R = ${report.max_resource}, η = ${report.eta}${report.steps_per_unit ? `, ${report.steps_per_unit} steps per unit` : ""}`),
+      h("dt", {}, "packing"), h("dd", {}, report.strategy || "–"),
+      h("dt", {}, "trials"), h("dd", {}, `${Object.keys(report.trials).length} of ${report.space_size ?? "?"} configurations`),
+      h("dt", {}, "wall time"), h("dd", {}, duration(report.wall_s)),
+      h("dt", {}, "best"), h("dd", { id: "best" }, `${best}: ${configText(report.best.config)}, validation loss ${Number(report.best.val_loss).toPrecision(4)} at r = ${report.best.resource}`))),
+    h("div", { class: "charts" }, chart),
+    h("h2", {}, "Brackets and rungs"),
+    h("div", { class: "table-wrap" }, h("table", { id: "rungs" },
+      h("thead", {}, h("tr", {}, ["bracket", "rung", "trials", "resource r", "steps", "wall time", "trained together"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, report.rungs.map((r) => h("tr", {},
+        h("td", { class: "num" }, `s=${r.bracket}`), h("td", { class: "num" }, r.rung), h("td", { class: "num" }, r.n),
+        h("td", { class: "num" }, r.r), h("td", { class: "num" }, r.steps ?? "–"), h("td", { class: "num" }, duration(r.wall_s)),
+        h("td", {}, r.packs.map((p, i) => h("span", { class: "pack" }, `pack ${i + 1}: ${p.join(", ")}`)))))))));
+  lineChart(chart.querySelector(".plot"), series, { xLabel: "resource r (units of training)", yLabel: "validation loss",
+                                                    title: "trial curves", legend: series.length <= 12, logY: true });
+}
+
 // -- routing ------------------------------------------------------------------------------
 async function route() {
   stopPage();
@@ -686,6 +760,8 @@ async function route() {
     }
     if (page === "submit") await submitPage();
     else if (page === "runs") await runsPage();
+    else if (page === "studies" && rest.length) await studyPage(Number(rest[0]));
+    else if (page === "studies") await studiesPage();
     else if (page === "simulations" && rest.length) await simulationPage(Number(rest[0]));
     else if (page === "simulations") await simulationsPage();
     else if (page === "compare") await comparePage(rest.join("/").split(",").map(decodeURIComponent).filter(Boolean));

@@ -37,6 +37,10 @@ export function lineChart(element, series, options = {}) {
   const width = options.width || 640;
   const height = options.height || 240;
   const margin = { left: 56, right: 12, top: 12, bottom: 40 };
+  if (options.logY) {  // plotted as log10, labelled in the values' own units
+    series = series.map((s) => ({ ...s, points: s.points.filter((p) => p[1] > 0).map((p) => [p[0], Math.log10(p[1])]) }));
+  }
+  const label = options.logY ? (v) => formatNumber(10 ** v) : formatNumber;
   const points = series.flatMap((s) => s.points).filter((p) => Number.isFinite(p[1]));
   element.replaceChildren();
   const svg = node("svg", {
@@ -51,7 +55,7 @@ export function lineChart(element, series, options = {}) {
   const xs = points.map((p) => p[0]);
   const ys = points.map((p) => p[1]);
   let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-  let [y0, y1] = [Math.min(0, ...ys), Math.max(...ys)];
+  let [y0, y1] = [options.logY ? Math.min(...ys) : Math.min(0, ...ys), Math.max(...ys)];
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
   const px = (x) => margin.left + ((x - x0) / (x1 - x0)) * (width - margin.left - margin.right);
@@ -59,7 +63,7 @@ export function lineChart(element, series, options = {}) {
   const axes = node("g", { class: "axes" }, svg);
   for (const y of ticks(y0, y1)) {
     node("line", { x1: margin.left, x2: width - margin.right, y1: py(y), y2: py(y), class: "grid" }, axes);
-    node("text", { x: margin.left - 6, y: py(y) + 4, "text-anchor": "end" }, axes).textContent = formatNumber(y);
+    node("text", { x: margin.left - 6, y: py(y) + 4, "text-anchor": "end" }, axes).textContent = label(y);
   }
   for (const x of ticks(x0, x1, 6)) {
     node("text", { x: px(x), y: height - margin.bottom + 16, "text-anchor": "middle" }, axes)
@@ -70,7 +74,7 @@ export function lineChart(element, series, options = {}) {
   node("text", {
     x: 12, y: (height - margin.bottom) / 2, "text-anchor": "middle", class: "label",
     transform: `rotate(-90 12 ${(height - margin.bottom) / 2})`,
-  }, axes).textContent = options.yLabel || "";
+  }, axes).textContent = (options.yLabel || "") + (options.logY ? " (log scale)" : "");
   series.forEach((s, i) => {
     const color = s.color || COLORS[i % COLORS.length];
     const path = s.points.filter((p) => Number.isFinite(p[1]))
