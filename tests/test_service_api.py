@@ -215,3 +215,25 @@ def test_a_study_is_a_checked_tune_report_seen_only_by_its_owner(service):
     assert client.get("/studies", headers=auth(tokens["bob"])).json() == []
     bad = client.post("/studies", json={"name": "s", "report": {**report, "eta": 1}}, headers=alice)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:3] == ["body", "report", "eta"]
+
+
+def test_an_uploaded_workload_is_checked_without_running_it_and_only_its_owner_uses_it(service):
+    client, tokens, allocator = service
+    alice, bob = auth(tokens["alice"]), auth(tokens["bob"])
+    marker = allocator.workdir / "ran"
+    source = (f"open({str(marker)!r}, 'w').write('the service ran me')\n"
+              "def make_workload():\n    raise RuntimeError\n")  # fmt: skip
+    for body, field in (({"source": "def make_workload(:\n"}, "source"),
+                        ({"factory": "build"}, "factory"), ({"name": "Bad Name"}, "name")):  # fmt: skip
+        bad = client.post("/workloads", json={"name": "mine", "source": source, **body},
+                          headers=alice)  # fmt: skip
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", field]
+    kept = client.post("/workloads", json={"name": "mine", "source": source}, headers=alice)
+    assert kept.status_code == 201, kept.text
+    workload = kept.json()["workload"]
+    assert workload.endswith(":make_workload") and not marker.exists()  # never imported
+    job = {**JOB, "workload": workload}
+    assert client.post("/jobs", json=job, headers=bob).json()["detail"][0]["loc"] == [
+        "body", "workload"]  # fmt: skip
+    assert client.post("/jobs", json=job, headers=alice).status_code == 201
+    assert not marker.exists()

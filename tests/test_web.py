@@ -61,7 +61,7 @@ def service(tmp_path_factory):
                 process.kill()
                 raise AssertionError((home / "serve.log").read_text()) from None
             time.sleep(0.5)
-    yield url, token
+    yield url, token, process.pid
     process.terminate()
     process.wait(90)
 
@@ -103,7 +103,7 @@ def fill_job(page, name: str, epochs: int, dataset_size: int) -> None:
     page.goto(page.url.split("#")[0] + "#/submit")
     expect(page.get_by_role("heading", name="Submit a job")).to_be_visible()
     page.get_by_label("Job name").fill(name)
-    page.get_by_label("Workload").select_option("wide-deep")
+    page.get_by_label("Workload", exact=True).select_option("wide-deep")
     page.get_by_label("Dataset", exact=True).select_option("synthetic-criteo")
     page.get_by_label("Model options").fill(json.dumps({"embed_dim": 8, "hidden": [64, 32]}))
     page.get_by_label("Dataset size").fill(str(dataset_size))
@@ -122,7 +122,7 @@ def points(page, chart: str) -> int:
 
 
 def test_nothing_shows_without_a_token(page, service):
-    url, _ = service
+    url, *_ = service
     page.goto(f"{url}/")
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     expect(page.locator("#nav")).to_be_hidden()
@@ -135,7 +135,7 @@ def test_nothing_shows_without_a_token(page, service):
 
 
 def test_a_bad_field_is_shown_next_to_it_before_anything_queues(page, service):
-    url, token = service
+    url, token, _ = service
     sign_in(page, url, token)
     fill_job(page, "bad-budget", 1, 4096)
     page.get_by_label("CPU budget").fill("lots")
@@ -152,10 +152,10 @@ def test_a_bad_field_is_shown_next_to_it_before_anything_queues(page, service):
 
 
 def test_cloud_recommendations_wait_for_the_profile_then_show_the_models(page, service):
-    url, token = service
+    url, token, _ = service
     sign_in(page, url, token)
     page.goto(f"{url}/ui/#/submit")
-    page.get_by_label("Workload").select_option("mlp3")
+    page.get_by_label("Workload", exact=True).select_option("mlp3")
     page.get_by_label("Dataset", exact=True).select_option("digits")
     page.get_by_label("Instance types").fill("g4dn.xlarg")
     page.get_by_role("button", name="Recommend cloud clusters").click()
@@ -182,7 +182,7 @@ TRACE = "arrival,duration,cpu,model\n" + "".join(
 
 
 def test_a_simulation_on_an_uploaded_trace(page, service, tmp_path):
-    url, token = service
+    url, token, _ = service
     sign_in(page, url, token)
     page.goto(f"{url}/ui/#/simulations")
     page.get_by_label("Trace", exact=True).select_option("upload")
@@ -211,7 +211,7 @@ def test_a_simulation_on_an_uploaded_trace(page, service, tmp_path):
 
 
 def test_a_packed_hyperband_study(page, service, tmp_path):
-    url, token = service
+    url, token, _ = service
     report = tmp_path / "search.json"
     searched = subprocess.run(
         [sys.executable, "-m", "rightsize", "tune", "--workload", "mlp3", "--dataset", "digits",
@@ -241,8 +241,63 @@ def test_a_packed_hyperband_study(page, service, tmp_path):
     shot(page, "study")
 
 
+def test_an_uploaded_workload_runs_only_inside_its_jobs_cgroups(page, service, tmp_path):
+    url, token, service_pid = service
+    sign_in(page, url, token)
+    page.goto(f"{url}/ui/#/submit")
+    page.get_by_label("Workload", exact=True).select_option("__upload__")
+    expect(page.get_by_label("Dataset", exact=True)).to_be_hidden()
+    broken = tmp_path / "broken.py"
+    broken.write_text("def make_workload(:\n    pass\n")
+    page.get_by_label("Workload file").set_input_files(str(broken))
+    page.get_by_role("button", name="Submit").click()
+    expect(page.locator('[data-field="source"] .error')).to_contain_text("line 1")
+    page.get_by_label("Factory function").fill("build_it")
+    page.get_by_label("Workload file").set_input_files(str(EXAMPLES / "my_workload.py"))
+    page.get_by_role("button", name="Submit").click()
+    expect(page.locator('[data-field="factory"] .error')).to_contain_text("make_workload")
+    page.get_by_label("Factory function").fill("make_workload")
+    page.get_by_label("Job name").fill("own-model")
+    page.get_by_label("Batch per worker").fill("64")
+    page.get_by_label("Train for").select_option("steps")
+    page.get_by_label("How many").fill("600")
+    page.get_by_label("Strategy").select_option("ps")
+    page.get_by_label("CPU budget").fill("1")
+    page.get_by_label("Memory budget").fill("3Gi")
+    page.get_by_label("Policy").select_option("static")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.get_by_role("heading", name="own-model")).to_be_visible()
+    expect(page.locator("#phase")).to_have_text("running", timeout=120_000)
+    # the runner, which builds the uploaded model, sits in a cgroup capped at the budget
+    runner_cgroups = _runner_cgroups(service_pid)
+    assert runner_cgroups, "no runner cgroup for the uploaded workload"
+    quota, period = runner_cgroups[0]
+    assert quota / period == pytest.approx(1.0)
+    expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
+    expect(page.locator("#accounting")).to_have_text("every sample trained exactly once per epoch")
+    assert _runner_cgroups(service_pid) == []  # removed with its runner
+
+
+def _runner_cgroups(service_pid: int) -> list[tuple[int, int]]:
+    """(quota, period) of each uploaded-code runner cgroup with a process in it (v1 or v2)."""
+    found = []
+    for base in (Path("/sys/fs/cgroup/cpu,cpuacct"), Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+        for job in (base / "rightsize" / f"{service_pid}-uploads").glob("job-*"):
+            if not (job / "cgroup.procs").read_text().split():
+                continue
+            if (job / "cpu.max").exists():
+                quota, period = (job / "cpu.max").read_text().split()
+            else:
+                quota = (job / "cpu.cfs_quota_us").read_text()
+                period = (job / "cpu.cfs_period_us").read_text()
+            found.append((int(quota), int(period)))
+        if found:
+            return found
+    return found
+
+
 def test_submit_follow_cancel_and_compare_real_jobs(page, service):
-    url, token = service
+    url, token, _ = service
     sign_in(page, url, token)
     # the recommendation before submitting: the launch shape and its predicted time
     fill_job(page, "watched", 3, 200_000)

@@ -44,6 +44,7 @@ from rightsize.service.lease import serve_lease
 from rightsize.service.models import JobPhase, Source
 from rightsize.service.schemas import JobView, LaunchPreview, RunSummary
 from rightsize.service.store import Store
+from rightsize.service.uploads import Uploads, runner_cgroup
 
 #: Millicore drift tolerated between a shape's rounded node quotas and the books.
 SLACK_CORES = 0.005
@@ -80,6 +81,7 @@ class Runner:
     report: Path
     cancelled: bool = False
     ingested_at: float = field(default=0.0)
+    cgroup: object | None = None  # the runner's own, for a job that runs uploaded code
 
 
 def policy_of(spec: JobSpec) -> Policy:
@@ -100,6 +102,7 @@ class Allocator:
     def __init__(self, store: Store, capacity: Resources, workdir: Path, order: str = "fcfs",
                  poll_s: float = 1.0) -> None:  # fmt: skip
         self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
+        self.uploads = Uploads(workdir / "uploads")
         self.scheduler: Scheduler[QueuedJob] = Scheduler(capacity, order)
         self.lock = threading.RLock()
         self.runners: dict[str, Runner] = {}
@@ -148,8 +151,9 @@ class Allocator:
                 self.scheduler.allocate(_Named(job), total, SLACK_CORES)
 
     # -- the API's verbs -------------------------------------------------------------------
-    def check(self, spec: JobSpec) -> None:
-        """Everything about ``spec`` that would stop it running here, before it queues.
+    def check(self, spec: JobSpec, owner_id: int | None = None) -> None:
+        """Everything about ``spec`` that would stop it running here, before it queues
+        (an uploaded workload only for its owner).
 
         Raises:
             SpecError: names the field and the reason.
@@ -176,15 +180,16 @@ class Allocator:
             except RightsizeError as exc:
                 raise SpecError(f"budget: {exc}") from None
         _check_names(spec)
+        self.uploads.check_use(spec.workload, owner_id)
 
-    def preview(self, spec: JobSpec) -> LaunchPreview:
+    def preview(self, spec: JobSpec, owner_id: int | None = None) -> LaunchPreview:
         """Where ``spec`` would start on an empty service, from the same rules admission uses
         (:meth:`_launch_now`), and what that launch is predicted to take; nothing is queued.
 
         Raises:
             SpecError: what :meth:`check` refuses.
         """
-        self.check(spec)
+        self.check(spec, owner_id)
         probe = QueuedJob(spec.name, time.time(), samples_of(spec), 0, spec)
         if self._launch_now(probe, self.capacity) is None or probe.plan is None:
             raise SpecError("budget: the job cannot start even on an empty service")
@@ -203,7 +208,7 @@ class Allocator:
 
     def submit(self, spec: JobSpec, owner_id: int | None) -> JobView:
         """Queue ``spec`` (checked first: :meth:`check`); its name is made unique."""
-        self.check(spec)
+        self.check(spec, owner_id)
         row = self.store.add_job(spec, owner_id=owner_id, source=Source.SERVICE,
                                  phase=JobPhase.WAITING, state_path=Path(),
                                  policy=spec.policy.name)  # fmt: skip
@@ -285,7 +290,11 @@ class Allocator:
         with self.lock:
             self._reap()
             for job in self.scheduler.admit(self._admission, SLACK_CORES):
-                self._spawn(job)
+                try:
+                    self._spawn(job)
+                except RightsizeError as exc:  # e.g. uploaded code and no cgroups to run it in
+                    self.scheduler.finish(job)
+                    self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
             now = time.monotonic()
             for runner in self.runners.values():
                 if now - runner.ingested_at >= INGEST_EVERY_S:
@@ -383,14 +392,22 @@ class Allocator:
                                           "reason": job.plan.reason,
                                           "details": job.plan.details}))  # fmt: skip
             argv += ["--launch", str(launch)]
+        env, join, cgroup = os.environ.copy(), None, None
+        folder = self.uploads.folder_of(job.spec.workload)
+        if folder is not None:  # the owner's uploads on its path, and the runner in a cgroup
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder),
+                                                              env.get("PYTHONPATH")]))  # fmt: skip
+            cgroup = runner_cgroup(f"job-{job.job_id}", job.spec.budget.resources)
+            join = _joiner(cgroup.procs_files)
         ours, theirs = socket.socketpair()
         argv += ["--lease-fd", str(theirs.fileno())]
         with open(log, "ab") as out:
             popen = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+                                     stdout=out, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=join)  # fmt: skip
         theirs.close()
         serve_lease(ours, job.name, self)
-        self.runners[job.name] = Runner(job, popen, log, report)
+        self.runners[job.name] = Runner(job, popen, log, report, cgroup=cgroup)
         fields = {"phase": str(JobPhase.RUNNING)}
         if job.plan is not None:
             fields.update(started_at=time.time(), launch_source=job.source,
@@ -419,6 +436,22 @@ class Allocator:
             self.store.finish(job.job_id, phase, report, error)
             self.scheduler.finish(job)
             del self.runners[name]
+            if runner.cgroup is not None:
+                try:
+                    runner.cgroup.remove()
+                except OSError:
+                    pass  # a process still in it: the next service's sweep removes it
+
+
+def _joiner(procs_files: list[Path]):
+    """What a child runs before it executes: it writes itself into the cgroup first, so none
+    of its code runs outside it."""
+
+    def join() -> None:
+        for path in procs_files:
+            path.write_text(str(os.getpid()))
+
+    return join
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from rightsize.service.schemas import (
 )
 from rightsize.service.simulations import SimulationRequest, Simulations
 from rightsize.service.store import Store
+from rightsize.service.uploads import WorkloadUpload
 
 _FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
 _bearer = HTTPBearer(auto_error=False, description="a token from `rightsize serve token create`")
@@ -106,8 +107,13 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
 
     @app.post("/jobs/preview", response_model=LaunchPreview,
               summary="where the service would start a job, and its predicted time; queues nothing")  # fmt: skip
-    def preview(spec: JobSpec, _owner_id: Owner) -> LaunchPreview:
-        return allocator.preview(spec)
+    def preview(spec: JobSpec, owner_id: Owner) -> LaunchPreview:
+        return allocator.preview(spec, owner_id)
+
+    @app.post("/workloads", status_code=201, summary="upload a Python file defining a "
+              "workload factory; answers the `workload` a job file names it by")  # fmt: skip
+    def upload(body: WorkloadUpload, owner_id: Owner) -> dict[str, str]:
+        return {"workload": allocator.uploads.save(owner_id, body)}
 
     @app.post("/recommendations", summary="Srift's plans and FC2's recommendations for a "
               "workload (202 while its profile is being measured)",

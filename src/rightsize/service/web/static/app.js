@@ -279,15 +279,24 @@ function recommendationPanel(answer) {
 async function submitPage() {
   const choices = await api("GET", "/choices");
   const models = Object.fromEntries(choices.models.map((m) => [m.name, m]));
-  const workload = h("select", {}, choices.models.map((m) => h("option", { value: m.name }, `${m.name} — ${m.description}`)));
+  const workload = h("select", {}, choices.models.map((m) => h("option", { value: m.name }, `${m.name} — ${m.description}`)),
+                    h("option", { value: UPLOAD }, "my own file (a workload factory)"));
   const dataset = h("select", {});
+  const uploadFile = h("input", { type: "file", accept: ".py,text/x-python" });
+  const uploadFields = [
+    field("source", "Workload file", uploadFile, "a Python file whose function returns a rightsize.workloads.Workload; it runs only in your job's cgroups"),
+    field("factory", "Factory function", h("input", { value: "make_workload" })),
+  ];
   const fillDatasets = () => {
+    const own = workload.value === UPLOAD;
+    uploadFields.forEach((f) => { f.hidden = !own; });
+    dataset.closest(".field")?.toggleAttribute("hidden", own);
+    if (own) return;
     const model = models[workload.value];
     dataset.replaceChildren(...model.datasets.map((d) => h("option", { value: d, selected: d === model.default_dataset }, d)));
   };
   workload.addEventListener("change", fillDatasets);
   workload.value = models["wide-deep"] ? "wide-deep" : choices.models[0].name;
-  fillDatasets();
   const lengthKind = h("select", {}, h("option", { value: "epochs" }, "epochs"), h("option", { value: "steps" }, "steps"));
   const result = h("div", {});
   const recommendations = h("div", { "aria-live": "polite" });
@@ -334,6 +343,7 @@ async function submitPage() {
     field("name", "Job name", h("input", { value: "my-job", required: true })),
     field("workload", "Workload", workload),
     field("dataset", "Dataset", dataset),
+    uploadFields,
     field("options", "Model options", h("input", { placeholder: '{"width": 2}' }), "JSON, optional"),
     field("dataset_size", "Dataset size", h("input", { type: "number", min: 1, value: 20000 }), "samples (synthetic data)"),
     field("batch_size", "Batch per worker", h("input", { type: "number", min: 1, value: 512 }), "samples per step"),
@@ -349,9 +359,19 @@ async function submitPage() {
       h("button", { type: "button", id: "preview-button", onclick: () => send("/jobs/preview") }, "Preview"),
       h("button", { type: "submit", class: "primary" }, "Submit")));
   form.addEventListener("submit", (event) => { event.preventDefault(); send("/jobs"); });
+  fillDatasets();
   async function send(path) {
     try {
-      const answer = await api("POST", path, jobFromForm(form));
+      const job = jobFromForm(form);
+      if (workload.value === UPLOAD) {  // the file first: its errors land by its own fields
+        const file = uploadFile.files[0];
+        if (!file) throw new ApiError(422, [{ loc: ["body", "source"], msg: "choose the workload file" }]);
+        const name = file.name.replace(/\.py$/, "").toLowerCase().replace(/[^a-z0-9_]+/g, "_").replace(/^[^a-z]+/, "") || "workload";
+        const body = { name: name.slice(0, 40), source: await file.text(), factory: form.elements.factory.value.trim() };
+        job.workload = (await api("POST", "/workloads", body)).workload;
+        delete job.dataset;
+      }
+      const answer = await api("POST", path, job);
       clearErrors(form);
       if (path === "/jobs") location.hash = `#/jobs/${encodeURIComponent(answer.name)}`;
       else result.replaceChildren(previewPanel(answer));
@@ -438,6 +458,7 @@ function accountingText(accounting) {
 }
 
 const HAS_REPORT = new Set(["finished", "failed"]);
+const UPLOAD = "__upload__";  // the workload select's "my own file"
 
 async function downloadReport(name) {
   let report;

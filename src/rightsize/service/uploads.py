@@ -1,0 +1,124 @@
+"""Workload files uploaded from the web pages: a user's own model, run only for its owner and
+only inside its job's cgroups.
+
+FC2's users "upload their code" (§4.1). An upload is one Python file defining a workload
+factory (a function returning a ``rightsize.workloads.Workload``, as ``rightsize run``
+takes with ``workload: package.module:function``). The service never imports it: it
+checks the file without running it (it parses, and defines the named function at top
+level; a 422 names ``source`` or ``factory`` otherwise) and keeps it as module
+``rs_upload_<owner>_<name>`` in a directory of the owner's own. Only a job of that owner
+may name it (anyone else's is a 422 on ``workload``), and only that job's processes
+have the directory on their import path. The job's runner — whose master builds the
+workload to size its nodes — starts inside a cgroup capped at the job's budget, and its
+nodes each in their own (the local backend's), so the uploaded code runs only within
+what the job was given.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rightsize.core.errors import SpecError
+
+#: An uploaded file's module: ``rs_upload_<owner id>_<name>``.
+PREFIX = "rs_upload_"
+MODULE = re.compile(rf"^{PREFIX}(\d+)_([a-z][a-z0-9_]*)$")
+#: At most this many characters of source (a model file, not a dataset).
+MAX_SOURCE_CHARS = 1_000_000
+
+
+class WorkloadUpload(BaseModel):
+    """``POST /workloads``: a Python file defining a workload factory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$",
+                      description="the module's name: lower-case letters, digits, _")  # fmt: skip
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS, description="the file")
+    factory: str = Field(default="make_workload", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,99}$",
+                         description="the function that returns the Workload")  # fmt: skip
+
+
+def check_source(source: str, factory: str) -> None:
+    """The file parses and defines ``factory`` at top level — checked without running it.
+
+    Raises:
+        SpecError: ``source: line N: ...`` or ``factory: ...``.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise SpecError(f"source: line {exc.lineno}: {exc.msg}") from None
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if factory not in functions:
+        defined = ", ".join(functions) or "none"
+        raise SpecError(f"factory: the file defines no top-level function {factory!r} "
+                        f"(its functions: {defined})")  # fmt: skip
+
+
+class Uploads:
+    """The uploaded workload files under ``directory``, one folder per owner."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def folder(self, owner_id: int) -> Path:
+        return self.directory / str(owner_id)
+
+    def save(self, owner_id: int, upload: WorkloadUpload) -> str:
+        """Keep the checked file; the ``workload`` a job file names it by."""
+        check_source(upload.source, upload.factory)
+        module = f"{PREFIX}{owner_id}_{upload.name}"
+        folder = self.folder(owner_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{module}.py").write_text(upload.source)
+        return f"{module}:{upload.factory}"
+
+    def folder_of(self, workload: str) -> Path | None:
+        """The folder an uploaded ``workload`` is imported from (None: not an upload)."""
+        found = MODULE.match(workload.partition(":")[0])
+        return self.folder(int(found.group(1))) if found else None
+
+    def check_use(self, workload: str, owner_id: int | None) -> Path | None:
+        """The folder a job of ``owner_id`` naming ``workload`` imports from (None: not an
+        upload).
+
+        Raises:
+            SpecError: another owner's upload, or one that does not exist.
+        """
+        module = workload.partition(":")[0]
+        found = MODULE.match(module)
+        if found is None:
+            return None
+        if owner_id is None or int(found.group(1)) != owner_id:
+            raise SpecError(f"workload: {module!r} is not one of your uploaded workloads")
+        if not (self.folder(owner_id) / f"{module}.py").is_file():
+            raise SpecError(f"workload: no uploaded file {module!r}; upload it first")
+        return self.folder(owner_id)
+
+
+def runner_cgroup(name: str, budget):
+    """A cgroup capped at ``budget`` for the runner of a job that runs uploaded code, made
+    now (a ``NodeCgroup``: the runner writes itself into its ``procs_files`` before it
+    executes; the allocator removes it when the runner ends).
+
+    Raises:
+        SpecError: this machine gives no cgroups to put it in (the upload is not run).
+    """
+    import os
+
+    from rightsize.runtime.backends.cgroups import CgroupUnavailable, NodeCgroup, detect
+
+    try:
+        cgroup = NodeCgroup(detect(), Path("rightsize") / f"{os.getpid()}-uploads" / name)
+        cgroup.create()
+        cgroup.set_cpu(budget.cpu_cores)
+        cgroup.set_memory(budget.memory_bytes)
+    except (CgroupUnavailable, OSError) as exc:
+        raise SpecError(f"workload: uploaded code runs only inside cgroups, and this machine "
+                        f"gives none ({exc})") from None
+    return cgroup
