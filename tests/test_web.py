@@ -99,7 +99,8 @@ def sign_in(page, url: str, token: str) -> None:
     expect(page.get_by_role("heading", name="Queue")).to_be_visible()
 
 
-def fill_job(page, name: str, epochs: int, dataset_size: int) -> None:
+def fill_job(page, name: str, epochs: int, dataset_size: int, policy: str = "static",
+             cpu: str = "1") -> None:  # fmt: skip
     page.goto(page.url.split("#")[0] + "#/submit")
     expect(page.get_by_role("heading", name="Submit a job")).to_be_visible()
     page.get_by_label("Job name").fill(name)
@@ -111,9 +112,9 @@ def fill_job(page, name: str, epochs: int, dataset_size: int) -> None:
     page.get_by_label("Train for").select_option("epochs")
     page.get_by_label("How many").fill(str(epochs))
     page.get_by_label("Strategy").select_option("ps")
-    page.get_by_label("CPU budget").fill("1")
+    page.get_by_label("CPU budget").fill(cpu)
     page.get_by_label("Memory budget").fill("3Gi")
-    page.get_by_label("Policy").select_option("static")
+    page.get_by_label("Policy").select_option(policy)
 
 
 def points(page, chart: str) -> int:
@@ -163,6 +164,7 @@ def test_cloud_recommendations_wait_for_the_profile_then_show_the_models(page, s
     page.get_by_label("Global batch").fill("8192")
     page.get_by_label("Iterations").fill("5000")
     page.get_by_label("Instance types").fill("g4dn.xlarge:16,p3.2xlarge:16,g5.xlarge:16")
+    page.get_by_label("Scala-Opt-M worker type").fill("g5.xlarge")
     page.get_by_role("button", name="Recommend cloud clusters").click()
     # the service profiles mlp3 on this machine first (a real `rightsize profile`)
     expect(page.locator("#profiling")).to_contain_text("Profiling mlp3")
@@ -170,9 +172,10 @@ def test_cloud_recommendations_wait_for_the_profile_then_show_the_models(page, s
     expect(srift.first).to_contain_text("device model", timeout=480_000)
     expect(page.locator("#srift-plans")).to_contain_text("cap")  # the baselines beside
     fc2 = page.locator("#fc2-plans tbody tr")
-    expect(fc2).to_have_count(3)
-    for row, name in zip(range(3), ("cost-opt", "time-opt", "scala-opt"), strict=True):
+    expect(fc2).to_have_count(4)
+    for row, name in enumerate(("cost-opt", "time-opt", "scala-opt", "scala-opt-m")):
         expect(fc2.nth(row)).to_contain_text(name)
+    expect(fc2.nth(3)).to_contain_text("g5.xlarge")
     expect(page.locator("#fc2-plans")).to_contain_text("dlrover-eq1")
     shot(page, "recommendations")
 
@@ -300,7 +303,7 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     url, token, _ = service
     sign_in(page, url, token)
     # the recommendation before submitting: the launch shape and its predicted time
-    fill_job(page, "watched", 3, 200_000)
+    fill_job(page, "watched", 3, 200_000, policy="nearchus+", cpu="2")
     page.get_by_role("button", name="Preview").click()
     preview = page.locator("#preview")
     expect(preview).to_contain_text("launch shape")
@@ -308,8 +311,8 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     shot(page, "submit")
     page.get_by_role("button", name="Submit").click()
     expect(page.get_by_role("heading", name="watched")).to_be_visible()
-    # a second job beside it (1 CPU each on the service's 2), and a third that waits and
-    # is cancelled while it waits
+    # two more behind it on the service's 2 CPUs: one that runs after it, and one that is
+    # cancelled while it waits
     for name, epochs in (("beside", 2), ("cancelled-one", 20)):
         fill_job(page, name, epochs, 200_000)
         page.get_by_role("button", name="Submit").click()
@@ -317,16 +320,18 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     expect(page.locator("#phase")).to_have_text("waiting")
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#phase")).to_have_text("cancelled", timeout=60_000)
-    # live: the watched job's charts gain points while it trains
+    # live: the watched job's charts gain points and NEARCHUS+ grows it on the timeline
     page.goto(f"{url}/ui/#/jobs/watched")
     expect(page.locator("#phase")).to_have_text("running", timeout=120_000)
+    expect(page.locator("#timeline tbody tr").first).to_contain_text("launch", timeout=60_000)
     expect(page.locator("#chart-throughput path.series")).to_have_count(1, timeout=90_000)
     first = points(page, "chart-throughput")
     page.wait_for_function(
         f"document.querySelector('#chart-throughput path.series').dataset.points > {first + 6}",
         timeout=60_000)  # fmt: skip
-    expect(page.locator("#chart-loss path.series")).to_have_count(1)
-    expect(page.locator("#timeline tbody tr").first).to_contain_text("launch")
+    expect(page.locator("#chart-loss path.series")).to_have_count(1, timeout=120_000)
+    page.wait_for_function("document.querySelectorAll('#timeline tbody tr').length > 1",
+                           timeout=120_000)  # fmt: skip
     expect(page.locator("#nodes tbody tr").first).to_contain_text("cores")
     shot(page, "run")
     # the queue, with times in the viewer's zone
@@ -338,6 +343,8 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     shot(page, "queue")
     page.set_viewport_size(PHONE)
     shot(page, "queue-phone")
+    # at a phone's width the page itself does not scroll sideways (wide tables scroll alone)
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     page.set_viewport_size(WIDE)
     # the watched job to its end: measured beside predicted, exactly once
     page.goto(f"{url}/ui/#/jobs/watched")

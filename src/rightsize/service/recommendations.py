@@ -54,6 +54,8 @@ class RecommendationRequest(BaseModel):
     fc2_workers: str = Field(default="", max_length=2000, description="FC2's worker "
                              "candidates TYPE,... (default: the instances planned)")  # fmt: skip
     fc2_max_workers: int = Field(default=FC2_DEFAULT_MAX_WORKERS, ge=1, le=MAX_INSTANCES)
+    fc2_worker_type: str | None = Field(default=None, max_length=100, description="Scala-Opt-M's "
+                                        "manually chosen worker type (one of FC2's workers)")  # fmt: skip
 
 
 def workload_key(request: RecommendationRequest) -> WorkloadKey:
@@ -109,7 +111,7 @@ def recommend(request: RecommendationRequest, profiles: ProfileBook,
                             spot=request.spot, device=market.device)  # fmt: skip
         fc2_request = Fc2Request(request.global_batch, request.iterations,
                                  max_workers=request.fc2_max_workers)  # fmt: skip
-        found_fc2 = fc2([profile], workers, fc2_request)
+        found_fc2 = fc2([profile], workers, fc2_request, worker_type=request.fc2_worker_type)
         fc2_answer = {"ps": found_fc2.ps.name, "header": found_fc2.header,
                       "plans": [p.to_dict() for p in found_fc2.plans]}  # fmt: skip
     except RightsizeError as exc:

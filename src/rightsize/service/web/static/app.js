@@ -273,7 +273,7 @@ function recommendationPanel(answer) {
     h("p", { class: "muted" }, `From the profile of ${answer.profile.workload} on ${answer.profile.dataset} measured on ${answer.profile.device}.`),
     (answer.srift.notes || []).map((n) => h("p", { class: "muted" }, `note: ${n}`)),
     part("Srift: the best configurations (CAP and TAP beside them)", "srift-plans", answer.srift),
-    part("FC2: Cost-Opt, Time-Opt, Scala-Opt", "fc2-plans", answer.fc2, answer.fc2.header));
+    part("FC2: Cost-Opt, Time-Opt, Scala-Opt (and Scala-Opt-M)", "fc2-plans", answer.fc2, answer.fc2.header));
 }
 
 async function submitPage() {
@@ -306,6 +306,7 @@ async function submitPage() {
     field("iterations", "Iterations", h("input", { type: "number", min: 1, value: 10000 }), "training steps"),
     field("cloud", "Cloud", h("select", {}, ["aws", "gcp", "azure"].map((c) => h("option", { value: c }, c)))),
     field("instances", "Instance types", h("input", { placeholder: "g4dn.xlarge:8,p3.2xlarge:4" }), "optional; default every GPU type"),
+    field("fc2_worker_type", "Scala-Opt-M worker type", h("input", { placeholder: "g4dn.xlarge" }), "optional: FC2's Scala-Opt for a worker type you choose"),
     field("spot", "Spot prices", h("select", {}, h("option", { value: "no" }, "no"), h("option", { value: "yes" }, "yes"))),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Recommend cloud clusters")));
   cloudForm.addEventListener("submit", (event) => { event.preventDefault(); recommend(); });
@@ -320,6 +321,7 @@ async function submitPage() {
       global_batch: Number(value("global_batch")), iterations: Number(value("iterations")),
       constraints: job.constraints, cloud: value("cloud"), instances: value("instances"), spot: value("spot") === "yes",
     };
+    if (value("fc2_worker_type")) body.fc2_worker_type = value("fc2_worker_type");
     try {
       const response = await fetch("/recommendations", { method: "POST", body: JSON.stringify(body),
         headers: { "Content-Type": "application/json", Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` } });
