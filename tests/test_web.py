@@ -140,10 +140,11 @@ def test_a_bad_field_is_shown_next_to_it_before_anything_queues(page, service):
     sign_in(page, url, token)
     fill_job(page, "bad-budget", 1, 4096)
     page.get_by_label("CPU budget").fill("lots")
-    page.get_by_role("button", name="Submit").click()
+    page.get_by_label("CPU budget").press("Enter")  # from the keyboard: Enter submits
     error = page.locator('[data-field="budget.cpu"] .error')
     expect(error).to_contain_text("cpu")
     expect(page.locator('[data-field="budget.cpu"]')).to_have_class(re.compile("invalid"))
+    expect(page.get_by_label("CPU budget")).to_be_focused()  # focus moves to the bad field
     page.get_by_label("CPU budget").fill("64")  # more than the service's 2 CPUs
     page.get_by_role("button", name="Submit").click()
     expect(error).to_contain_text("capacity")
