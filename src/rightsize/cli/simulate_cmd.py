@@ -38,9 +38,9 @@ from rightsize.core.files import check_output_dir
 from rightsize.core.limits import SEED
 from rightsize.core.units import parse_cpu
 from rightsize.scaling.api import Policy
-from rightsize.scaling.registry import make_policy, policy_names
+from rightsize.scaling.registry import COMPARED, policies_named, policy_names
 
-DEFAULT_POLICIES = "nearchus,nearchus+,dlrover,optimus,fa-bf"
+DEFAULT_POLICIES = ",".join(COMPARED)
 DEFAULT_EPOCHS = 300.0
 
 
@@ -135,12 +135,7 @@ def build_policies(text: str, pairs: list[str]) -> list[Policy]:
         SpecError: an empty list, a repeated name or a bad parameter.
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise SpecError("--policies is empty; name at least one, e.g. nearchus,fa-bf")
-    if len(set(names)) != len(names):
-        raise SpecError(f"--policies {text!r} names a policy twice")
-    params = _policy_params(pairs, names)
-    return [make_policy(name, **params[name]) for name in names]
+    return policies_named(names, _policy_params(pairs, names))
 
 
 def _trace(args: argparse.Namespace, cluster: ClusterSpec) -> Trace:

@@ -51,3 +51,22 @@ def make_policy(name: str, metric_interval_s: float | None = None, **params: Any
         return POLICIES[name](**params)
     except TypeError as exc:  # an unexpected keyword for this policy
         raise SpecError(f"policy {name}: {exc}") from None
+
+
+#: The policies ``rightsize simulate`` compares unless told otherwise (NEARCHUS §V's and ours).
+COMPARED = ("nearchus", "nearchus+", "dlrover", "optimus", "fa-bf")
+
+
+def policies_named(names: list[str], params: dict[str, dict[str, Any]] | None = None,
+                   flag: str = "--policies") -> list[Policy]:  # fmt: skip
+    """The policies ``names``, each with its ``params``, for a comparison.
+
+    Raises:
+        UnknownNameError: an unknown policy.
+        SpecError: an empty list, a repeated name or a bad parameter.
+    """
+    if not names:
+        raise SpecError(f"{flag} is empty; name at least one, e.g. nearchus,fa-bf")
+    if len(set(names)) != len(names):
+        raise SpecError(f"{flag} {','.join(names)!r} names a policy twice")
+    return [make_policy(name, **(params or {}).get(name, {})) for name in names]

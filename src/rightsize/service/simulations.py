@@ -24,11 +24,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rightsize.cli.simulate_cmd import DEFAULT_POLICIES, build_policies
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.traces import BUILTIN_TRACES, check_fits, load_trace
 from rightsize.core.errors import RightsizeError, SpecError
 from rightsize.core.limits import MAX_SEED
+from rightsize.scaling.registry import COMPARED, policies_named
 from rightsize.service.schemas import SimulationView
 from rightsize.service.store import Store
 
@@ -56,7 +56,7 @@ class SimulationRequest(BaseModel):
                                    description="the uploaded file's name, for the results")  # fmt: skip
     cluster: str = Field(default="A", max_length=200,
                          description="A, B or cpu=N,net_gbps=G[,server_cores=C]")  # fmt: skip
-    policies: list[str] = Field(default=DEFAULT_POLICIES.split(","), min_length=1, max_length=10)
+    policies: list[str] = Field(default=list(COMPARED), min_length=1, max_length=10)
     seed: int = Field(default=1, ge=0, le=MAX_SEED)
     order: Literal["fcfs", "sjf"] = "fcfs"
 
@@ -82,7 +82,7 @@ class Simulations:
         except RightsizeError as exc:
             raise SpecError(f"cluster: {exc}") from None
         try:
-            build_policies(",".join(request.policies), [])
+            policies_named(request.policies, flag="policies")
         except RightsizeError as exc:
             raise SpecError(f"policies: {exc}") from None
         home = self.directory / uuid.uuid4().hex
