@@ -15,24 +15,21 @@ from pathlib import Path
 from rightsize.cli.args import forbid_together, parse_options
 from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
-from rightsize.profiling.bmax import BmaxSearch
-from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S
 from rightsize.profiling.profile import Profile
+from rightsize.profiling.settings import (
+    QUICK_MEMORY_LIMIT,
+    QUICK_REPEATS,
+    QUICK_SEARCH,
+    profile_file_name,
+)
 
 PROFILE_DIR = Path("profiles")
-QUICK_REPEATS = 3
-# planning needs the curve's shape, not minutes of steps
-QUICK_SEARCH = BmaxSearch(max_batch=256, max_step_s=DEFAULT_CPU_MAX_STEP_S)
-QUICK_MEMORY_LIMIT = 4 * 2**30
 
 
 def default_profile_path(
     workload: str, dataset: str, device: str, options: dict | None = None
 ) -> Path:
-    """Model options are part of the name: ``mlp3`` with tanh is another model than with relu."""
-    parts = [workload, *(f"{k}={v}" for k, v in sorted((options or {}).items())), dataset, device]
-    safe = "-".join(parts).replace(":", "_").replace("/", "_")
-    return PROFILE_DIR / f"{safe}.json"
+    return PROFILE_DIR / profile_file_name(workload, dataset, device, options)
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:

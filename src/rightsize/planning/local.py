@@ -23,6 +23,7 @@ finishes sooner than predicted, one that shrinks it later.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rightsize.cluster.clusters import machine_cluster
@@ -48,6 +49,16 @@ class LaunchPrediction:
     time_s: float
     core_h: float
     source: str
+
+    @classmethod
+    def at(cls, steps_per_s: float, spec: JobSpec, shape: ClusterShape,
+           source: str) -> LaunchPrediction | None:  # fmt: skip
+        """``spec``'s samples at ``steps_per_s`` on ``shape`` (None: no known length)."""
+        samples = samples_of(spec)
+        if samples <= 0 or steps_per_s <= 0:
+            return None
+        time_s = samples / (steps_per_s * spec.batch_size)
+        return cls(steps_per_s, time_s, time_s * shape.total().cpu_cores / 3600, source)
 
 
 def samples_of(spec: JobSpec) -> float:
@@ -78,18 +89,15 @@ def profiled_model(spec: JobSpec) -> SimModel | None:
 def predict_launch(spec: JobSpec, shape: ClusterShape) -> LaunchPrediction | None:
     """The time and core-hours of ``spec`` held at ``shape`` (None: no profile of its model,
     no known length, or a shape that cannot train)."""
-    model, samples = profiled_model(spec), samples_of(spec)
-    if model is None or samples <= 0:
-        return None
-    steps = _steps_per_s(model, spec, shape)
+    model = profiled_model(spec)
+    steps = _speed(model, spec)(shape) if model is not None else None
     if not steps:
         return None
     how = ("the simulator's PS model" if spec.strategy == Strategy.PS
            else "the slowest worker's compute, exchange not counted")  # fmt: skip
-    time_s = samples / (steps * spec.batch_size)
-    source = (f"predicted for {shape.describe()} from {spec.workload}'s profile ({how}; "
-              "the launch shape held to the end)")  # fmt: skip
-    return LaunchPrediction(steps, time_s, time_s * shape.total().cpu_cores / 3600, source)
+    return LaunchPrediction.at(steps, spec, shape,
+                               f"predicted for {shape.describe()} from {spec.workload}'s "
+                               f"profile ({how}; the launch shape held to the end)")  # fmt: skip
 
 
 def predicted_records(spec: JobSpec, shapes: tuple[ClusterShape, ...]) -> tuple[ShapeRecord, ...]:
@@ -100,16 +108,16 @@ def predicted_records(spec: JobSpec, shapes: tuple[ClusterShape, ...]) -> tuple[
     model = profiled_model(spec) if shapes else None
     if model is None:
         return ()
-    records = ((shape, _steps_per_s(model, spec, shape)) for shape in shapes)
+    speed = _speed(model, spec)
+    records = ((shape, speed(shape)) for shape in shapes)
     return tuple(ShapeRecord(shape, steps) for shape, steps in records if steps)
 
 
-def _steps_per_s(model: SimModel, spec: JobSpec, shape: ClusterShape) -> float | None:
-    """Worker steps per second of ``shape`` (None: it cannot train)."""
-    if not shape.workers:
-        return None
+def _speed(model: SimModel, spec: JobSpec) -> Callable[[ClusterShape], float | None]:
+    """Worker steps per second of a shape (None: it cannot train), one performance model
+    for all the shapes asked about (it caches per shape)."""
     if spec.strategy == Strategy.PS:
-        if not shape.ps:
-            return None
-        return JobModel(model, machine_cluster(spec.budget.resources)).speed(shape) or None
-    return min(n.resources.cpu_cores for n in shape.workers) / model.step_core_s or None
+        job = JobModel(model, machine_cluster(spec.budget.resources))
+        return lambda shape: (job.speed(shape) or None) if shape.ps and shape.workers else None
+    return lambda shape: (min(n.resources.cpu_cores for n in shape.workers) / model.step_core_s
+                          or None) if shape.workers else None  # fmt: skip

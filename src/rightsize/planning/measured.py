@@ -65,12 +65,15 @@ class MeasuredSpeed:
     samples_per_s: float
     cores: float
 
+    def held_fewer_cores(self, option: InstanceOption) -> bool:
+        """Whether the run held fewer cores than a CPU VM of ``option`` has."""
+        return not option.instance.accelerator and 0 < self.cores < option.instance.vcpus
+
     def vm_step_s(self, option: InstanceOption) -> float:
         """The step time of one whole VM of ``option`` at :attr:`vm_batch`."""
         speed = self.samples_per_s
-        vcpus = option.instance.vcpus
-        if not option.instance.accelerator and 0 < self.cores < vcpus:
-            speed *= vcpus / self.cores
+        if self.held_fewer_cores(option):
+            speed *= option.instance.vcpus / self.cores
         return self.vm_batch / speed
 
 
@@ -135,8 +138,7 @@ def with_history(option: InstanceOption, speeds: list[MeasuredSpeed],
         batches = tuple(sorted(by_batch))
         compute = InterpolatedCompute(option.compute, batches,
                                       tuple(statistics.median(by_batch[b]) for b in batches))  # fmt: skip
-    scaled = [s.run for s in mine
-              if not option.instance.accelerator and s.cores < option.instance.vcpus]  # fmt: skip
+    scaled = [s.run for s in mine if s.held_fewer_cores(option)]
     note = f", scaled from fewer cores: {', '.join(scaled)}" if scaled else ""
     how = (f"interpolated over {len(by_batch)} batches"
            if isinstance(compute, InterpolatedCompute) else f"x{factor:.3g}")  # fmt: skip

@@ -70,7 +70,7 @@ def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str,
                   device: DeviceChoice = DEFAULT_DEVICE) -> list[InstanceOption]:  # fmt: skip
     """Plannable options for the given instance types (all GPU types of the catalog if none)."""
     if not caps:
-        rows = catalog.filter(gpus_only=True, region=region or _main_region(catalog))
+        rows = catalog.filter(gpus_only=True, region=region or main_region(catalog))
         caps = {i.name: DEFAULT_CAP for i in rows}
     options, shared = [], {}
     for name, cap in caps.items():
@@ -85,7 +85,8 @@ def build_options(profiles: Sequence[Profile], catalog: Catalog, caps: dict[str,
     return options
 
 
-def _main_region(catalog: Catalog) -> str:
+def main_region(catalog: Catalog) -> str:
+    """The region most of the catalog's rows are in (where "every GPU type" is planned)."""
     regions = [i.region for i in catalog]
     return max(set(regions), key=regions.count)
 

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 
 from rightsize.core.errors import ResourceError
 from rightsize.profiling.bmax import BmaxSearch
+from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S
 from rightsize.profiling.profile import sample_batches
+
+#: A quick profile (``plan --workload`` without a saved one, the service's recommendations):
+#: planning needs the curve's shape, not minutes of steps.
+QUICK_REPEATS = 3
+QUICK_SEARCH = BmaxSearch(max_batch=256, max_step_s=DEFAULT_CPU_MAX_STEP_S)
+QUICK_MEMORY_LIMIT = 4 * 2**30
 
 #: Re-time a batch whose fwd+bwd times spread more than this (std/mean). Srift's
 #: stragglers are a few percent; 0.1 is already a noisy measurement.
@@ -53,3 +60,9 @@ class ProfilerSettings:
         if self.noisy_cv <= 0 or self.retime_retries < 0:
             raise ResourceError("noisy_cv must be > 0 and retime_retries >= 0")
         sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
+
+
+def profile_file_name(workload: str, dataset: str, device: str, options: dict | None = None) -> str:
+    """Model options are part of the name: ``mlp3`` with tanh is another model than with relu."""
+    parts = [workload, *(f"{k}={v}" for k, v in sorted((options or {}).items())), dataset, device]
+    return "-".join(parts).replace(":", "_").replace("/", "_") + ".json"

@@ -34,7 +34,12 @@ from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
-from rightsize.planning.local import predict_launch, predicted_records, samples_of
+from rightsize.planning.local import (
+    LaunchPrediction,
+    predict_launch,
+    predicted_records,
+    samples_of,
+)
 from rightsize.runtime.state import read_shape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
@@ -194,7 +199,7 @@ class Allocator:
         if self._launch_now(probe, self.capacity) is None or probe.plan is None:
             raise SpecError("budget: the job cannot start even on an empty service")
         plan, total = probe.plan, probe.plan.shape.total()
-        expected = history.predicted(plan, spec) or predict_launch(spec, plan.shape)
+        expected = _expected(plan, spec)
         with self.lock:
             free, waiting = self.scheduler.free_for_running(), len(self.scheduler.waiting)
         return LaunchPreview(
@@ -412,8 +417,7 @@ class Allocator:
         if job.plan is not None:
             fields.update(started_at=time.time(), launch_source=job.source,
                           launch_note=job.plan.reason)  # fmt: skip
-            expected = (history.predicted(job.plan, job.spec)
-                        or predict_launch(job.spec, job.plan.shape))  # fmt: skip
+            expected = _expected(job.plan, job.spec)
             if expected is not None:
                 fields.update(predicted_time_s=expected.time_s, predicted_core_h=expected.core_h,
                               predicted_note=expected.source)  # fmt: skip
@@ -441,6 +445,12 @@ class Allocator:
                     runner.cgroup.remove()
                 except OSError:
                     pass  # a process still in it: the next service's sweep removes it
+
+
+def _expected(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:
+    """What a launch is predicted to take: at the speed a similar run measured on its shape
+    (a history launch), else from the workload's profile."""
+    return history.predicted(plan, spec) or predict_launch(spec, plan.shape)
 
 
 def _joiner(procs_files: list[Path]):

@@ -19,7 +19,7 @@ import statistics
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
-from rightsize.planning.local import LaunchPrediction, samples_of
+from rightsize.planning.local import LaunchPrediction
 from rightsize.planning.measured import MeasuredSpeed
 from rightsize.scaling.api import Action, Plan, ShapeRecord
 from rightsize.scaling.dlrover_math import fit_into
@@ -100,9 +100,8 @@ def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
 def predicted(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:
     """What ``spec`` takes at a history plan's measured speed on its shape (None: not a
     history plan, or no known length)."""
-    speed, samples = plan.details.get("steps_per_s"), samples_of(spec)
-    if not isinstance(speed, float) or speed <= 0 or samples <= 0:
+    speed = plan.details.get("steps_per_s")
+    if not isinstance(speed, float):
         return None
-    time_s = samples / (speed * spec.batch_size)
-    return LaunchPrediction(speed, time_s, time_s * plan.shape.total().cpu_cores / 3600,
-                            f"measured by {plan.details.get('from_run')} on {plan.shape.describe()}")
+    return LaunchPrediction.at(speed, spec, plan.shape, f"measured by "
+                               f"{plan.details.get('from_run')} on {plan.shape.describe()}")  # fmt: skip

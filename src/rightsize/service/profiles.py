@@ -19,9 +19,16 @@ from enum import StrEnum
 from pathlib import Path
 
 from rightsize.profiling.profile import Profile
+from rightsize.profiling.settings import (
+    QUICK_MEMORY_LIMIT,
+    QUICK_REPEATS,
+    QUICK_SEARCH,
+    profile_file_name,
+)
 
-#: What a quick profile measures (``cli/profiles.py``'s QUICK_* for ``plan --workload``).
-QUICK_ARGS = ("--max-batch", "256", "--repeats", "3", "--threads", "1", "--memory-limit", "4Gi")
+#: What a quick profile measures (as ``plan --workload`` does), on one thread.
+QUICK_ARGS = ("--max-batch", str(QUICK_SEARCH.max_batch), "--repeats", str(QUICK_REPEATS),
+              "--memory-limit", str(QUICK_MEMORY_LIMIT), "--threads", "1")  # fmt: skip
 #: Lines of a failed profiler's output kept as the reason.
 ERROR_LINES = 3
 
@@ -49,8 +56,7 @@ class WorkloadKey:
 
     @property
     def file_name(self) -> str:
-        parts = [self.workload, *(f"{k}={v}" for k, v in self.options), self.dataset, "cpu"]
-        return "-".join(parts).replace(":", "_").replace("/", "_") + ".json"
+        return profile_file_name(self.workload, self.dataset, "cpu", dict(self.options))
 
 
 class ProfileBook:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rightsize.core.catalog import load_catalogs
+from rightsize.core.catalog import Catalog, load_catalogs
 from rightsize.core.errors import RightsizeError, SpecError
 from rightsize.core.limits import MAX_BATCH, MAX_INSTANCES, MAX_ITERATIONS
 from rightsize.core.spec import Constraints, Objective
@@ -24,6 +24,7 @@ from rightsize.perf.precision import Precision
 from rightsize.planning.estimate import PlanRequest
 from rightsize.planning.fc2 import Fc2Request
 from rightsize.planning.options import DeviceChoice
+from rightsize.planning.planner import main_region
 from rightsize.planning.recommend import Market, fc2, srift
 from rightsize.service.history import measured_speeds
 from rightsize.service.profiles import ProfileBook, ProfilingState, WorkloadKey
@@ -125,7 +126,8 @@ def recommend(request: RecommendationRequest, profiles: ProfileBook,
 FC2_DEFAULT_WORKER_TYPES = 8
 
 
-def _cheapest_gpus(catalog) -> str:
-    gpus = sorted({i.name: i for i in catalog if i.accelerator_count}.values(),
+def _cheapest_gpus(catalog: Catalog) -> str:
+    """The GPU types `plan` searches by default (the main region's), the cheapest first."""
+    gpus = sorted(catalog.filter(gpus_only=True, region=main_region(catalog)),
                   key=lambda i: i.price_usd_per_hour)  # fmt: skip
     return ",".join(i.name for i in gpus[:FC2_DEFAULT_WORKER_TYPES])

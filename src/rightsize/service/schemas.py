@@ -115,7 +115,7 @@ class RunSummary(_View):
 class LaunchPreview(_View):
     """``POST /jobs/preview``: where the service would start a job, and what it predicts."""
 
-    source: str = Field(description="history, policy or job file")
+    source: str = Field(description="history, prediction, policy or job file")
     shape: dict[str, Any]
     shape_text: str
     reason: str
