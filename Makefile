@@ -9,6 +9,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rightsize-installed
+TEST_STAMP := $(VENV)/.rightsize-test-extras
 
 .PHONY: install demo test lint bench clean
 
@@ -32,7 +33,13 @@ demo: $(STAMP)
 	$(BIN)/rightsize run examples/wide-deep-ps.yaml --fresh \
 		--report demo-output/wide-deep-ps-report.json
 
-test: $(STAMP)
+# The tests also need the optional extras the default install leaves out (Ray, for the
+# Ray backend's tests on a cluster they start on this host).
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	@touch $(TEST_STAMP)
+
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

@@ -120,3 +120,15 @@ def test_a_job_larger_than_this_machine_is_refused_before_it_starts(tmp_path, ca
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "node worker-0 asks for 16 CPU but this machine has" in err and "--oversubscribe" in err
     assert not (tmp_path / "ckpt").exists()  # refused before anything was written
+
+
+def test_a_ray_cluster_that_cannot_be_joined_fails_in_one_line(tmp_path, capsys):
+    # a port nothing listens on: refused at once (Ray itself would retry for minutes); or,
+    # where Ray is not installed, the extra to install named
+    code, _, err = run(capsys, write_job(tmp_path, JOB), "--backend", "ray", "--ray-address",
+                       "127.0.0.1:1")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, err
+    assert "no Ray head answers there" in err or "pip install 'rightsize[ray]'" in err
+    assert not (tmp_path / "ckpt").exists()
+    code, _, err = run(capsys, write_job(tmp_path, JOB), "--backend", "kubernetes")
+    assert code == 2 and "invalid choice" in err

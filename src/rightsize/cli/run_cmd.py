@@ -14,7 +14,7 @@ from typing import Any
 from rightsize.cli.output import format_table, print_json
 from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.files import atomic_write_text, check_output_path
-from rightsize.core.spec import job_spec_help, load_job_spec
+from rightsize.core.spec import Backend, JobSpec, job_spec_help, load_job_spec, parse_job_spec
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.scaling.registry import make_policy, policy_names
 
@@ -50,6 +50,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--oversubscribe", action="store_true", help="run nodes, shapes and budgets larger "
         "than this machine (runtime.oversubscribe)"
     )  # fmt: skip
+    parser.add_argument(
+        "--backend", choices=[str(b) for b in Backend], help="where the nodes run, overriding "
+        "the job file's runtime.backend: local (this machine) or ray (a Ray cluster's nodes)"
+    )  # fmt: skip
+    parser.add_argument(
+        "--ray-address", metavar="ADDR", help="the Ray cluster to join (runtime.ray_address; "
+        "default auto: the cluster this host belongs to)"
+    )  # fmt: skip
     add_store_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from rightsize.runtime.master import Master  # imports torch: only when running
     from rightsize.service.models import JobPhase
 
-    spec = load_job_spec(args.job)
+    spec = with_backend(load_job_spec(args.job), args.backend, args.ray_address)
     name = args.policy or spec.policy.name
     params = spec.policy.params if name == spec.policy.name else {}
     policy = make_policy(name, spec.runtime.metric_interval_s, **params)
@@ -96,6 +104,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {failure}; report written to {report_path}", file=sys.stderr)
         return JOB_FAILED
     return 0
+
+
+def with_backend(spec: JobSpec, backend: str | None, ray_address: str | None) -> JobSpec:
+    """The job file's spec with the command line's backend and Ray address, if given."""
+    update = {k: v for k, v in (("backend", backend), ("ray_address", ray_address)) if v}
+    if not update:
+        return spec
+    runtime = spec.runtime.model_dump(mode="json", by_alias=True) | update
+    return parse_job_spec({**spec.model_dump(mode="json", by_alias=True), "runtime": runtime},
+                          "command line")  # fmt: skip
 
 
 def remember(store, spec, policy: str, phase, report, error: str | None) -> None:

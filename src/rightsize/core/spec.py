@@ -102,6 +102,13 @@ class Isolation(StrEnum):
     AFFINITY = "affinity"
 
 
+class Backend(StrEnum):
+    """Where the job's nodes run: processes on this machine, or on a Ray cluster's nodes."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
 class SharedMemoryMode(StrEnum):
     """Whether tensors between a PS worker and a server on the same host go through shared
     memory (``auto``) or always through sockets (``off``)."""
@@ -212,6 +219,23 @@ class RuntimeSpec(_Spec):
         ge=1,
         le=MAX_DATASET_SAMPLES,
         description="samples per data shard (DLRover §5.2: many small ones); none means 8 batches",
+    )
+    backend: Backend = Field(
+        default=Backend.LOCAL,
+        description="local (node processes on this machine) or ray (each node held by an "
+        "actor on a Ray cluster's node, its resources reserved by a placement group)",
+    )
+    ray_address: str = Field(
+        default="auto",
+        min_length=1,
+        description="the Ray cluster to join with backend ray: auto (the one this host "
+        "belongs to, ray start), or host:port of its head",
+    )
+    curve: bool | None = Field(
+        default=None,
+        description="ZeroMQ CURVE on the job's sockets (keys made per job, handed to its "
+        "nodes; only they can connect, and traffic is encrypted); none: on with backend ray, "
+        "off on one machine, where servers listen on loopback only",
     )
     isolation: Isolation = Field(
         default=Isolation.AUTO,

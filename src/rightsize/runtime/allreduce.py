@@ -211,13 +211,12 @@ class Rank:
 def run_rank(ctx: NodeContext) -> int:
     config = ctx.register().config.rank
     ctx.generation = config.generation
-    dist.init_process_group(
-        "gloo",
-        init_method=config.rendezvous,
-        rank=config.rank,
-        world_size=config.world,
-        timeout=timedelta(seconds=config.timeout_s),
-    )
+    host, port = config.rendezvous.removeprefix("tcp://").rsplit(":", 1)
+    timeout = timedelta(seconds=config.timeout_s)
+    # the master serves the group's store (Master.open_rendezvous): every rank is a client
+    store = dist.TCPStore(host, int(port), config.world + 1, is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=config.rank, world_size=config.world,
+                            timeout=timeout)  # fmt: skip
     try:
         return Rank(ctx).run()
     finally:

@@ -15,6 +15,8 @@ wave starts once they have registered.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.units import format_bytes
@@ -31,20 +33,48 @@ def launch_wave(machine: Resources) -> int:
     return max(MIN_LAUNCH_WAVE, int(LAUNCHES_PER_CPU * machine.cpu_cores))
 
 
-def capacity_problem(shape: ClusterShape, budget: Resources, machine: Resources) -> str | None:
-    """Why ``shape`` (or a job of ``budget``) cannot run on ``machine``, or None if it can."""
+@dataclass(frozen=True)
+class Capacity:
+    """What a backend can hold: all of it, and each host a node can land on."""
+
+    total: Resources
+    hosts: tuple[Resources, ...]
+    name: str = "this machine"  # what the total is, in a refusal
+
+    @classmethod
+    def of_machine(cls, machine: Resources) -> Capacity:
+        return cls(machine, (machine,))
+
+    def node_problem(self, what: str, asked: Resources) -> str | None:
+        """Why no single host can hold ``asked``, or None if one can."""
+        if len(self.hosts) == 1:
+            return _exceeds(what, asked, self.hosts[0], self.name)
+        if any(_exceeds(what, asked, host, "") is None for host in self.hosts):
+            return None
+        largest = max(self.hosts, key=lambda h: (h.cpu_cores, h.memory_bytes))
+        return (f"{what} asks for {asked.cpu_cores:g} CPU and {format_bytes(asked.memory_bytes)} "
+                f"but no node of {self.name} has both (the largest: {largest.cpu_cores:g} CPU, "
+                f"{format_bytes(largest.memory_bytes)}){_HINT}")  # fmt: skip
+
+
+def capacity_problem(shape: ClusterShape, budget: Resources,
+                     capacity: Resources | Capacity) -> str | None:  # fmt: skip
+    """Why ``shape`` (or a job of ``budget``) cannot run on ``capacity``, or None if it can."""
+    if isinstance(capacity, Resources):
+        capacity = Capacity.of_machine(capacity)
     for node in shape.nodes:
-        problem = _exceeds(f"node {node.name}", node.resources, machine)
+        problem = capacity.node_problem(f"node {node.name}", node.resources)
         if problem:
             return problem
-    return _exceeds("the shape", shape.total(), machine) or _exceeds("budget", budget, machine)
+    return (_exceeds("the shape", shape.total(), capacity.total, capacity.name)
+            or _exceeds("budget", budget, capacity.total, capacity.name))  # fmt: skip
 
 
-def _exceeds(what: str, asked: Resources, machine: Resources) -> str | None:
+def _exceeds(what: str, asked: Resources, machine: Resources, name: str) -> str | None:
     if asked.cpu_cores > machine.cpu_cores:
-        return (f"{what} asks for {asked.cpu_cores:g} CPU but this machine has "
+        return (f"{what} asks for {asked.cpu_cores:g} CPU but {name} has "
                 f"{machine.cpu_cores:g}{_HINT}")  # fmt: skip
     if asked.memory_bytes > machine.memory_bytes:
-        return (f"{what} asks for {format_bytes(asked.memory_bytes)} of memory but this machine "
+        return (f"{what} asks for {format_bytes(asked.memory_bytes)} of memory but {name} "
                 f"has {format_bytes(machine.memory_bytes)}{_HINT}")  # fmt: skip
     return None

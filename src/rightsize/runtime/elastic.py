@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime import lifecycle
+from rightsize.runtime.backends.base import NotInPlace
 from rightsize.runtime.control import Transition
 from rightsize.runtime.errors import Interrupted, StopRequested
 from rightsize.runtime.jobstate import Phase
@@ -68,6 +69,9 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
         _resize(master, change.shrinking, details)
         _add(master, change, details)
         _resize(master, change.growing, details)
+        if job.strategy == Strategy.ALLREDUCE and details.get("relaunched_to_resize"):
+            lifecycle.restart_group(master, plan.shape, plan.reason, True, str(plan.action))
+            return Transition(True, master.clock.now() - t0, details)
         if change.ps_changed:
             _repartition(master, [n.name for n in plan.shape.ps], details)
         job.shape = plan.shape
@@ -114,35 +118,56 @@ def _abandon(master: Master, plan: Plan, why: str) -> None:
 
 
 def _resize(master: Master, pairs: tuple[tuple[NodeSpec, NodeSpec], ...], details: dict) -> None:
-    """Resize live nodes in place; relaunch dead ones (OOM-killed) with the new resources."""
+    """Resize live nodes in place; relaunch dead ones (OOM-killed) with the new resources,
+    and live ones whose host has no room for the new size (a backend that spans hosts says
+    :class:`NotInPlace`). ``details`` name the nodes resized in place and those relaunched."""
     job = master.job
     dead_ps: dict[str, NodeSpec] = {}
     for _old, new in pairs:
         node = job.nodes.get(new.name)
         t0 = master.clock.now()
-        if node is None or not node.alive:
+        if node is not None and node.alive:
+            try:
+                threads = master.backend.resize(new.name, new.resources)
+            except NotInPlace as exc:
+                _listed(details, "relaunched_to_resize", new.name)
+                master.backend.note(new.name, f"relaunching {new.name} at {new.resources}: {exc}")
+                if job.strategy == Strategy.ALLREDUCE:
+                    continue  # the group restarts at the plan's shape (apply_plan)
+                if new.role == NodeRole.PS:
+                    lifecycle.checkpoint(master)  # what it holds survives the move
+                master.stop_node(new.name)
+            else:
+                node.spec, node.startup = new, None  # a plan's size replaces a start-up allowance
+                node.commands.append(Threads(threads))
+                master.wait_until(lambda n=node: not n.commands,
+                                  master.spec.runtime.startup_timeout_s,
+                                  f"{new.name} taking its new size")  # fmt: skip
+                details[f"resize {new.name}_s"] = master.clock.now() - t0
+                _listed(details, "resized_in_place", new.name)
+                continue
+        else:
             job.to_recover.discard(new.name)  # recovered here, bigger: still a restart
             job.restarts[new.name] = job.restarts.get(new.name, 0) + 1
-            if new.role == NodeRole.PS:
-                dead_ps[new.name] = new
-            else:
-                job.shape = job.shape.with_resources(new.name, new.resources)
-                lifecycle.relaunch_workers(master, [new], f"relaunched with {new.resources}",
-                                           own_row=False)  # fmt: skip
-                details[f"relaunch {new.name}_s"] = master.clock.now() - t0
-            continue
-        threads = master.backend.resize(new.name, new.resources)
-        node.spec, node.startup = new, None  # a plan's size replaces a start-up allowance
-        node.commands.append(Threads(threads))
-        master.wait_until(lambda n=node: not n.commands, master.spec.runtime.startup_timeout_s,
-                          f"{new.name} taking its new size")  # fmt: skip
-        details[f"resize {new.name}_s"] = master.clock.now() - t0
+        if new.role == NodeRole.PS:
+            dead_ps[new.name] = new
+        elif job.strategy == Strategy.PS:
+            job.shape = job.shape.with_resources(new.name, new.resources)
+            lifecycle.relaunch_workers(master, [new], f"relaunched with {new.resources}",
+                                       own_row=False)  # fmt: skip
+            details[f"relaunch {new.name}_s"] = master.clock.now() - t0
+        else:  # an OOM-killed allreduce rank: the group restarts with the plan's shape
+            job.shape = job.shape.with_resources(new.name, new.resources)
     if dead_ps:
         t0 = master.clock.now()
         for name, spec in dead_ps.items():
             job.shape = job.shape.with_resources(name, spec.resources)
-        lifecycle.restore_ps(master, "relaunching OOM-killed parameter servers", dead_ps)
+        lifecycle.restore_ps(master, "relaunching parameter servers at their new size", dead_ps)
         details["relaunch_ps_s"] = master.clock.now() - t0
+
+
+def _listed(details: dict, key: str, name: str) -> None:
+    details[key] = [*details.get(key, []), name]
 
 
 def _add(master: Master, change: ShapeDiff, details: dict) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rightsize.core.ports import free_port
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime.allowance import startup_resources
@@ -96,7 +95,7 @@ def start_nodes(master: Master, nodes: Sequence[tuple[NodeSpec, PSConfig | RankC
 def _startup_resources(master: Master, starting: list[NodeSpec]) -> dict:
     """What each starting node borrows from the idle CPU the job may hold (:mod:`allowance`):
     its budget alone on a machine, what it reserved under the service (:mod:`lease`)."""
-    if not master.spec.runtime.startup_allowance:
+    if not (master.spec.runtime.startup_allowance and master.backend.lends_idle_cpu):
         return {}
     held = sum((n.startup or n.spec.resources).cpu_cores for n in master.job.nodes.alive())
     return startup_resources(starting, held, master.lease.ceiling(master.spec.budget.resources),
@@ -154,7 +153,7 @@ def start_group(master: Master, shape: ClusterShape, row: CheckpointRow | None) 
     """Launch every allreduce rank with a fresh rendezvous, from checkpoint ``row``."""
     job = master.job
     workers = sorted(shape.workers, key=lambda n: int(n.name.rsplit("-", 1)[-1]))
-    rendezvous = f"tcp://127.0.0.1:{free_port()}"
+    rendezvous = master.open_rendezvous(len(workers))
     ranks = [
         (node, RankConfig(job.generation, rank, len(workers), rendezvous,
                           row.files["model"] if row else None,

@@ -22,7 +22,6 @@ removes their cgroups; if the master itself is killed, the nodes die with it
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -33,12 +32,14 @@ import zmq
 from rightsize.core.errors import ResourceError, RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
-from rightsize.core.spec import JobSpec, ShapeSpec, Strategy
+from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
 from rightsize.runtime import elastic, lifecycle
-from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources, threads_for
+from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend
+from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir
 from rightsize.runtime.clock import Clock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
+from rightsize.runtime.curve import JobContext, JobKeys
 from rightsize.runtime.errors import (
     ExactlyOnceViolated,
     Interrupted,
@@ -122,12 +123,13 @@ class Master:
         runtime = spec.runtime
         self.straggler = StragglerRule(runtime.straggler_ratio, runtime.straggler_shard_fraction)
         self.liveness = LivenessRule(runtime.startup_timeout_s, runtime.liveness_timeout_s)
+        self.capacity = capacity_of(runtime)  # this machine, or the Ray cluster's nodes
+        self.machine = self.capacity.total
         self.workload = build_workload(spec)
         layout = layout_of(self.workload.make_model(seed=spec.training.seed))
         self.sizes = layout.sizes
         self.need = memory_need(spec, self.workload, layout)
         self.plan = shard_plan(spec, len(self.workload.dataset))
-        self.machine = machine_resources()
         self.lease = lease or MachineLease(self.machine)
         self.admitted = launch
         self.job = JobState(self.plan, spec.strategy, dict(self.sizes))
@@ -138,10 +140,14 @@ class Master:
         self._handling_stop = False
         self._last_pump = self.clock.now()
         # opened by run(), closed on every way out of it
-        self.zmq: zmq.Context | None = None
+        self.zmq: JobContext | None = None
+        #: CURVE keys for the job's sockets (:mod:`curve`): on by default where nodes span hosts
+        curve_on = runtime.curve if runtime.curve is not None else runtime.backend == Backend.RAY
+        self.keys = JobKeys.generate() if curve_on else None
         self.store: StateStore | None = None
-        self.backend: LocalBackend | None = None
+        self.backend: NodeBackend | None = None
         self.server: Server | None = None
+        self.rendezvous = None  # the allreduce group's store (open_rendezvous)
         self.service: NodeService | None = None
 
     # -- the whole job ----------------------------------------------------------------
@@ -204,17 +210,17 @@ class Master:
         resume = None if self.fresh else unfinished_job(self.spec)
         launch = None if resume else self._launch_plan()
         shape = resume.shape if resume else launch.shape
-        check_fits(self.spec, shape, self.machine, self.oversubscribe)
+        check_fits(self.spec, shape, self.capacity, self.oversubscribe)
         refused = self.lease.reserve(shape.total())
         if refused:
             raise ResourceError(f"the job cannot start now: {refused}")
         return resume, launch
 
     def _open(self) -> None:
-        self.zmq = zmq.Context()
+        self.zmq = JobContext().secure(self.keys)
         self.store = StateStore(self.spec.state_path)
-        self.backend = LocalBackend(self.spec.runtime.isolation, self.ckpt.root / "logs", self.warn)
-        self.server = Server(self.zmq, Counters())
+        self.backend = open_backend(self.spec.runtime, self.ckpt.root / "logs", self.warn)
+        self.server = Server(self.zmq, Counters(), host=self.backend.bind_host)
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock)
 
@@ -276,6 +282,7 @@ class Master:
             self.store.update_job(status=str(JobStatus.FAILED))
 
     def _close(self) -> None:
+        self.rendezvous = None
         if self.backend is not None:
             self.backend.close()
         if self.server is not None:
@@ -323,13 +330,24 @@ class Master:
         role = Role.PS if node.role == NodeRole.PS else (
             Role.WORKER if self.spec.strategy == Strategy.PS else Role.RANK)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
-                "--name", node.name, "--role", str(role), "--parent", str(os.getpid())]  # fmt: skip
+                "--name", node.name, "--role", str(role)]  # fmt: skip
         launched = NodeSpec(node.name, node.role, startup) if startup else node
-        pid = self.backend.launch(launched, argv, {})
+        pid = self.backend.launch(launched, argv, self.keys.to_env() if self.keys else {})
         state = NodeState(node, pid, self.clock.now(), config=config, startup=startup)
         self.job.nodes.add(state)
         self.collector.forget(node.name)
         return state
+
+    def open_rendezvous(self, world: int) -> str:
+        """A fresh rendezvous for an allreduce group of ``world`` ranks: a key-value store
+        served by the master on the address every node reaches (rank 0's host is not known
+        before it lands, on a cluster); the previous group's store closes."""
+        import torch.distributed as dist  # only allreduce jobs need it
+
+        self.rendezvous = None
+        self.rendezvous = dist.TCPStore(self.backend.bind_host, 0, world + 1, is_master=True,
+                                        wait_for_workers=False)  # fmt: skip
+        return f"tcp://{self.backend.bind_host}:{self.rendezvous.port}"
 
     def stop_node(self, name: str) -> None:
         node = self.job.nodes.get(name)
@@ -366,7 +384,7 @@ class Master:
         return self.clock.now() - self.started_at
 
     def threads(self, node: NodeSpec) -> int:
-        return threads_for(node.resources.cpu_cores, len(self.backend.cpus))
+        return threads_for(node.resources.cpu_cores, self.backend.host_cpus)
 
     # -- the mechanism the control loop drives ------------------------------------------
     @property

@@ -36,7 +36,7 @@ from rightsize.runtime.protocol import Stats
 from rightsize.scaling.api import MetricSample, NodeMetrics
 
 if TYPE_CHECKING:
-    from rightsize.runtime.backends.local import LocalBackend
+    from rightsize.runtime.backends.base import NodeBackend
     from rightsize.runtime.jobstate import JobState
 
 
@@ -186,7 +186,7 @@ class MetricCollector:
 
 
 def read_nodes(
-    job: JobState, backend: LocalBackend, time_s: float, origin_s: float = 0.0
+    job: JobState, backend: NodeBackend, time_s: float, origin_s: float = 0.0
 ) -> list[tuple[NodeSpec, Reading]]:
     """A reading of every running node of the job's shape (cgroup counters and its own);
     ``time_s`` is on the job's clock, which starts at ``origin_s`` on the master's."""

@@ -19,10 +19,10 @@ import sys
 import time
 
 import torch
-import zmq
 
 from rightsize.core.processes import die_with_parent
 from rightsize.core.spec import JobSpec
+from rightsize.runtime.curve import JobContext, JobKeys
 from rightsize.runtime.protocol import (
     NO_CLUSTER,
     Body,
@@ -58,7 +58,7 @@ class NodeContext:
 
     def __init__(self, name: str, role: Role, master_address: str) -> None:
         self.name, self.role = name, role
-        self.zmq = zmq.Context()
+        self.zmq = JobContext().secure(JobKeys.from_env())  # the job's keys, if it has any
         self.counters = Counters()
         self.master = Client(self.zmq, master_address, self.counters)
         self.steps = self.samples = self.updates = 0

@@ -52,7 +52,7 @@ from rightsize.runtime.protocol import (
 )
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
 from rightsize.runtime.slots import Fill
-from rightsize.runtime.transport import Server, route
+from rightsize.runtime.transport import Server, node_bind_host, route
 
 #: Seconds between heartbeats to the master (its commands arrive in the replies).
 HEARTBEAT_S = 0.1
@@ -249,7 +249,7 @@ def rows_fill(table: torch.Tensor, ids: torch.Tensor) -> Fill:
 def run_ps(ctx: NodeContext) -> int:
     # the optimizers build sparse tensors from ids we coalesced ourselves: skip the checks
     torch.sparse.check_sparse_tensor_invariants.disable()
-    server = Server(ctx.zmq, ctx.counters)
+    server = Server(ctx.zmq, ctx.counters, host=node_bind_host())
     ctx.register(address=server.address)
     host = host_identity() if ctx.spec.runtime.shared_memory == SharedMemoryMode.AUTO else None
     server.shared = SharedMemory(host) if host else None  # the job file is known from now

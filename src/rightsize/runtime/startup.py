@@ -20,7 +20,7 @@ from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec, ShapeSpec
-from rightsize.runtime.capacity import capacity_problem
+from rightsize.runtime.capacity import Capacity, capacity_problem
 from rightsize.runtime.checkpoint import check_writable
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardPlan
@@ -105,7 +105,8 @@ def launch_plan(spec: JobSpec, policy: Policy, machine: Resources) -> Plan:
     return plan
 
 
-def check_fits(spec: JobSpec, shape: ClusterShape, machine: Resources, oversubscribe: bool) -> None:
+def check_fits(spec: JobSpec, shape: ClusterShape, machine: Resources | Capacity,
+               oversubscribe: bool) -> None:  # fmt: skip
     """Raises ResourceError if ``shape`` or the budget exceeds ``machine`` (unless allowed),
     SpecError if the checkpoint directory cannot be written."""
     problem = None if oversubscribe else capacity_problem(shape, spec.budget.resources, machine)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 import zmq
 
+from rightsize.runtime import curve
 from rightsize.runtime.sharedmem import SegmentGone, SharedMemory
 from rightsize.runtime.slots import (
     IN,
@@ -149,6 +151,15 @@ def route(request: Header) -> Header:
     return back
 
 
+#: The environment variable that tells a node which address its own server binds (a PS):
+#: loopback on one machine (the default), its host's address on a cluster.
+BIND_HOST_ENV = "RIGHTSIZE_BIND_HOST"
+
+
+def node_bind_host() -> str:
+    return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
+
+
 class Server:
     """A ROUTER socket: requests from many peers, each answered by its identity.
 
@@ -160,6 +171,7 @@ class Server:
                  shared: SharedMemory | None = None) -> None:  # fmt: skip
         self.socket = context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        curve.serve(context, self.socket)
         port = self.socket.bind_to_random_port(f"tcp://{host}")
         self.address = f"tcp://{host}:{port}"
         self.counters = counters
@@ -238,6 +250,7 @@ class Client:
         self.address = address
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        curve.dial(context, self.socket)
         self.socket.connect(address)
         self.counters = counters
         self.pending: set[int] = set()

@@ -80,6 +80,11 @@ class _Process:
 class LocalBackend:
     """Launches, resizes, measures and stops node processes on this machine."""
 
+    #: every node is on this machine: servers listen on loopback only
+    bind_host = "127.0.0.1"
+    #: a starting node may borrow the budget's idle CPU on this machine (:mod:`allowance`)
+    lends_idle_cpu = True
+
     def __init__(self, isolation: Isolation, log_dir: Path, warn: Callable[[str], None]) -> None:
         self.log_dir = log_dir
         self.machine = machine_resources()
@@ -100,9 +105,19 @@ class LocalBackend:
                 warn(f"warning: {exc}; nodes get CPU affinity and thread limits instead")
         self.mode = f"cgroup-v{self.cgroups.hierarchy.version}" if self.cgroups else "affinity"
 
+    @property
+    def host_cpus(self) -> int:
+        return len(self.cpus)
+
+    def placements(self) -> list[dict]:
+        """Where nodes ran: every one on this machine."""
+        return []
+
     # -- lifecycle ------------------------------------------------------------------
     def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str]) -> int:
-        """Start ``argv`` as ``node`` inside its limits; returns the pid."""
+        """Start ``argv`` as ``node`` inside its limits; returns the pid. The node dies with
+        this process (``--parent``: Linux's parent-death signal)."""
+        argv = [*argv, "--parent", str(os.getpid())]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.note(node.name, f"launching {node.name}: {node.resources} ({self.mode})")
         log = open(self.log_dir / f"{node.name}.log", "ab")  # noqa: SIM115 (closed on exit)
