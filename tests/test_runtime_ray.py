@@ -15,6 +15,7 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeRole
 from rightsize.core.spec import Backend
+from rightsize.runtime.backends.ray import NODE_LABEL
 from rightsize.runtime.master import Master
 from rightsize.scaling.api import Action
 from rightsize.scaling.registry import make_policy
@@ -67,6 +68,7 @@ def test_a_ps_job_spans_ray_nodes_and_trains_each_sample_once(tmp_path, cluster)
     assert spec.runtime.backend == Backend.RAY
     master = Master(spec, make_policy("static"))
     assert master.machine.cpu_cores >= sum(RAY_NODES)  # the cluster's, not this machine's
+    assert master.keys is not None  # across hosts the job's sockets use CURVE by default
     report = master.run()
     placed = {p["node"]: p["ray_node"] for p in master.backend.placements()}
     assert set(placed) == {"ps-0", "worker-0", "worker-1"}
@@ -94,7 +96,7 @@ def test_resizing_stays_in_place_where_the_host_has_room_else_relaunches(tmp_pat
         add_spare_node(cluster)
         ray_node = master.backend.nodes["worker-1"].ray_node
         blocker = ray.util.placement_group([{"CPU": 0.3}], strategy="STRICT_PACK",
-                                           _soft_target_node_id=ray_node)  # fmt: skip
+                                           bundle_label_selector=[{NODE_LABEL: ray_node}])  # fmt: skip
         ray.get(blocker.ready(), timeout=30)
         blockers.append(blocker)
         return shape.with_resources("worker-1", Resources(0.9, 1024 * MI))

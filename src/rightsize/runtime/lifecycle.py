@@ -95,11 +95,11 @@ def start_nodes(master: Master, nodes: Sequence[tuple[NodeSpec, PSConfig | RankC
 def _startup_resources(master: Master, starting: list[NodeSpec]) -> dict:
     """What each starting node borrows from the idle CPU the job may hold (:mod:`allowance`):
     its budget alone on a machine, what it reserved under the service (:mod:`lease`)."""
-    if not (master.spec.runtime.startup_allowance and master.backend.lends_idle_cpu):
+    if not master.spec.runtime.startup_allowance:
         return {}
     held = sum((n.startup or n.spec.resources).cpu_cores for n in master.job.nodes.alive())
     return startup_resources(starting, held, master.lease.ceiling(master.spec.budget.resources),
-                             master.machine.cpu_cores)  # fmt: skip
+                             master.backend.host_cpus)  # fmt: skip
 
 
 def launch_job(master: Master, shape: ClusterShape, row: CheckpointRow | None) -> str:

@@ -331,8 +331,7 @@ class Master:
             Role.WORKER if self.spec.strategy == Strategy.PS else Role.RANK)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
                 "--name", node.name, "--role", str(role)]  # fmt: skip
-        launched = NodeSpec(node.name, node.role, startup) if startup else node
-        pid = self.backend.launch(launched, argv, self.keys.to_env() if self.keys else {})
+        pid = self.backend.launch(node, argv, self.keys.to_env() if self.keys else {}, startup)
         state = NodeState(node, pid, self.clock.now(), config=config, startup=startup)
         self.job.nodes.add(state)
         self.collector.forget(node.name)

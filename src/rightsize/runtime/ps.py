@@ -34,6 +34,7 @@ import zmq
 
 from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime import checkpoint
+from rightsize.runtime.backends.base import node_bind_host
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, ParamStore, warm_up
@@ -52,7 +53,7 @@ from rightsize.runtime.protocol import (
 )
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
 from rightsize.runtime.slots import Fill
-from rightsize.runtime.transport import Server, node_bind_host, route
+from rightsize.runtime.transport import Server, route
 
 #: Seconds between heartbeats to the master (its commands arrive in the replies).
 HEARTBEAT_S = 0.1

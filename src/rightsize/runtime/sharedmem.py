@@ -31,7 +31,6 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
-import re
 import secrets
 import socket
 import time
@@ -42,20 +41,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# what cleans up after processes needs no torch (the Ray backend's actors import it)
+from rightsize.runtime.segments import (  # noqa: F401 (re-exported)
+    PREFIX,
+    SEGMENT_NAME,
+    SHM_DIR,
+    owner_pid,
+    remove_segments,
+    sweep_stale,
+)
 from rightsize.runtime.slots import Layout
 
-#: Where segments live: a tmpfs every process of the host can map.
-SHM_DIR = Path("/dev/shm")
-#: Every segment's name starts with this.
-PREFIX = "rightsize"
 #: The kernel's boot id: one per boot of one machine.
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 #: Mappings a server keeps open at once (the least recently used goes first).
 MAX_ATTACHED = 64
 #: A server unmaps a segment it has not used for this long (its worker is gone or moved).
 IDLE_DETACH_S = 10.0
-
-_NAME = re.compile(rf"{PREFIX}\.(\d+)\.[0-9a-f]+\.[A-Za-z0-9._-]+")
 
 
 class SegmentGone(Exception):
@@ -177,7 +179,7 @@ class SharedMemory:
         """
         cached = self._attached.pop(name, None)
         if cached is None:
-            if not _NAME.fullmatch(name):
+            if not SEGMENT_NAME.fullmatch(name):
                 raise SegmentGone(f"not a segment name: {name!r}")
             segment = Segment.attach(self.directory / name)
             while len(self._attached) >= MAX_ATTACHED:
@@ -196,47 +198,3 @@ class SharedMemory:
     def detach_all(self) -> None:
         """Unmap every segment of others (a new generation: old requests are never read)."""
         self._attached.clear()
-
-
-# -- cleaning up after processes --------------------------------------------------------------
-def owner_pid(name: str) -> int | None:
-    """The pid of the process that created segment ``name`` (None: not a segment's name)."""
-    match = _NAME.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-def remove_segments(pid: int, directory: Path = SHM_DIR) -> int:
-    """Unlink every segment process ``pid`` created (it has ended); returns how many."""
-    return _unlink(p for p in directory.glob(f"{PREFIX}.{pid}.*") if owner_pid(p.name) == pid)
-
-
-def sweep_stale(directory: Path = SHM_DIR, alive: Callable[[int], bool] | None = None) -> int:
-    """Unlink segments whose creator is dead (left by nodes of a killed master)."""
-    alive = alive or _alive
-    stale = []
-    for path in directory.glob(f"{PREFIX}.*") if directory.is_dir() else []:
-        pid = owner_pid(path.name)
-        if pid is not None and not alive(pid):
-            stale.append(path)
-    return _unlink(stale)
-
-
-def _unlink(paths) -> int:
-    count = 0
-    for path in paths:
-        try:
-            path.unlink()
-            count += 1
-        except FileNotFoundError:
-            pass
-    return count
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

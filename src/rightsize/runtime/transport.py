@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -149,15 +148,6 @@ def route(request: Header) -> Header:
     if "host" in request:
         back["_host"] = True
     return back
-
-
-#: The environment variable that tells a node which address its own server binds (a PS):
-#: loopback on one machine (the default), its host's address on a cluster.
-BIND_HOST_ENV = "RIGHTSIZE_BIND_HOST"
-
-
-def node_bind_host() -> str:
-    return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
 
 
 class Server:

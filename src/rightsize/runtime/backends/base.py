@@ -9,6 +9,7 @@ span, read before anything is launched (the master checks a shape against it).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +19,14 @@ from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Backend, RuntimeSpec
 from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources
 from rightsize.runtime.capacity import Capacity
+
+#: The environment variable that tells a node which address its own server binds (a PS):
+#: loopback on one machine (the default), its host's address on a cluster.
+BIND_HOST_ENV = "RIGHTSIZE_BIND_HOST"
+
+
+def node_bind_host() -> str:
+    return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
 
 
 class NotInPlace(Exception):
@@ -34,10 +43,9 @@ class NodeBackend(Protocol):
     bind_host: str
     #: CPUs of the largest host a node can land on (torch threads follow a node's quota)
     host_cpus: int
-    #: whether a starting node may borrow the budget's idle CPU (:mod:`allowance`)
-    lends_idle_cpu: bool
 
-    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str]) -> int: ...
+    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str],
+               startup: Resources | None = None) -> int: ...
     def note(self, name: str, text: str) -> None: ...
     def resize(self, name: str, resources: Resources) -> int: ...
     def exits(self) -> list[Exit]: ...

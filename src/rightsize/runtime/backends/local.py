@@ -34,7 +34,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
 from rightsize.runtime.backends.cgroups import CgroupUnavailable, JobCgroups, NodeCgroup, detect
-from rightsize.runtime.sharedmem import remove_segments, sweep_stale
+from rightsize.runtime.segments import remove_segments, sweep_stale
 
 #: Threads for an allocation of ``c`` cores: ``floor(c + THREAD_ROUNDING)``, at least 1 and
 #: at most the machine's CPUs. Rounding down: a thread for a fractional core runs out of
@@ -82,8 +82,6 @@ class LocalBackend:
 
     #: every node is on this machine: servers listen on loopback only
     bind_host = "127.0.0.1"
-    #: a starting node may borrow the budget's idle CPU on this machine (:mod:`allowance`)
-    lends_idle_cpu = True
 
     def __init__(self, isolation: Isolation, log_dir: Path, warn: Callable[[str], None]) -> None:
         self.log_dir = log_dir
@@ -114,9 +112,13 @@ class LocalBackend:
         return []
 
     # -- lifecycle ------------------------------------------------------------------
-    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str]) -> int:
-        """Start ``argv`` as ``node`` inside its limits; returns the pid. The node dies with
-        this process (``--parent``: Linux's parent-death signal)."""
+    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str],
+               startup: Resources | None = None) -> int:  # fmt: skip
+        """Start ``argv`` as ``node`` inside its limits (``startup``'s, larger, until the master
+        resizes it: :mod:`allowance`); returns the pid. The node dies with this process
+        (``--parent``: Linux's parent-death signal)."""
+        if startup is not None:
+            node = NodeSpec(node.name, node.role, startup)
         argv = [*argv, "--parent", str(os.getpid())]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.note(node.name, f"launching {node.name}: {node.resources} ({self.mode})")

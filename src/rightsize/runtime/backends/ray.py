@@ -14,7 +14,7 @@ Where things run:
 
 Resizing a node vertically first tries to keep it where it runs: the old
 reservation is released and a new one of the new size asked for on the same Ray
-node (Ray's soft node target); if it lands there, the cgroup is rewritten and the
+node (pinned by its node-id label); if it is granted there, the cgroup is rewritten and the
 process keeps running (*in place*). If it cannot (the host is full), the old
 reservation is taken back and :class:`NotInPlace` tells the master to relaunch
 the node at its new size elsewhere. Shrinking always stays in place.
@@ -45,10 +45,15 @@ from rightsize.runtime.capacity import Capacity
 
 #: Seconds a new node's reservation may wait for room on the cluster.
 PLACE_TIMEOUT_S = 60.0
+#: Seconds a starting node waits for room to borrow idle CPU in before it starts at its size.
+BORROW_TIMEOUT_S = 2.0
 #: Seconds a resize waits to learn whether the node's host has room for its new size.
 RESIZE_TIMEOUT_S = 10.0
 #: Seconds a call to a node's actor may take (a stop waits up to its own grace first).
 CALL_TIMEOUT_S = 30.0
+#: The label every Ray node carries with its id: a reservation pinned to the node a process
+#: runs on asks for it (it then waits for room there rather than landing elsewhere).
+NODE_LABEL = "ray.io/node-id"
 #: Ray's resource quantities have four decimal places.
 _RESOLUTION = 1e-4
 
@@ -131,10 +136,6 @@ class _Placed:
 class RayBackend:
     """Launches, resizes, measures and stops node processes on a Ray cluster."""
 
-    #: a node starts at its planned size: what it may use is what its reservation holds,
-    #: and borrowing idle CPU would mean reserving it on a host that may not have it
-    lends_idle_cpu = False
-
     def __init__(self, address: str, isolation: Isolation, log_dir: Path,
                  warn: Callable[[str], None]) -> None:  # fmt: skip
         self.ray = _ray()
@@ -157,9 +158,13 @@ class RayBackend:
         return list(self._placements)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str]) -> int:
+    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str],
+               startup: Resources | None = None) -> int:  # fmt: skip
         """Reserve ``node``'s resources on one Ray node, start its actor there and the node's
-        process under it; returns the process's pid (on its host).
+        process under it; returns the process's pid (on its host). With ``startup`` (the
+        larger resources a starting node borrows, :mod:`allowance`) it reserves those if a
+        Ray node has them free now, else the node's own; the master shrinks it in place
+        once it trains.
 
         Raises:
             ResourceError: no Ray node had room within :data:`PLACE_TIMEOUT_S`.
@@ -167,7 +172,11 @@ class RayBackend:
         if not any(_within(node.resources, host) for host in _hosts(self.ray)):
             raise ResourceError(f"{node.name} needs {node.resources}, more than any live Ray "
                                 f"node has")  # fmt: skip
-        group = self._reserve(node.name, node.resources, None, PLACE_TIMEOUT_S)
+        group = None
+        if startup is not None:
+            group = self._reserve(node.name, startup, None, BORROW_TIMEOUT_S)
+            node = NodeSpec(node.name, node.role, startup) if group is not None else node
+        group = group or self._reserve(node.name, node.resources, None, PLACE_TIMEOUT_S)
         if group is None:
             raise ResourceError(f"{node.name} needs {node.resources}: no Ray node had it free "
                                 f"within {PLACE_TIMEOUT_S:g}s")  # fmt: skip
@@ -213,14 +222,12 @@ class RayBackend:
         if _bundle(resources) != _bundle(placed.reserved):
             self.ray.util.remove_placement_group(placed.group)
             group = self._reserve(name, resources, placed.ray_node, RESIZE_TIMEOUT_S)
-            if group is None or self._node_of(group) != placed.ray_node:
-                if group is not None:
-                    self.ray.util.remove_placement_group(group)
+            if group is None:
                 # take the old reservation back (it was free a moment ago); a node that
                 # shrinks keeps it and runs smaller inside it
                 placed.group = self._reserve(name, placed.reserved, placed.ray_node,
                                              PLACE_TIMEOUT_S)  # fmt: skip
-                if not _within(resources, placed.reserved):
+                if placed.group is None or not _within(resources, placed.reserved):
                     raise NotInPlace(f"Ray node {placed.ray_node[:12]} has no room for {name} "
                                      f"at {resources}")  # fmt: skip
             else:
@@ -302,12 +309,14 @@ class RayBackend:
     # -- internals ------------------------------------------------------------------------
     def _reserve(self, name: str, resources: Resources, ray_node: str | None,
                  timeout_s: float):  # fmt: skip
-        """A placement group of ``resources`` on one Ray node (``ray_node`` preferred), or
-        None if none had room within ``timeout_s``."""
+        """A placement group of ``resources`` on one Ray node — on ``ray_node`` and no other,
+        if given (a process already runs there) — or None if there was no room within
+        ``timeout_s``."""
         util = self.ray.util
+        pinned = [{NODE_LABEL: ray_node}] if ray_node else None
         group = util.placement_group([_bundle(resources)], strategy="STRICT_PACK",
                                      name=f"rightsize-{self.token}-{name}-{uuid.uuid4().hex[:4]}",
-                                     _soft_target_node_id=ray_node)  # fmt: skip
+                                     bundle_label_selector=pinned)  # fmt: skip
         try:
             self.ray.get(group.ready(), timeout=timeout_s)
         except self.ray.exceptions.GetTimeoutError:

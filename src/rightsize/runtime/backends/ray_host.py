@@ -30,8 +30,8 @@ from pathlib import Path
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
+from rightsize.runtime.backends.base import BIND_HOST_ENV
 from rightsize.runtime.backends.local import Exit, LocalBackend
-from rightsize.runtime.transport import BIND_HOST_ENV
 
 #: How often the actor looks for its process's exit.
 EXIT_POLL_S = 0.05
