@@ -23,6 +23,13 @@ whose next worker adds < 10%) measured and predicted.
 
     python benchmarks/ps_scaling.py --lock /tmp/rightsize-cpu.lock \\
         --out benchmarks/results/ps_scaling.json
+
+With ``--ceiling`` (a benchmarks/ps_ceiling.py result for the same case), both models are
+also checked with the shared host it measured (``queueing+host``, ``dlrover+host``); the
+stored curves are re-fitted without running anything with ``--refit``:
+
+    python benchmarks/ps_scaling.py --refit benchmarks/results/ps_scaling.json \\
+        --ceiling benchmarks/results/ps_ceiling.json --out benchmarks/results/ps_scaling.json
 """
 
 from __future__ import annotations
@@ -132,24 +139,53 @@ def fit_ps_cpu(rows: list[dict], per_byte: bool = True) -> tuple[float, float]:
     return float(coef[0]), float(coef[1]) if per_byte else 0.0
 
 
-def fit(rows: list[dict], per_byte: bool = True) -> Fit:
+def fit(rows: list[dict], per_byte: bool = True, host: Host | None = None) -> Fit:
+    """The PS's costs, and ``Z`` from the one-worker runs: their step less the PS's demand (and,
+    given the shared host, less its demand too: one worker then waits for neither)."""
     a, b = fit_ps_cpu(rows, per_byte)
     thinks = []
     for r in rows:
         if r["workers"] == 1:
-            demand = (a + b * r["bytes_per_step"]) / r["ps_cpu"]
+            ps_cpu_s = a + b * r["bytes_per_step"]
+            demand = ps_cpu_s / r["ps_cpu"]
+            if host is not None:
+                demand += (ps_cpu_s + host.colocated_cpu_s_per_step) / host.cores
             thinks.append(1 / r["steps_per_s"] - demand)
     return Fit(a, b, max(1e-6, statistics.median(thinks)))
 
 
-def predict(f: Fit, ps_cpu: float, workers: int, bytes_per_step: float, queueing: bool) -> float:
+@dataclass(frozen=True)
+class Host:
+    """The shared host, from benchmarks/ps_ceiling.py: cores left to the job, and the CPU the
+    co-located workers and master spend per step (perf/ps.py ``PSSpec.host_cores``)."""
+
+    cores: float
+    colocated_cpu_s_per_step: float
+
+
+def host_of(ceiling: dict, case: str) -> Host | None:
+    """The host a ps_ceiling result measured for ``case``: its quietest run at the most workers
+    (the fewest cores taken by anything but the job's nodes)."""
+    runs = [r for r in ceiling.get("runs", []) if "error" not in r]
+    if ceiling.get("case") != case or not runs:
+        return None
+    most = max(r["workers"] for r in runs)
+    run = min((r for r in runs if r["workers"] == most), key=lambda r: r["others_cores"])
+    cpus = ceiling["load_before"]["cpus"]
+    return Host(cpus - run["others_cores"],
+                run["worker_cpu_s_per_step"] + run["master_cpu_s_per_step"])
+
+
+def predict(f: Fit, ps_cpu: float, workers: int, bytes_per_step: float, queueing: bool,
+            host: Host | None = None) -> float:  # fmt: skip
     # bytes_per_step counts both directions: the models move 2 x model bytes
     model_bytes = int(bytes_per_step / 2)
     worker = WorkerSpec(batch=1, compute_s=f.think_s, link_bytes_per_s=float("inf"))
+    shared = {"host_cores": host.cores, "colocated_cpu_s_per_step": host.colocated_cpu_s_per_step} if host else {}
     if queueing:
-        ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), cpu_s_per_byte=f.cpu_s_per_byte)
+        ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), cpu_s_per_byte=f.cpu_s_per_byte, **shared)
         return ps_throughput_queueing([worker] * workers, ps, model_bytes).steps_per_s
-    ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), headroom=1.0)
+    ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), headroom=1.0, **shared)
     return ps_throughput([worker] * workers, ps, model_bytes).steps_per_s
 
 
@@ -162,8 +198,12 @@ def saturation(curve: dict[int, float]) -> int | None:
     return None
 
 
-def held_out(rows: list[dict]) -> dict:
-    """Each PS setting's curve predicted by fits on the others, by both models."""
+def held_out(rows: list[dict], host: Host | None = None) -> dict:
+    """Each PS setting's curve predicted by fits on the others, by both models (and, given the
+    shared host, by both with it: ``queueing+host``, ``dlrover+host``)."""
+    models = [("queueing", True, None), ("dlrover", False, None)]
+    if host is not None:
+        models += [("queueing+host", True, host), ("dlrover+host", False, host)]
     out = {}
     for ps_cpu in sorted({r["ps_cpu"] for r in rows}):
         seen = [r for r in rows if r["ps_cpu"] != ps_cpu]
@@ -171,10 +211,10 @@ def held_out(rows: list[dict]) -> dict:
         if not seen or not test:
             continue
         entry = {"measured": {r["workers"]: r["steps_per_s"] for r in test}}
-        for name, queueing in (("queueing", True), ("dlrover", False)):
-            f = fit(seen, per_byte=queueing)
+        for name, queueing, shared in models:
+            f = fit(seen, per_byte=queueing, host=shared if queueing else None)
             predicted = {r["workers"]: predict(f, ps_cpu, r["workers"], r["bytes_per_step"],
-                                               queueing) for r in test}  # fmt: skip
+                                               queueing, shared) for r in test}  # fmt: skip
             errors = [abs(predicted[n] / m - 1) for n, m in entry["measured"].items()]
             entry[name] = {"predicted": predicted, "mape": statistics.fmean(errors),
                            "saturation_at": saturation(predicted), "fit": f.__dict__}  # fmt: skip
@@ -194,12 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--lock", help="hold this file's flock for each run (shared machine)")
     parser.add_argument("--refit", type=Path, help="only fit a saved result's runs again")
+    parser.add_argument("--ceiling", type=Path,
+                        help="a benchmarks/ps_ceiling.py result: also predict with its shared host")
     parser.add_argument("--out", default="benchmarks/results/ps_scaling.json")
     args = parser.parse_args(argv)
+    ceiling = json_load(args.ceiling) if args.ceiling else {}
     if args.refit:
         result = json_load(args.refit)
+        result["ceiling"] = str(args.ceiling) if args.ceiling else None
         for case in result["cases"]:
-            case["held_out"] = held_out(case["runs"])
+            host = host_of(ceiling, case["case"])
+            case["host"] = host.__dict__ if host else None
+            case["held_out"] = held_out(case["runs"], host)
         write_report(args.out, result)
         return 0
     unknown = [c for c in args.cases.split(",") if c not in CASES]
@@ -227,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                         runs.append(row)
         good = merge_repeats([r for r in runs if "error" not in r])
         result["cases"].append({"case": case, "runs": good, "all_runs": runs,
-                                "held_out": held_out(good)})  # fmt: skip
+                                "held_out": held_out(good, host_of(ceiling, case))})  # fmt: skip
     result["load_after"] = load_note()
     write_report(args.out, result)
     return 0

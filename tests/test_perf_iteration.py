@@ -175,3 +175,26 @@ def test_ps_queueing_model_by_hand():
     assert predict_ps([w], ps, 10**7, PSModel.DLROVER) == ps_throughput([w], ps, 10**7)
     with pytest.raises(ValueError, match="at least one worker"):
         ps_throughput_queueing([], ps, 10**7)
+
+
+def test_ps_shared_host_by_hand():
+    # a 1-core PS at 0.02 core-s per update, no per-byte cost, on a host with 1.5 cores left
+    # to the job, where the co-located workers spend 0.04 core-s per step:
+    # D_host = (0.02 + 0.04) / 1.5 = 0.04 s, D_cpu = 0.02 s; worker Z = 0.1 s (fat links)
+    ps = PSSpec(count=1, update_core_s=0.02, cores=1, link_bytes_per_s=float("inf"),
+                host_cores=1.5, colocated_cpu_s_per_step=0.04)  # fmt: skip
+    alone = PSSpec(count=1, update_core_s=0.02, cores=1, link_bytes_per_s=float("inf"))
+    w = WorkerSpec(batch=1, compute_s=0.1, link_bytes_per_s=float("inf"))
+    assert ps.host_demand_s(10**6) == pytest.approx(0.04) and alone.host_demand_s(10**6) == 0
+    one = ps_throughput_queueing([w], ps, 10**6)
+    assert one.steps_per_s == pytest.approx(1 / (0.1 + 0.02 + 0.04))
+    # the host (the larger demand) caps the job at 1 / 0.04 = 25 steps/s, not the PS's 50
+    many = ps_throughput_queueing([w] * 200, ps, 10**6)
+    assert many.steps_per_s == pytest.approx(25, rel=0.01) and many.bottleneck == "host-cpu"
+    assert ps_throughput_queueing([w] * 200, alone, 10**6).steps_per_s == pytest.approx(50, rel=0.01)
+    # eq. 1: 200 workers want 200 / 0.12 steps/s; the host caps at 25, the PS at 50
+    capped = ps_throughput([w] * 200, ps, 10**6)
+    assert capped.bottleneck == "host-cpu" and capped.steps_per_s == pytest.approx(25)
+    assert ps_throughput([w] * 200, alone, 10**6).steps_per_s == pytest.approx(50)
+    with pytest.raises(ValueError, match="host_cores"):
+        PSSpec(count=1, update_core_s=0.02, cores=1, link_bytes_per_s=1e9, host_cores=0)

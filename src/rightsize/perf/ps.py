@@ -27,6 +27,15 @@ bends smoothly towards ``1 / max(D)`` as workers are added, as measured curves
 do (benchmarks/ps_scaling.py). One worker's step is DLRover's eq. 1 with the
 transfer timed over the worker's link and then the PS's. Both models stay
 selectable (:class:`PSModel`).
+
+Co-located nodes share their host's CPU (``PSSpec.host_cores``, issue 18 item 4): on
+one 2-core host with a 1-core PS and six 1/6-core workers, the PS never used more than
+half a core, and benchmarks/ps_ceiling.py found why: not its one serving thread (idle a
+third of the time, never throttled) but the host — every process runnable and waiting
+for a CPU (the PS 36% of its time, each worker 49%). With ``host_cores`` set, the
+queueing model adds the host's CPU as a station every step queues at, with demand
+``(PS CPU per step + the co-located nodes' CPU per step) / host_cores``, and eq. 1 a
+cap ``host_cores`` over the same CPU per step. Unset (infinite), both are as before.
 """
 
 from __future__ import annotations
@@ -71,6 +80,10 @@ class PSSpec:
         headroom: ``p``, the fraction of ``B_ps`` the workers may fill.
         cpu_s_per_byte: CPU-seconds the PS spends per byte pulled or pushed (queueing model).
         network_efficiency: goodput over line rate of the PS link (queueing model).
+        host_cores: cores of the host the PS shares with co-located nodes, less what the
+            OS and other processes take (infinite: a host of its own, the default).
+        colocated_cpu_s_per_step: CPU-seconds the co-located workers and master spend per
+            step on that host (benchmarks/ps_ceiling.py measures both).
     """
 
     count: int
@@ -81,6 +94,20 @@ class PSSpec:
     headroom: float = FC2_HEADROOM
     cpu_s_per_byte: float = 0.0
     network_efficiency: float = 1.0
+    host_cores: float = float("inf")
+    colocated_cpu_s_per_step: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.host_cores > 0 or self.colocated_cpu_s_per_step < 0:
+            raise ValueError(f"PSSpec: host_cores must be > 0 (got {self.host_cores}) and "
+                             f"colocated_cpu_s_per_step >= 0 (got {self.colocated_cpu_s_per_step})")
+
+    def host_demand_s(self, model_bytes: int) -> float:
+        """Seconds of the shared host's CPU one step takes (0 on a host of its own)."""
+        if self.host_cores == float("inf"):
+            return 0.0
+        ps_cpu = self.update_core_s + 2 * model_bytes * self.cpu_s_per_byte
+        return (ps_cpu + self.colocated_cpu_s_per_step) / self.host_cores
 
     @property
     def effective_cores(self) -> float:
@@ -99,7 +126,7 @@ class PSThroughput:
     steps_per_s: float
     samples_per_s: float
     worker_step_s: tuple[float, ...]
-    bottleneck: str  # "workers", "ps-network" or "ps-compute"
+    bottleneck: str  # "workers", "ps-network", "ps-compute" or "host-cpu"
     ps_bytes_per_s_per_worker: tuple[float, ...]  # FC2's b_t of each worker
 
 
@@ -126,6 +153,7 @@ def ps_throughput(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int) -
         "ps-compute": min(ps.cores, ps.usable_cores) / ps.update_core_s
         if ps.update_core_s
         else float("inf"),
+        "host-cpu": 1 / ps.host_demand_s(model_bytes) if ps.host_demand_s(model_bytes) else float("inf"),
     }
     bottleneck = min(caps, key=caps.get)
     steps = caps[bottleneck]
@@ -149,6 +177,7 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
     demands = {
         "ps-compute": (ps.update_core_s + moved * ps.cpu_s_per_byte) / ps.effective_cores,
         "ps-network": moved / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
+        "host-cpu": ps.host_demand_s(model_bytes),
     }
     z = sum(think) / len(think)
     queue = dict.fromkeys(demands, 0.0)
