@@ -181,8 +181,9 @@ def derived(out: dict, steps_per_s: float) -> dict:
         "ps_cpu_s_per_update": ps.get("cpu_s", 0.0) / steps_per_s,
         "worker_cpu_s_per_step": workers.get("cpu_s", 0.0) / steps_per_s,
         "master_cpu_s_per_step": out["master_cores"] / steps_per_s,
-        # the serving thread's second: on a CPU, runnable but waiting, and the rest
-        # (throttled by the quota, or asleep: idle or in a non-CPU wait of its own)
+        # the serving thread's second: on a CPU, runnable but waiting (run_delay, which may
+        # take in throttled time too), the cgroup's throttled time, and the rest (asleep:
+        # idle or in a non-CPU wait of its own; exact where nothing was throttled)
         "ps_main_thread": {"on_cpu": main_on, "run_delay": main_delay,
                            "throttled": ps.get("throttled_s", 0.0),
                            "asleep": max(0.0, 1 - main_on - main_delay - ps.get("throttled_s", 0.0))},
