@@ -47,3 +47,31 @@ def test_held_out_curves_are_predicted_and_saturation_found():
     assert measured[6] < 27.8 and ps.saturation(measured) is not None
     assert ps.saturation({1: 10.0, 2: 20.0, 3: 30.0}) is None
     assert ps.saturation({1: 10.0, 2: 20.0, 3: 21.0}) == 2
+
+
+def test_curves_on_a_shared_host_are_recovered_with_its_measurement():
+    # curves made on a host with 1.0 core left to the job, where the workers spend 0.03 s of CPU
+    # per step: D_host = (0.009 + 0.03) / 1.0 = 39 ms, so the job never passes 25.6 steps/s
+    host = ps.Host(cores=1.0, colocated_cpu_s_per_step=0.03)
+    f = ps.Fit(0.002, 1e-9, 0.1)
+    rows = []
+    for c in (0.25, 0.5, 1.0):
+        for n in range(1, 7):
+            steps = ps.predict(f, c, n, 7e6, queueing=True, host=host)
+            rows.append({"ps_cpu": c, "workers": n, "steps_per_s": steps, "bytes_per_step": 7e6,
+                         "ps_cpu_used": steps * 0.009, "ps_bytes_per_s": steps * 7e6})  # fmt: skip
+    assert max(r["steps_per_s"] for r in rows) < 1 / 0.039
+    # the fit takes the host's demand out of Z: one worker waits for neither the PS nor the host
+    assert ps.fit(rows, host=host).think_s == pytest.approx(0.1, rel=1e-6)
+    out = ps.held_out(rows, host)
+    assert out["1"]["queueing+host"]["mape"] < 1e-6
+    assert out["1"]["queueing"]["mape"] > 0.05  # without the host, the 1-core PS runs too fast
+    assert "queueing+host" not in ps.held_out(rows)["1"]
+    # the host a ps_ceiling result measured: its quietest run at the most workers
+    ceiling = {"case": "wide-deep", "load_before": {"cpus": 2}, "runs": [
+        {"workers": 6, "others_cores": 0.7, "worker_cpu_s_per_step": 0.03, "master_cpu_s_per_step": 0.001},
+        {"workers": 6, "others_cores": 0.1, "worker_cpu_s_per_step": 0.025, "master_cpu_s_per_step": 0.001},
+        {"workers": 1, "others_cores": 0.0, "worker_cpu_s_per_step": 0.02, "master_cpu_s_per_step": 0.002},
+    ]}  # fmt: skip
+    assert ps.host_of(ceiling, "wide-deep") == ps.Host(pytest.approx(1.9), pytest.approx(0.026))
+    assert ps.host_of(ceiling, "mlp3") is None
