@@ -134,6 +134,24 @@ def test_resizing_stays_in_place_where_the_host_has_room_else_relaunches(tmp_pat
     assert_exactly_once(spec, DIGITS, master.job.shards.epoch, partial=True)
 
 
+def test_an_allreduce_group_meets_at_the_master_s_store_across_ray_nodes(tmp_path, cluster):
+    # rank 0's host is not known before it lands: the group meets at a store the master
+    # serves on its own address; a rank removed and added restarts the group from a checkpoint
+    spec = ray_job(tmp_path, cluster, strategy="allreduce", epochs=60,
+                   initial_shape={"workers": {"count": 2, "cpu": 0.6, "memory": "1Gi"}},
+                   training={"optimizer": "sgd", "lr": 0.05, "momentum": 0.9})  # fmt: skip
+    steps = [(Action.REMOVE_WORKER, lambda s: s.without_node("worker-1")),
+             (Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER,
+                                                              Resources(0.6, GI)))]  # fmt: skip
+    master = Master(spec, Script(steps, every_s=2))
+    report = master.run()
+    assert [t["action"] for t in report["timeline"] if t["applied"]] == [
+        "launch", "remove_worker", "add_worker"]
+    first = {p["node"]: p["ray_node"] for p in master.backend.placements()[:2]}
+    assert len(set(first.values())) == 2  # the group spanned two Ray nodes
+    assert_exactly_once(spec, DIGITS, 60)
+
+
 def test_a_node_no_ray_node_can_hold_is_refused_clearly(tmp_path, cluster):
     spec = ray_job(tmp_path, cluster, epochs=1, initial_shape={
         "ps": {"count": 1, "cpu": 0.5, "memory": "1Gi"},
