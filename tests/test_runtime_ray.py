@@ -152,6 +152,32 @@ def test_an_allreduce_group_meets_at_the_master_s_store_across_ray_nodes(tmp_pat
     assert_exactly_once(spec, DIGITS, 60)
 
 
+def test_the_service_s_scheduler_runs_a_ray_job_unchanged(tmp_path, cluster):
+    # the service admits the job against its books (here: the Ray cluster's CPUs) and its
+    # runner's master places the nodes on Ray; the store records the run as any other
+    from rightsize.core.spec import parse_job_spec
+    from rightsize.service.allocator import Allocator
+    from rightsize.service.store import Store
+    from test_service_jobs import job, wait_for
+
+    store = Store(str(tmp_path / "store.db"))
+    allocator = Allocator(store, Resources(sum(RAY_NODES), 9 * GI), tmp_path / "work",
+                          poll_s=0.3)  # fmt: skip
+    data = job("on-ray", 200, 1.2, runtime={"metric_interval": "1s", "shard_size": 128,
+                                             "backend": "ray", "ray_address": cluster.address})
+    allocator.start()
+    try:
+        submitted = allocator.submit(parse_job_spec(data), owner_id=None)
+        wait_for(lambda: store.job_by_id(submitted.id).phase in ("finished", "failed"), 300)
+    finally:
+        allocator.stop()
+    view = store.job_by_id(submitted.id)
+    assert view.phase == "finished", view.error
+    assert view.accounting["exactly_once"] is True
+    assert store.report(submitted.id)["isolation"].startswith("ray+")
+    store.close()
+
+
 def test_a_node_no_ray_node_can_hold_is_refused_clearly(tmp_path, cluster):
     spec = ray_job(tmp_path, cluster, epochs=1, initial_shape={
         "ps": {"count": 1, "cpu": 0.5, "memory": "1Gi"},
