@@ -6,10 +6,11 @@ its nodes without importing torch: the Ray backend's actors run it on every host
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+
+from rightsize.core.processes import pid_alive
 
 #: Where segments live: a tmpfs every process of the host can map.
 SHM_DIR = Path("/dev/shm")
@@ -32,7 +33,7 @@ def remove_segments(pid: int, directory: Path = SHM_DIR) -> int:
 
 def sweep_stale(directory: Path = SHM_DIR, alive: Callable[[int], bool] | None = None) -> int:
     """Unlink segments whose creator is dead (left by nodes of a killed master)."""
-    alive = alive or _alive
+    alive = alive or pid_alive
     stale = []
     for path in directory.glob(f"{PREFIX}.*") if directory.is_dir() else []:
         pid = owner_pid(path.name)
@@ -51,12 +52,3 @@ def _unlink(paths) -> int:
             pass
     return count
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

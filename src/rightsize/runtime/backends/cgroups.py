@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rightsize.core.processes import pid_alive
+
 #: CFS period; the quota is ``cpu_cores * CFS_PERIOD_US`` (the kernel's and Kubernetes' default).
 CFS_PERIOD_US = 100_000
 #: The smallest quota the kernel accepts.
@@ -229,21 +231,12 @@ def sweep_stale(hierarchy: Hierarchy) -> None:
         root = base / "rightsize"
         for job_dir in root.glob("*-*") if root.is_dir() else []:
             owner = job_dir.name.split("-", 1)[0]
-            if owner.isdigit() and not _alive(int(owner)):
+            if owner.isdigit() and not pid_alive(int(owner)):
                 for node_dir in (d for d in job_dir.iterdir() if d.is_dir()):
                     _kill_all(node_dir)
                     _rmdir(node_dir)
                 _rmdir(job_dir)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _kill_all(cgroup_dir: Path) -> None:
