@@ -34,9 +34,9 @@ demo: $(STAMP)
 		--report demo-output/wide-deep-ps-report.json
 
 # The tests also need the optional extras the default install leaves out (Ray, for the
-# Ray backend's tests on a cluster they start on this host).
+# Ray backend's tests on a cluster they start on this host; Optuna, for its driver's).
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray,optuna]'
 	@touch $(TEST_STAMP)
 
 test: $(TEST_STAMP)

@@ -190,6 +190,16 @@ def register(parser: argparse.ArgumentParser) -> None:
         help=f"nominal size of a synthetic dataset ({DATASET_SAMPLES.rule()})",
     )
     parser.add_argument(
+        "--optuna-storage",
+        metavar="URL",
+        help="write the search into an Optuna study in this storage, e.g. sqlite:///tune.db "
+        "(with --optuna-study; TPE proposes the configurations; run again to resume; needs "
+        "the optuna extra)",
+    )
+    parser.add_argument(
+        "--optuna-study", metavar="NAME", help="the Optuna study's name (with --optuna-storage)"
+    )
+    parser.add_argument(
         "--schedule-only", action="store_true", help="print Hyperband's brackets without training"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -219,14 +229,50 @@ def run(args: argparse.Namespace) -> int:
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
     settings = _settings(args)
+    study = _optuna_study(args)
     _apply_process_settings(args)
-    search = prepare_search(settings, space, registry, progress_printer(args.quiet))
-    report = search_report(search, run_search(search))
+    progress = progress_printer(args.quiet)
+    if study is not None:
+        report = _optuna_report(study, space, settings, registry, progress, args)
+    else:
+        search = prepare_search(settings, space, registry, progress)
+        report = search_report(search, run_search(search))
     if args.json:
         print_json(report)
     else:
         _print_report(report)
     return 0
+
+
+def _optuna_study(args: argparse.Namespace):
+    """The Optuna study named by --optuna-storage and --optuna-study, or None."""
+    if args.optuna_storage is None and args.optuna_study is None:
+        return None
+    if not (args.optuna_storage and args.optuna_study):
+        raise SpecError("--optuna-storage and --optuna-study go together: give both, or neither")
+    try:
+        import optuna
+
+        from rightsize.integrations.optuna import open_study
+    except ModuleNotFoundError as exc:
+        if exc.name != "optuna":
+            raise
+        raise SpecError("--optuna-storage needs Optuna: pip install 'rightsize[optuna]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from rightsize
+    return open_study(args.optuna_storage, args.optuna_study, args.seed)
+
+
+def _optuna_report(study, space, settings, registry, progress, args) -> dict:
+    from rightsize.integrations.optuna import optimize
+    from rightsize.packing.runner import search_report
+
+    ran = optimize(study, space, settings, registry, progress)
+    report = search_report(ran.search, ran.result)
+    report["optuna"] = {
+        "storage": args.optuna_storage, "study": args.optuna_study,
+        "brackets_run": list(ran.brackets_run), "trials": len(study.trials),
+    }  # fmt: skip
+    return report
 
 
 def _settings(args: argparse.Namespace) -> TuneSettings:
@@ -298,6 +344,12 @@ def _print_report(report: dict) -> None:
     print(
         f"  validation loss {best['val_loss']:.4f} (trial {best['trial_id']}, r={best['resource']:g})"
     )
+    if "optuna" in report:
+        study = report["optuna"]
+        print(
+            f"optuna study {study['study']!r} in {study['storage']}: {study['trials']} trials; "
+            f"brackets run now: {' '.join(f's={s}' for s in study['brackets_run']) or 'none'}"
+        )
     print(
         f"wall time {format_duration(report['wall_s'])}; {report['trial_steps']:,} trial-steps "
         f"({report['steps_per_unit']} steps per unit); pack memory limit "

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,6 +131,8 @@ class RungTrainer(Protocol):
 Sampler = Callable[[int, int], list[TrialSpec]]  # (bracket s, count) -> trials
 Planner = Callable[[list[TrialSpec], int, int], list[list[TrialSpec]]]  # (trials, s, i) -> groups
 Progress = Callable[[str], None]
+# (a rung's record, the ids going on to the bracket's next rung: none after its last)
+RungObserver = Callable[[RungRecord, list[str]], None]
 SeenKey = tuple[int, int, int]  # (bracket position, rung, trial position): the sequential order
 
 
@@ -148,6 +150,8 @@ class Hyperband:
         progress: receives one line per rung.
         concurrent: run the brackets side by side, packing across them (needs
             ``resume``: a phase's trials must all stand on its first step).
+        observe: told of every rung once its trials are ranked, with the ids
+            promoted (the Optuna driver reports and prunes trials here).
     """
 
     def __init__(
@@ -161,6 +165,7 @@ class Hyperband:
         clock: Callable[[], float] = time.perf_counter,
         progress: Progress = lambda _line: None,
         concurrent: bool = False,
+        observe: RungObserver = lambda _record, _promoted: None,
     ) -> None:
         if concurrent and not resume:
             raise SpecError(
@@ -172,39 +177,47 @@ class Hyperband:
         self.eta = eta
         self._sample, self._plan, self._trainer = sample, plan, trainer
         self.resume, self._clock, self._progress = resume, clock, progress
+        self._observe = observe
 
-    def run(self) -> SearchResult:
-        """Run every bracket; the best is the smallest loss seen (ties: the earliest seen,
-        in the sequential order, whether or not the brackets ran concurrently)."""
+    def run(self, brackets: Collection[int] | None = None) -> SearchResult:
+        """Run every bracket, or those whose ``s`` is in ``brackets`` (a resumed search
+        skips the finished ones); the best is the smallest loss seen (ties: the earliest
+        seen, in the sequential order, whether or not the brackets ran concurrently).
+
+        Raises:
+            ValueError: ``brackets`` selects none of the schedule's brackets.
+        """
         start = self._clock()
-        records = self._run_concurrent() if self.concurrent else self._run_sequential()
-        position = self._bracket_position()
-        seen = []
-        for record in records:
-            for k, (trial_id, loss) in enumerate(record.losses.items()):
-                key = (position[record.bracket], record.rung, k)
-                seen.append((_rank(loss), key, record.specs[trial_id], record.r))
-        loss, _, spec, resource = min(seen, key=lambda item: item[:2])
+        chosen = [b for b in self.schedule if brackets is None or b.s in brackets]
+        if not chosen:
+            raise ValueError(f"no bracket to run: {sorted(brackets or [])} selects none")
+        records = self._run_concurrent(chosen) if self.concurrent else self._run_sequential(chosen)
+        loss, spec, resource = best_seen(records, self._bracket_position())
         return SearchResult(spec, loss, resource, records, self._clock() - start)
 
-    def _run_sequential(self) -> list[RungRecord]:
+    def _run_sequential(self, schedule: list[Bracket]) -> list[RungRecord]:
         records: list[RungRecord] = []
-        for bracket in self.schedule:
+        for bracket in schedule:
             states = [TrialState(t) for t in self._sample(bracket.s, bracket.rungs[0].n)]
             for i, rung in enumerate(bracket.rungs):
                 record, states = self._rung(bracket, i, states)
                 records.append(record)
                 states = self._promote(states, record.losses, rung.n)
+                self._tell(bracket, record, states)
         return records
 
-    def _run_concurrent(self) -> list[RungRecord]:
+    def _tell(self, bracket: Bracket, record: RungRecord, promoted: list[TrialState]) -> None:
+        last = record.rung == len(bracket.rungs) - 1
+        self._observe(record, [] if last else [s.spec.trial_id for s in promoted])
+
+    def _run_concurrent(self, schedule: list[Bracket]) -> list[RungRecord]:
         """Every bracket at once, phase by phase; a phase ends where some rung ends."""
         runs = [
             _BracketRun(b, [TrialState(t) for t in self._sample(b.s, b.rungs[0].n)])
-            for b in self.schedule
+            for b in schedule
         ]
         records: list[RungRecord] = []
-        for phase, end in enumerate(sorted({r.r for b in self.schedule for r in b.rungs})):
+        for phase, end in enumerate(sorted({r.r for b in schedule for r in b.rungs})):
             runs = [run for run in runs if run.states]
             if not runs:
                 break
@@ -214,6 +227,7 @@ class Hyperband:
                 if record is not None:
                     records.append(record)
                     run.states = self._promote(run.states, record.losses, record.n)
+                    self._tell(run.bracket, record, run.states)
         position = self._bracket_position()
         return sorted(records, key=lambda r: (position[r.bracket], r.rung))
 
@@ -291,6 +305,20 @@ class _BracketRun:
         )  # fmt: skip
         self.rung, self.wall_s, self.switch_s, self.packs = self.rung + 1, 0.0, 0.0, []
         return record
+
+
+def best_seen(
+    records: Sequence[RungRecord], position: dict[int, int]
+) -> tuple[float, TrialSpec, float]:
+    """The smallest loss in ``records``: (loss, trial, resource). Ties go to the earliest
+    in the sequential order: bracket ``s`` at ``position[s]``, then rung, then trial order."""
+    seen = []
+    for record in records:
+        for k, (trial_id, loss) in enumerate(record.losses.items()):
+            key = (position[record.bracket], record.rung, k)
+            seen.append((_rank(loss), key, record.specs[trial_id], record.r))
+    loss, _, spec, resource = min(seen, key=lambda item: item[:2])
+    return loss, spec, resource
 
 
 def _rank(loss: float) -> float:

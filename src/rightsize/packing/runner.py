@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -26,7 +26,13 @@ from rightsize.packing.allocator import retain_freed_memory
 from rightsize.packing.choices import STEPS_PER_UNIT
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
-from rightsize.packing.hyperband import Hyperband, SearchResult, hyperband_schedule
+from rightsize.packing.hyperband import (
+    Hyperband,
+    RungObserver,
+    Sampler,
+    SearchResult,
+    hyperband_schedule,
+)
 from rightsize.packing.memory import (
     Footprint,
     PackMemory,
@@ -132,8 +138,15 @@ def prepare_search(
     registry: WorkloadRegistry,
     progress: Callable[[str], None] = lambda _line: None,
     clock: Callable[[], float] = time.perf_counter,
+    sample: Sampler | None = None,
+    observe: RungObserver = lambda _record, _promoted: None,
 ) -> Search:
     """Validate everything and build the search (no training yet).
+
+    Args:
+        sample: draws a bracket's trials (default: uniformly from ``space``, seeded);
+            the Optuna driver passes ``study.ask`` here.
+        observe: told of every ranked rung (see :class:`Hyperband`).
 
     Raises:
         RightsizeError: bad eta or R, unknown workload, dataset or option value,
@@ -153,9 +166,10 @@ def prepare_search(
     executor = _executor(settings, architectures, width, clock, pool)
     trials: dict[str, TrialSpec] = {}
     hyperband = Hyperband(
-        settings.max_resource, settings.eta, _sampler(settings, space, trials),
+        settings.max_resource, settings.eta,
+        _recorded(sample or _sampler(settings, space), trials),
         _planner(settings, space, memory), executor, resume=settings.resume, clock=clock,
-        progress=progress, concurrent=settings.concurrent_brackets,
+        progress=progress, concurrent=settings.concurrent_brackets, observe=observe,
     )  # fmt: skip
     return Search(settings, space, architectures, memory, executor, hyperband, trials)
 
@@ -204,25 +218,43 @@ def model_option_names(registry: WorkloadRegistry, workload: str) -> list[str] |
     raise unknown_name("workload", workload, [m.name for m in registry.models()])
 
 
-def run_search(search: Search) -> SearchResult:
-    """Run the prepared search (on this thread, or its worker processes), then stop the workers."""
+def run_search(search: Search, brackets: Collection[int] | None = None) -> SearchResult:
+    """Run the prepared search (on this thread, or its worker processes), then stop the workers.
+
+    Args:
+        brackets: run only the brackets with these ``s`` (default all).
+    """
     try:
-        return search.hyperband.run()
+        return search.hyperband.run(brackets)
     finally:
         search.executor.close()
 
 
-def _sampler(settings: TuneSettings, space: SearchSpace, trials: dict[str, TrialSpec]):
+def trial_id(s: int, k: int) -> str:
+    """The id of bracket ``s``'s ``k``-th sampled trial (ties in a rung go by it)."""
+    return f"s{s}-{k:03d}"
+
+
+def _sampler(settings: TuneSettings, space: SearchSpace) -> Sampler:
     def sample(s: int, count: int) -> list[TrialSpec]:
         rng = np.random.default_rng([settings.seed, s])
-        specs = []
-        for k, config in enumerate(space.sample(count, rng)):
-            spec = spec_from_config(config, f"s{s}-{k:03d}", trial_seed(settings.seed, s, k))
-            trials[spec.trial_id] = spec
-            specs.append(spec)
-        return specs
+        return [
+            spec_from_config(config, trial_id(s, k), trial_seed(settings.seed, s, k))
+            for k, config in enumerate(space.sample(count, rng))
+        ]
 
     return sample
+
+
+def _recorded(sample: Sampler, trials: dict[str, TrialSpec]) -> Sampler:
+    """``sample``, keeping every trial it draws in ``trials`` (for the report)."""
+
+    def recorded(s: int, count: int) -> list[TrialSpec]:
+        specs = sample(s, count)
+        trials.update((spec.trial_id, spec) for spec in specs)
+        return specs
+
+    return recorded
 
 
 def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory):
