@@ -14,7 +14,7 @@ import zmq
 from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
-from rightsize.core.spec import Isolation
+from rightsize.core.spec import Isolation, parse_job_spec
 from rightsize.runtime.backends.cgroups import (
     CgroupUnavailable,
     Hierarchy,
@@ -23,7 +23,13 @@ from rightsize.runtime.backends.cgroups import (
     sweep_stale,
 )
 from rightsize.runtime.backends.local import LocalBackend, threads_for
-from rightsize.runtime.checkpoint import check_writable, load, save_atomic
+from rightsize.runtime.checkpoint import (
+    CheckpointDir,
+    check_reachable,
+    check_writable,
+    load,
+    save_atomic,
+)
 from rightsize.runtime.clock import FakeClock
 from rightsize.runtime.state import CheckpointRow, LaunchRow, StateStore
 from rightsize.runtime.transport import Client, Counters, Pacer, Server, decode, encode
@@ -163,6 +169,32 @@ def test_checkpoint_files_are_written_atomically(tmp_path):
     blocker.write_text("x")
     with pytest.raises(SpecError, match=r"checkpoint.dir: cannot write to .*file/sub"):
         check_writable(blocker / "sub")
+
+
+def test_checkpoints_at_an_fsspec_url_are_written_read_and_pruned(tmp_path):
+    # what a cluster's hosts share: here a file:// URL (s3:// or gs:// go the same way)
+    root = CheckpointDir(f"file://{tmp_path}/shared/job")
+    for version in (1, 2, 3):
+        save_atomic({"w": torch.full((2,), float(version))}, root.ps_file(version, "ps-0"))
+    assert root.ps_file(2, "ps-0") == f"file://{tmp_path}/shared/job/v000002/ps-0.pt"
+    assert torch.equal(load(root.ps_file(2, "ps-0"))["w"], torch.full((2,), 2.0))
+    assert [p.name for p in (tmp_path / "shared/job/v000002").iterdir()] == ["ps-0.pt"]
+    root.prune(keep={3})
+    assert sorted(p.name for p in (tmp_path / "shared/job").iterdir()) == ["v000003"]
+    check_reachable(f"file://{tmp_path}/elsewhere")  # created and probed
+    assert (tmp_path / "elsewhere").is_dir() and not list((tmp_path / "elsewhere").iterdir())
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecError, match="checkpoint.url: cannot write to file://"):
+        check_reachable(f"file://{tmp_path}/file/sub")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("/mnt/ckpt", "is not a URL"), ("nosuchfs://bucket/ckpt", "no filesystem for nosuchfs://")])  # fmt: skip
+def test_a_checkpoint_url_is_checked_when_the_job_file_is_read(tmp_path, url, message):
+    data = {"workload": "mlp3", "budget": {"cpu": 1, "memory": "1Gi"}, "steps": 1,
+            "checkpoint": {"dir": str(tmp_path), "url": url}}  # fmt: skip
+    with pytest.raises(SpecError, match=f"checkpoint.url.*{message}"):
+        parse_job_spec(data)
 
 
 def test_state_store_round_trip(tmp_path):

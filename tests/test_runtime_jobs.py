@@ -57,7 +57,7 @@ def final_logs(spec) -> dict[str, list]:
     store.close()
     logs = {}
     for holder, path in row.files.items():
-        state = checkpoint.load(Path(path))
+        state = checkpoint.load(path)
         for i, group in enumerate(state.get("groups", [{"log": state.get("log")}])):
             logs[f"{holder}/{i}"] = group["log"]
     return logs
@@ -214,7 +214,7 @@ def test_an_oom_killed_worker_is_relaunched_with_double_memory(tmp_path):
     assert memory["worker-1"] == max(96 * MI * 2 ** len(events), master.need.worker_bytes())
     assert_exactly_once(spec, 1797, 6)
     # the node's log says what ended it (the kernel's kill leaves no output of its own)
-    log = (master.ckpt.root / "logs" / "worker-1.log").read_text()
+    log = (master.log_dir / "worker-1.log").read_text()
     assert "[rightsize] worker-1 ended: OOM-killed at its memory limit of 96Mi" in log
     assert "[rightsize] launching worker-1" in log and "worker-1: worker pid" in log
 

@@ -64,7 +64,10 @@ def add_spare_node(cluster) -> None:
 
 
 def test_a_ps_job_spans_ray_nodes_and_trains_each_sample_once(tmp_path, cluster):
-    spec = ray_job(tmp_path, cluster, epochs=3)
+    # checkpoints at a URL every Ray node reaches (here a directory they share, file://)
+    shared = f"file://{tmp_path}/shared"
+    spec = ray_job(tmp_path, cluster, epochs=3, checkpoint={
+        "dir": str(tmp_path / "ckpt"), "interval": "3s", "url": shared})  # fmt: skip
     assert spec.runtime.backend == Backend.RAY
     master = Master(spec, make_policy("static"))
     assert master.machine.cpu_cores >= sum(RAY_NODES)  # the cluster's, not this machine's
@@ -74,8 +77,11 @@ def test_a_ps_job_spans_ray_nodes_and_trains_each_sample_once(tmp_path, cluster)
     assert set(placed) == {"ps-0", "worker-0", "worker-1"}
     assert len(set(placed.values())) == 3  # 0.6 CPU each: one per Ray node
     assert report["isolation"].startswith("ray+")
-    assert_exactly_once(spec, DIGITS, 3)
+    assert_exactly_once(spec, DIGITS, 3)  # read from the files at the URL
     assert report["accounting"]["exactly_once"]
+    assert list((tmp_path / "shared" / spec.name).glob("v*/ps-0.pt"))
+    assert not list((tmp_path / "ckpt" / spec.name).glob("v*"))  # only state and logs there
+    assert (tmp_path / "ckpt" / spec.name / "logs" / "ps-0.log").is_file()
     # each node's CPU and memory were read on its host, from its own cgroup
     for name in placed:
         usage = report["nodes"][name]

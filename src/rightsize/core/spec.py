@@ -171,10 +171,33 @@ class ShapeSpec(_Spec):
         )
 
 
+def _fsspec_url(value: str | None) -> str | None:
+    """An fsspec URL whose protocol is installed (s3:// needs s3fs, gs:// gcsfs)."""
+    if value is None:
+        return None
+    protocol, sep, _ = value.partition("://")
+    if not sep or not protocol:
+        raise ValueError(f"{value!r} is not a URL (scheme://location, e.g. file:///mnt/ckpt)")
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"no filesystem for {protocol}:// ({str(exc).splitlines()[0]})") from None
+    return value
+
+
 class CheckpointSpec(_Spec):
     dir: Path = Field(
         default=Path("checkpoints"),
-        description="where checkpoints (and by default the job's state file) are written",
+        description="where checkpoints (and by default the job's state file) are written; "
+        "node logs go there too",
+    )
+    url: Annotated[str | None, AfterValidator(_fsspec_url)] = Field(
+        default=None,
+        description="write checkpoints here instead of dir: an fsspec URL every host of a "
+        "cluster reaches (file:///mnt/shared/ckpt, s3://bucket/ckpt with s3fs installed); "
+        "the state file and node logs stay in dir",
     )
     interval_s: Seconds = Field(
         default=60.0,

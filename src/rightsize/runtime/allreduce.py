@@ -203,7 +203,7 @@ class Rank:
             "log": self.log,
             "version": version,
         }
-        path = checkpoint.CheckpointDir(Path(self.config.checkpoint_root)).model_file(version)
+        path = checkpoint.CheckpointDir(self.config.checkpoint_root).model_file(version)
         checkpoint.save_atomic(state, path)
         self.ctx.call(Heartbeat((Ack(AckKind.CHECKPOINTED, version=version),)))
 

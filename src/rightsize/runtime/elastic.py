@@ -205,7 +205,7 @@ def _repartition(master: Master, ps_names: list[str], details: dict) -> None:
     details["halt_s"] = master.clock.now() - t_halt
     version = job.next_version()
     snapshot, steps = job.shards.snapshot(), job.shards.batches_done
-    old = {ps: str(master.ckpt.ps_file(version, ps)) for ps in set(job.placement.values())}
+    old = {ps: master.ckpt.ps_file(version, ps) for ps in set(job.placement.values())}
     for ps, path in old.items():
         job.nodes.get(ps).pop_acks(AckKind.EXPORTED)  # left by an abandoned repartition
         job.nodes.get(ps).commands.append(Export(path, job.generation))

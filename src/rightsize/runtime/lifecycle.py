@@ -157,7 +157,7 @@ def start_group(master: Master, shape: ClusterShape, row: CheckpointRow | None) 
     ranks = [
         (node, RankConfig(job.generation, rank, len(workers), rendezvous,
                           row.files["model"] if row else None,
-                          master.spec.runtime.startup_timeout_s, str(master.ckpt.root)))
+                          master.spec.runtime.startup_timeout_s, master.ckpt.root))
         for rank, node in enumerate(workers)
     ]  # fmt: skip
     start_nodes(master, ranks, "the ranks starting")
@@ -180,7 +180,7 @@ def checkpoint(master: Master, stop: bool = False) -> int | None:
             return None
         version = job.next_version()
         snapshot, steps = job.shards.snapshot(), job.shards.batches_done
-        files = {n.name: str(master.ckpt.ps_file(version, n.name)) for n in holders}
+        files = {n.name: master.ckpt.ps_file(version, n.name) for n in holders}
         for node in holders:
             node.commands.append(Checkpoint(version, files[node.name]))
         master.wait_until(
@@ -191,7 +191,7 @@ def checkpoint(master: Master, stop: bool = False) -> int | None:
         ranks = job.nodes.alive(NodeRole.WORKER)
         version = job.next_version()
         snapshot, steps = job.shards.snapshot(), job.shards.batches_done
-        files = {"model": str(master.ckpt.model_file(version))}
+        files = {"model": master.ckpt.model_file(version)}
         for node in ranks:
             node.commands.append(Checkpoint(version))
             if stop:

@@ -36,7 +36,7 @@ from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
 from rightsize.runtime import elastic, lifecycle
 from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend
 from rightsize.runtime.backends.local import Exit, threads_for
-from rightsize.runtime.checkpoint import CheckpointDir
+from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
 from rightsize.runtime.clock import Clock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
 from rightsize.runtime.curve import JobContext, JobKeys
@@ -119,7 +119,8 @@ class Master:
         self.warn = warn or (lambda message: print(message, file=sys.stderr))
         self.on_sample = on_sample or (lambda _status: None)
         self.oversubscribe = oversubscribe or spec.runtime.oversubscribe
-        self.ckpt = CheckpointDir(spec.checkpoint.dir / spec.name)
+        self.ckpt = CheckpointDir(checkpoint_root(spec))
+        self.log_dir = spec.checkpoint.dir / spec.name / "logs"  # on this host, always
         runtime = spec.runtime
         self.straggler = StragglerRule(runtime.straggler_ratio, runtime.straggler_shard_fraction)
         self.liveness = LivenessRule(runtime.startup_timeout_s, runtime.liveness_timeout_s)
@@ -173,7 +174,7 @@ class Master:
             self.store.update_job(status=str(JobStatus.FINISHED), finished_s=self.time_s())
         except NodeFailedTooOften as exc:
             self._fail()
-            raise JobFailed(f"{exc}; its log: {self.ckpt.root / 'logs' / exc.node}.log") from None
+            raise JobFailed(f"{exc}; its log: {self.log_dir / exc.node}.log") from None
         except JobInterrupted:
             raise
         except StopRequested:
@@ -219,7 +220,7 @@ class Master:
     def _open(self) -> None:
         self.zmq = JobContext().secure(self.keys)
         self.store = StateStore(self.spec.state_path)
-        self.backend = open_backend(self.spec.runtime, self.ckpt.root / "logs", self.warn)
+        self.backend = open_backend(self.spec.runtime, self.log_dir, self.warn)
         self.server = Server(self.zmq, Counters(), host=self.backend.bind_host)
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock)
@@ -372,7 +373,7 @@ class Master:
                 raise Interrupted(what)
             if self.clock.now() > deadline:
                 raise JobFailed(f"{what} did not happen within {timeout_s:g}s; "
-                                f"node logs are in {self.ckpt.root / 'logs'}")  # fmt: skip
+                                f"node logs are in {self.log_dir}")  # fmt: skip
             self.pump(WAIT_POLL_S)
 
     def free(self, shape: ClusterShape) -> Resources:

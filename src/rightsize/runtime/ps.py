@@ -25,7 +25,6 @@ import queue
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,7 +124,7 @@ def load_store(ctx: NodeContext, names: tuple[str, ...], paths: tuple[str, ...])
     (a restore before the first checkpoint restarts from the seed)."""
     if not paths:
         return fresh_store(ctx, names)
-    states = [checkpoint.load(Path(p)) for p in paths]
+    states = [checkpoint.load(p) for p in paths]
     return ParamStore.from_states(states, names, optim_settings(ctx))
 
 
@@ -211,9 +210,9 @@ class ParameterServer:
 
     def handle(self, command: Command) -> None:
         if isinstance(command, Checkpoint):
-            self._checkpoint(command.version, Path(command.path))
+            self._checkpoint(command.version, command.path)
         elif isinstance(command, Export):
-            checkpoint.save_atomic(self.store.state_dict(), Path(command.path))
+            checkpoint.save_atomic(self.store.state_dict(), command.path)
             self.acks.put(Ack(AckKind.EXPORTED, generation=command.generation))
         elif isinstance(command, Load):
             if self.server.shared is not None:  # requests of the old generation are not read
@@ -224,7 +223,7 @@ class ParameterServer:
         elif isinstance(command, Stop):
             self.running = False
 
-    def _checkpoint(self, version: int, path: Path) -> None:
+    def _checkpoint(self, version: int, path: str) -> None:
         state = self.store.state_dict()  # a copy: training goes on while it is written
 
         def write() -> None:

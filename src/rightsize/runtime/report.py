@@ -11,7 +11,6 @@ queues handed out (those are kept beside it as ``leased``).
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rightsize.runtime import checkpoint
@@ -89,7 +88,7 @@ def read_logs(files: dict[str, str]) -> dict[str, list]:
     """Update logs of a checkpoint: ``{holder/group: [(key, indices), ...]}``."""
     logs = {}
     for holder, path in sorted(files.items()):
-        state = checkpoint.load(Path(path))
+        state = checkpoint.load(path)
         if "groups" in state:
             for i, group in enumerate(state["groups"]):
                 logs[f"{holder}/group{i}"] = group["log"]

@@ -21,7 +21,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.runtime.capacity import Capacity, capacity_problem
-from rightsize.runtime.checkpoint import check_writable
+from rightsize.runtime.checkpoint import check_reachable, check_writable
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.shards import DEFAULT_SHARD_BATCHES, ShardPlan
 from rightsize.runtime.state import JobStatus, StateStore
@@ -108,8 +108,10 @@ def launch_plan(spec: JobSpec, policy: Policy, machine: Resources) -> Plan:
 def check_fits(spec: JobSpec, shape: ClusterShape, machine: Resources | Capacity,
                oversubscribe: bool) -> None:  # fmt: skip
     """Raises ResourceError if ``shape`` or the budget exceeds ``machine`` (unless allowed),
-    SpecError if the checkpoint directory cannot be written."""
+    SpecError if the checkpoint directory (or URL) cannot be written."""
     problem = None if oversubscribe else capacity_problem(shape, spec.budget.resources, machine)
     if problem:
         raise ResourceError(problem)
     check_writable(spec.checkpoint.dir)
+    if spec.checkpoint.url:
+        check_reachable(spec.checkpoint.url)
