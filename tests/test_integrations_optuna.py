@@ -25,8 +25,7 @@ from rightsize.cli.main import main  # noqa: E402
 from rightsize.core.errors import SpecError  # noqa: E402
 from rightsize.integrations.optuna import (  # noqa: E402
     BRACKET_ATTR,
-    TRIAL_BRACKET,
-    TRIAL_ID,
+    TRIAL_ATTR,
     distributions_from_space,
     optimize,
     optuna_space,
@@ -92,7 +91,7 @@ def _losses_by_trial(result) -> dict[str, dict[int, float]]:
 
 
 def _ours(study):
-    return [t for t in study.trials if TRIAL_ID in t.user_attrs]
+    return [t for t in study.trials if TRIAL_ATTR in t.user_attrs]
 
 
 def _enqueue(study, trials, brackets):
@@ -230,7 +229,7 @@ def test_same_configurations_give_rightsize_own_losses_bit_for_bit(space, own, c
     ours = _ours(study)
     assert len(ours) == len(study.trials) == 17
     for trial in ours:
-        tid = trial.user_attrs[TRIAL_ID]
+        tid = trial.user_attrs[TRIAL_ATTR]["trial_id"]
         assert trial.params == trials[tid].config.as_dict()
         assert trial.intermediate_values == expected[tid]  # every rung, bit for bit
     assert ran.result.best_loss == result.best_loss
@@ -245,7 +244,7 @@ def _check_states(study):
     complete = [t for t in _ours(study) if t.state == OptunaState.COMPLETE]
     pruned = [t for t in _ours(study) if t.state == OptunaState.PRUNED]
     for s, count in COMPLETE_PER_BRACKET.items():
-        assert sum(t.user_attrs[TRIAL_BRACKET] == s for t in complete) == count
+        assert sum(t.user_attrs[TRIAL_ATTR]["bracket"] == s for t in complete) == count
     assert len(complete) + len(pruned) == 17
     for trial in complete:
         assert max(trial.intermediate_values) == 9  # trained to R
@@ -270,7 +269,7 @@ def test_tpe_proposes_and_a_completed_trial_matches_training_it_alone(space):
         _replace(packopt=PackOptSettings("none")), optuna_space(space, ["activation"]).packing,
         _registry(),
     )  # fmt: skip
-    trial_spec = {s.trial_id: s for s in _specs(ran)}[best.user_attrs[TRIAL_ID]]
+    trial_spec = {s.trial_id: s for s in _specs(ran)}[best.user_attrs[TRIAL_ATTR]["trial_id"]]
     _, losses, _ = alone.executor.train([TrialState(trial_spec)], [[trial_spec.trial_id]], 9)
     assert losses[trial_spec.trial_id] == best.value
 
@@ -311,9 +310,9 @@ def test_rdb_study_resumes_without_redoing_finished_brackets(space, own, tmp_pat
     assert len(states) == 9 + 5 + 5 + 3 and states.count(OptunaState.FAIL) == 5
     expected = _losses_by_trial(result)
     done = [t for t in _ours(again) if t.state != OptunaState.FAIL]
-    assert {t.user_attrs[TRIAL_ID] for t in done} == set(expected)
+    assert {t.user_attrs[TRIAL_ATTR]["trial_id"] for t in done} == set(expected)
     for trial in done:
-        assert trial.intermediate_values == expected[trial.user_attrs[TRIAL_ID]]
+        assert trial.intermediate_values == expected[trial.user_attrs[TRIAL_ATTR]["trial_id"]]
     assert ran.result.best_loss == result.best_loss and ran.result.best == result.best
 
     # a finished study: nothing to train, the same best
