@@ -14,15 +14,8 @@ import torch
 import zmq
 
 from rightsize.runtime import sharedmem
-from rightsize.runtime.sharedmem import (
-    Segment,
-    SegmentGone,
-    SharedMemory,
-    host_identity,
-    owner_pid,
-    remove_segments,
-    sweep_stale,
-)
+from rightsize.runtime.segments import owner_pid, remove_segments, sweep_stale
+from rightsize.runtime.sharedmem import Segment, SegmentGone, SharedMemory, host_identity
 from rightsize.runtime.slots import OUT, Fill, plan_layout, slot_layout
 from rightsize.runtime.transport import Client, Counters, Server, route
 

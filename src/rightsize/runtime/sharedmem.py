@@ -18,8 +18,8 @@ on one host the bytes need not move at all: a worker writes a push into a file i
   serial never reused within the process.
 - **Nothing leaks.** A connection unlinks its segments when it closes (a node's every
   normal way out, SIGTERM included); the master removes a node's segments when it reaps
-  the process (SIGKILL, an OOM kill: :func:`remove_segments`); a master sweeps, before a
-  job starts, the segments of creators that are dead (:func:`sweep_stale`: what a
+  the process (SIGKILL, an OOM kill: :func:`segments.remove_segments`); a master sweeps, before a
+  job starts, the segments of creators that are dead (:func:`segments.sweep_stale`: what a
   killed master's nodes left), as it sweeps stale cgroups.
 - **Same host.** :func:`host_identity` is the hostname, the kernel's boot id and the
   device of the shared-memory directory, so two processes agree only if they can open
@@ -41,15 +41,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# what cleans up after processes needs no torch (the Ray backend's actors import it)
-from rightsize.runtime.segments import (  # noqa: F401 (re-exported)
-    PREFIX,
-    SEGMENT_NAME,
-    SHM_DIR,
-    owner_pid,
-    remove_segments,
-    sweep_stale,
-)
+# names, and the cleanup after processes, need no torch (the Ray backend's actors use them)
+from rightsize.runtime.segments import PREFIX, SEGMENT_NAME, SHM_DIR
 from rightsize.runtime.slots import Layout
 
 #: The kernel's boot id: one per boot of one machine.

@@ -59,6 +59,13 @@ def machine_resources() -> Resources:
     return Resources(cpus, mem_kb * 1024)
 
 
+def append_note(log_dir: Path, name: str, text: str) -> None:
+    """One line of the master's in node ``name``'s log, marked as the master's."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / f"{name}.log", "a") as log:
+        log.write(f"[rightsize] {text}\n")
+
+
 @dataclass(frozen=True)
 class Exit:
     """A node process that ended: its exit code (negative: killed by that signal)."""
@@ -140,9 +147,7 @@ class LocalBackend:
     def note(self, name: str, text: str) -> None:
         """Append one line of the master's to ``name``'s log (what ended it, say: a process
         the kernel kills writes nothing of its own)."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{name}.log", "a") as log:
-            log.write(f"[rightsize] {text}\n")
+        append_note(self.log_dir, name, text)
 
     def resize(self, name: str, resources: Resources) -> int:
         """Give the running node new limits in place; returns its new thread count.

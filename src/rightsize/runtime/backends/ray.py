@@ -30,7 +30,7 @@ import signal as signals
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
 from rightsize.runtime.backends.base import NotInPlace
-from rightsize.runtime.backends.local import Exit
+from rightsize.runtime.backends.local import Exit, append_note
 from rightsize.runtime.backends.ray_host import NodeHost
 from rightsize.runtime.capacity import Capacity
 
@@ -122,15 +122,12 @@ def _within(resources: Resources, reserved: Resources) -> bool:
 class _Placed:
     """A node on the cluster: its actor, its reservation and where both are."""
 
-    node: NodeSpec
     actor: Any
     group: Any  # the placement group holding its reservation
     reserved: Resources
     ray_node: str
     host: str
-    pid: int
     exit_ref: Any  # the actor's wait(): ready when the process ends
-    history: list[str] = field(default_factory=list)
 
 
 class RayBackend:
@@ -197,8 +194,7 @@ class RayBackend:
         for warning in info["warnings"]:
             self.warn(f"{node.name} on {host}: {warning}")
         self._host_mode = info["mode"]
-        placed = _Placed(node, actor, group, node.resources, ray_node, host, info["pid"],
-                         actor.wait.remote())  # fmt: skip
+        placed = _Placed(actor, group, node.resources, ray_node, host, actor.wait.remote())
         self.nodes[node.name] = placed
         self._placements.append({"node": node.name, "ray_node": ray_node[:12], "host": host,
                                  "hostname": info["hostname"], "pid": info["pid"]})  # fmt: skip
@@ -207,9 +203,7 @@ class RayBackend:
         return info["pid"]
 
     def note(self, name: str, text: str) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{name}.log", "a") as log:
-            log.write(f"[rightsize] {text}\n")
+        append_note(self.log_dir, name, text)  # the logs stay on the master's host
 
     def resize(self, name: str, resources: Resources) -> int:
         """Give the running node new limits in place, moving its reservation on its Ray node;
@@ -232,9 +226,7 @@ class RayBackend:
                                      f"at {resources}")  # fmt: skip
             else:
                 placed.group, placed.reserved = group, resources
-        threads = self.ray.get(placed.actor.resize.remote(resources), timeout=CALL_TIMEOUT_S)
-        placed.node = NodeSpec(placed.node.name, placed.node.role, resources)
-        return threads
+        return self.ray.get(placed.actor.resize.remote(resources), timeout=CALL_TIMEOUT_S)
 
     def exits(self) -> list[Exit]:
         """Nodes that ended since the last call; a node whose actor died (its Ray node was
@@ -297,14 +289,6 @@ class RayBackend:
         if value is None:
             raise KeyError(name)
         return value
-
-    def pid(self, name: str) -> int | None:
-        placed = self.nodes.get(name)
-        return placed.pid if placed else None
-
-    def host_of(self, name: str) -> str | None:
-        placed = self.nodes.get(name)
-        return placed.host if placed else None
 
     # -- internals ------------------------------------------------------------------------
     def _reserve(self, name: str, resources: Resources, ray_node: str | None,

@@ -20,7 +20,6 @@ actor class.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
@@ -83,9 +82,6 @@ class NodeHost:
         with self.lock:
             self.local.signal(self.name, sig)
 
-    def note(self, text: str) -> None:
-        self.local.note(self.name, text)
-
     def stop(self, timeout_s: float) -> int | None:
         """End the process (SIGTERM, then SIGKILL) and remove its cgroup."""
         with self.lock:
@@ -94,6 +90,3 @@ class NodeHost:
                 self.ended = Exit(self.name, code if code is not None else 0, False)
             self.local.close()
             return code
-
-    def pid(self) -> int:
-        return os.getpid()
