@@ -333,7 +333,8 @@ def test_a_resumed_study_must_keep_the_search_settings(space, tmp_path):
 
 
 def test_a_users_own_workload_factory_plugs_in(tmp_path, monkeypatch):
-    (tmp_path / "my_jobs.py").write_text(
+    # a module name no other test writes: sys.modules would hand back another test's module
+    (tmp_path / "optuna_user_jobs.py").write_text(
         "import torch\n"
         "from rightsize.workloads import Workload, make_dataset\n\n"
         "def make_job(width=16):\n"
@@ -349,7 +350,7 @@ def test_a_users_own_workload_factory_plugs_in(tmp_path, monkeypatch):
         "width": CategoricalDistribution([8, 24]),  # the factory's own option
     }
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    settings = _replace(workload="my_jobs:make_job", dataset=None, max_resource=3,
+    settings = _replace(workload="optuna_user_jobs:make_job", dataset=None, max_resource=3,
                         steps_per_unit=1)  # fmt: skip
     ran = optimize(study, dists, settings)
     assert len(study.trials) == 5 and {t.params["width"] for t in study.trials} <= {8, 24}
