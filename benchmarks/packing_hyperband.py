@@ -44,7 +44,7 @@ import os
 import random
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -53,6 +53,7 @@ from packing_common import setup_process, write_report
 from rightsize.core.units import parse_memory
 from rightsize.packing.pack import PackSettings
 from rightsize.packing.packopt import PackOptSettings
+from rightsize.packing.probe import ProbeSettings
 from rightsize.packing.runner import (
     TuneSettings,
     model_option_names,
@@ -77,6 +78,7 @@ class Variant:
     concurrent: bool = False  # --concurrent-brackets
     workers: int = 1  # --workers: processes with one torch thread each
     backward: str = "direct"  # --backward of ragged fused groups
+    gate: bool = False  # time each kind of pack against its trials alone first (not in the paper)
 
     @property
     def reference(self) -> str:
@@ -115,6 +117,10 @@ VARIANTS = {
     ),
 }
 DEFAULT_VARIANTS = ",".join(VARIANTS)
+# each packed variant with the pack gate (rightsize.packing.probe), which the paper has not
+VARIANTS.update(
+    {f"{n}+gate": replace(v, gate=True) for n, v in VARIANTS.items() if v.strategy != "none"}
+)
 
 
 def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space) -> dict:
@@ -124,6 +130,7 @@ def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space
         seed=args.seed, steps_per_unit=args.steps_per_unit,
         memory_limit_bytes=parse_memory(args.memory_limit, "--memory-limit"),
         packopt=PackOptSettings(variant.strategy, args.threshold),
+        probe=ProbeSettings(enabled=variant.gate),
         unpacked_engine=f"torch-{variant.optimizer_impl}",
         pack=PackSettings(
             batch_mode=variant.batch_mode, mix_activations=variant.mix,
@@ -171,6 +178,7 @@ def summarize(reports: dict[tuple[str, int], list[dict]]) -> dict:
             "packs_per_rung": [len(r["packs"]) for r in first["rungs"]],
             "largest_pack_per_rung": [max(len(p) for p in r["packs"]) for r in first["rungs"]],
             "switch_s": sum(r["switch_s"] for r in first["rungs"]),
+            "pack_gate": _gate_summary(first.get("pack_gate")),
         }  # fmt: skip
     for row in rows.values():
         # the reference (one trial at a time) using as many cores, as OpenMP threads
@@ -182,6 +190,17 @@ def summarize(reports: dict[tuple[str, int], list[dict]]) -> dict:
         if best_reference:
             row["speedup_vs_best_reference"] = best_reference["wall_s"] / row["wall_s"]
     return rows
+
+
+def _gate_summary(gate: dict | None) -> dict | None:
+    if gate is None:
+        return None
+    probes = gate["probes"]
+    return {
+        "seconds": gate["seconds"], "kinds_timed": len(probes),
+        "kept": sum(p["packed"] for p in probes),
+        "gains": [round(p["gain"], 3) for p in probes],
+    }  # fmt: skip
 
 
 def headline(rows: dict) -> dict:

@@ -74,6 +74,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="pack_opt strategy (default knn; none = the original Hyperband)",
     )
     parser.add_argument(
+        "--no-pack-gate",
+        action="store_true",
+        help="train pack_opt's packs as proposed, as the paper does (default: time each kind "
+        "of pack against its trials alone first and split the packs that are slower)",
+    )
+    parser.add_argument(
         "--seed",
         type=bounded(SEED),
         default=0,
@@ -279,6 +285,7 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
     from rightsize.cli.profile_cmd import memory_limit
     from rightsize.packing.pack import PackSettings
     from rightsize.packing.packopt import PackOptSettings
+    from rightsize.packing.probe import ProbeSettings
     from rightsize.packing.runner import TuneSettings
     from rightsize.profiling.device import resolve_device
 
@@ -291,6 +298,7 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
         concurrent_brackets=args.concurrent_brackets,
         memory_limit_bytes=limit, profile_path=args.profile,
         packopt=PackOptSettings(args.pack, args.threshold, args.max_pack_size, args.distance),
+        probe=ProbeSettings(enabled=not args.no_pack_gate),
         pack=PackSettings(
             fuse=not args.no_fuse, batch_mode=args.batch_mode,
             mix_activations=args.mix_activations, optimizer_impl=args.optimizer_impl,
@@ -333,6 +341,25 @@ def _print_schedule(schedule: list[Bracket], as_json: bool) -> int:
     return 0
 
 
+def _print_gate(gate: dict | None) -> None:
+    """The pack gate's measurements: which kinds of pack beat their trials alone."""
+    if not gate or not gate["probes"]:
+        return
+    kept = sum(p["packed"] for p in gate["probes"])
+    print(
+        f"pack gate: {len(gate['probes'])} kinds of pack timed in "
+        f"{format_duration(gate['seconds'])}, {kept} kept, {len(gate['probes']) - kept} split "
+        f"(a pack must save {gate['min_gain']:.0%} of its trials' time alone):"
+    )
+    for p in gate["probes"]:
+        kinds = "; ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in p["architectures"])
+        print(
+            f"  {p['trials']:>3} trials{' (' + kinds + ')' if kinds else ''}: packed "
+            f"{p['pack_ms_per_step']:.2f} ms/step, alone {p['alone_ms_per_step']:.2f} ms/step, "
+            f"IMPV {p['gain']:+.2f} -> {'pack' if p['packed'] else 'split'}"
+        )
+
+
 def _print_report(report: dict) -> None:
     best, concurrent = report["best"], report.get("concurrent_brackets", False)
     print(
@@ -357,6 +384,7 @@ def _print_report(report: dict) -> None:
         + (f" each on {report['workers']} workers" if report.get("workers", 1) > 1 else "")
         + ("; brackets run concurrently" if concurrent else "")
     )
+    _print_gate(report.get("pack_gate"))
     print()
     rows = [
         [r["bracket"], r["rung"], r["n"], f"{r['r']:g}", r["steps"], len(r["packs"]),

@@ -25,6 +25,43 @@ from rightsize.packing.trial import (
 from rightsize.workloads.workload import Workload
 
 
+class AloneTrainer:
+    """One trial's own model and ``torch.optim`` optimizer, stepping through the stream.
+
+    It has a pack's ``train_step``, so whoever times a step (the pack gate,
+    :mod:`rightsize.packing.probe`) times the two the same way.
+    """
+
+    def __init__(
+        self,
+        state: TrialState,
+        architectures: Architectures,
+        stream: DataStream,
+        device: str | torch.device = "cpu",
+        fused_optimizer: bool = False,
+    ) -> None:
+        self.spec, self.stream, self.step = state.spec, stream, state.step
+        self.workload = architectures.workload(state.spec.model_options)
+        self.model = build_model(self.workload, state, device)
+        self.optimizer = torch_optimizer(
+            state.spec.optimizer, self.model.parameters(), fused=fused_optimizer or None
+        )
+        self.named = dict(self.model.named_parameters())
+        for name, tensors in state.optimizer_state.items():
+            self.optimizer.state[self.named[name]] = {
+                k: t.to(device, copy=True) for k, t in tensors.items()
+            }
+
+    def train_step(self) -> torch.Tensor:
+        """One step on the trial's slice of the stream; its training loss (not synchronised)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.workload.loss(self.model, self.stream.batch(self.step, self.spec.batch_size))
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        return loss.detach()
+
+
 def train_alone(
     state: TrialState,
     architectures: Architectures,
@@ -42,29 +79,25 @@ def train_alone(
             (default: ``torch.optim``'s default implementation, as users get it).
     """
     spec = state.spec
-    workload = architectures.workload(spec.model_options)
-    model = build_model(workload, state, device)
-    optimizer = torch_optimizer(spec.optimizer, model.parameters(), fused=fused_optimizer or None)
-    named = dict(model.named_parameters())
-    for name, tensors in state.optimizer_state.items():
-        optimizer.state[named[name]] = {k: t.to(device, copy=True) for k, t in tensors.items()}
+    trainer = AloneTrainer(state, architectures, stream, device, fused_optimizer)
     losses = []
     with torch.random.fork_rng(devices=[]):
         torch.set_rng_state(
             state.rng_state if state.rng_state is not None else initial_rng_state(spec.seed)
         )
-        for step in range(state.step, target_step):
-            optimizer.zero_grad(set_to_none=True)
-            loss = workload.loss(model, stream.batch(step, spec.batch_size))
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.detach())
-        val_loss = validation_loss(workload, model, stream, eval_rows) if validate else None
+        while trainer.step < target_step:
+            losses.append(trainer.train_step())
+        val_loss = (
+            validation_loss(trainer.workload, trainer.model, stream, eval_rows)
+            if validate
+            else None
+        )
         rng_state = torch.get_rng_state()
+    optimizer, named = trainer.optimizer, trainer.named
     checkpoint = TrialState(
         spec=spec,
         step=max(state.step, target_step),
-        params=host_copy(model.state_dict()),
+        params=host_copy(trainer.model.state_dict()),
         optimizer_state={
             n: host_copy(optimizer.state[p]) for n, p in named.items() if optimizer.state[p]
         },

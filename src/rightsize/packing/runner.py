@@ -43,6 +43,7 @@ from rightsize.packing.optimizers import OptimizerSpec
 from rightsize.packing.pack import PackSettings
 from rightsize.packing.packopt import PackOptSettings, balance, pack_opt, row_work
 from rightsize.packing.pool import WorkerPool
+from rightsize.packing.probe import PackGate, ProbeSettings
 from rightsize.packing.space import SearchSpace
 from rightsize.packing.trial import (
     Architectures,
@@ -82,6 +83,9 @@ class TuneSettings:
         memory_limit_bytes: capacity a pack must fit (default: the device's memory).
         profile_path: a saved profile to take trial footprints from (default: measured).
         packopt, pack: pack_opt's and the pack's settings.
+        probe: the pack gate's: time each proposed pack against its trials alone
+            and split it when it is slower (see :mod:`rightsize.packing.probe`);
+            trials left alone then train with plain PyTorch.
         unpacked_engine: how ``--pack none`` trains a trial (see :data:`ENGINES`).
         workers: processes training groups side by side, one torch thread each
             (each pack then gets ``1/workers`` of the memory limit).
@@ -103,6 +107,7 @@ class TuneSettings:
     profile_path: str | None = None
     packopt: PackOptSettings = field(default_factory=PackOptSettings)
     pack: PackSettings = field(default_factory=PackSettings)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
     unpacked_engine: str = "torch-fused"
     workers: int = 1
     worker_allocator: str = "retain"
@@ -130,6 +135,7 @@ class Search:
     executor: RungExecutor
     hyperband: Hyperband
     trials: dict[str, TrialSpec] = field(default_factory=dict)
+    gate: PackGate | None = None
 
 
 def prepare_search(
@@ -164,14 +170,24 @@ def prepare_search(
         # this process trains too: workers - 1 more processes
         pool = WorkerPool(settings.workers - 1, partial(worker_trainer, settings, width))
     executor = _executor(settings, architectures, width, clock, pool)
+    gate = _gate(settings, architectures, executor, progress)
     trials: dict[str, TrialSpec] = {}
     hyperband = Hyperband(
         settings.max_resource, settings.eta,
         _recorded(sample or _sampler(settings, space), trials),
-        _planner(settings, space, memory), executor, resume=settings.resume, clock=clock,
+        _planner(settings, space, memory, gate), executor, resume=settings.resume, clock=clock,
         progress=progress, concurrent=settings.concurrent_brackets, observe=observe,
     )  # fmt: skip
-    return Search(settings, space, architectures, memory, executor, hyperband, trials)
+    return Search(settings, space, architectures, memory, executor, hyperband, trials, gate)
+
+
+def _gate(settings, architectures, executor: RungExecutor, progress) -> PackGate | None:
+    if settings.packopt.strategy == "none" or not settings.probe.enabled:
+        return None
+    return PackGate(
+        architectures, executor.stream, torch.device(executor.device), settings.pack,
+        fused_optimizer=executor.alone == "fused", settings=settings.probe, progress=progress,
+    )  # fmt: skip
 
 
 def _architectures(settings: TuneSettings, registry: WorkloadRegistry) -> Architectures:
@@ -202,8 +218,14 @@ def worker_trainer(settings: TuneSettings, width: int) -> RungExecutor:
 
 
 def _alone_engine(settings: TuneSettings) -> str | None:
-    """How the executor trains groups of one: a torch.optim implementation, or None (packed)."""
-    if settings.packopt.strategy != "none" or settings.unpacked_engine == "pack":
+    """How the executor trains groups of one: a torch.optim implementation, or None (packed).
+
+    Packing with the gate: the trials it leaves alone train with the pack's kernels in
+    plain PyTorch, which is what the gate timed them as.
+    """
+    if settings.packopt.strategy != "none":
+        return settings.pack.optimizer_impl if settings.probe.enabled else None
+    if settings.unpacked_engine == "pack":
         return None
     return settings.unpacked_engine.removeprefix("torch-")
 
@@ -257,13 +279,14 @@ def _recorded(sample: Sampler, trials: dict[str, TrialSpec]) -> Sampler:
     return recorded
 
 
-def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory):
+def _planner(settings: TuneSettings, space: SearchSpace, memory: PackMemory, gate: PackGate | None):
     def plan(trials: list[TrialSpec], s: int, i: int) -> list[list[TrialSpec]]:
         rng = np.random.default_rng([settings.seed, s, i, _PLAN_STREAM])
         groups = pack_opt(trials, settings.packopt, memory.fits, rng, space)
-        if settings.workers == 1:
-            return groups
-        return balance(groups, settings.workers, memory.fits, work=row_work(trials))
+        if settings.workers > 1:
+            groups = balance(groups, settings.workers, memory.fits, work=row_work(trials))
+        # the gate has the last word: it times the packs that will train
+        return gate.admit(groups) if gate else groups
 
     return plan
 
@@ -340,6 +363,7 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
             "resource": result.best_resource,
         },
         "wall_s": result.wall_s,
+        "pack_gate": _gate_report(search.gate),
         "trial_steps": search.executor.trial_steps,
         "trials": {i: s.config.as_dict() for i, s in search.trials.items() if s.config},
         "rungs": [
@@ -351,3 +375,14 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
             for r in result.rungs
         ],
     }  # fmt: skip
+
+
+def _gate_report(gate: PackGate | None) -> dict[str, Any] | None:
+    """What the pack gate measured and decided (None: packs were not measured)."""
+    if gate is None:
+        return None
+    return {
+        "seconds": gate.seconds,
+        "min_gain": gate.settings.min_gain,
+        "probes": [probe.as_dict() for probe in gate.probes],
+    }
