@@ -13,11 +13,15 @@ only if its step beats its members' steps summed by ``min_gain`` (the
 paper's IMPV, ``(T_alone - T_pack) / T_alone``). A pack that loses is halved
 and each half asked again, down to one trial each, which then train alone.
 
-A measurement is reused, not repeated, for groups of the same size class
-(the next power of two) holding as many distinct architectures: a search
-proposes hundreds of packs but few kinds, and measuring each would cost more
-than packing saves (the first version keyed on the architectures themselves
-and spent 2.8 s of a 3.8 s small-CNN search measuring). Alone step times are kept per architecture, batch size and
+Measuring costs what it measures: training steps that count for no trial.
+So a pack's measurement is reused for every later group of its *kind* — the
+same size class (the next power of two), one architecture (fused) or several
+— and a trial's step alone is not measured per batch size but read from a
+line through two measurements per architecture, at the space's smallest and
+largest batch (a step's time is close to affine in the batch: Srift's compute
+model, docs/profiling.md). Keyed finer, on the architectures and on every
+batch and optimizer, the first version spent 67 s of a 325 s search (the
+small CNN on 32x32 images, R = 27, 5 steps per unit) measuring. Alone step times are kept per architecture, batch size and
 optimizer kind. Every measurement is kept (:attr:`PackGate.probes`) for the
 search's report.
 """
@@ -27,7 +31,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -38,9 +42,9 @@ from rightsize.packing.pack import Clock, PackSettings, load, pack
 from rightsize.packing.trial import Architectures, ModelOptions, TrialSpec, TrialState
 
 #: Steps run before timing: the first steps allocate and create optimizer state.
-WARMUP_STEPS = 2
+WARMUP_STEPS = 1
 #: Steps timed per measurement; the median is kept (one slow step on a shared CPU is noise).
-TIMED_STEPS = 5
+TIMED_STEPS = 3
 #: A pack must beat its members alone by this fraction of their time (IMPV): a pack
 #: also pays switches (checkpoint and repack) that a few timed steps do not show.
 MIN_GAIN = 0.05
@@ -128,6 +132,7 @@ class PackGate:
         device: where trials train.
         pack_settings: how packs are built (measured as they will train).
         fused_optimizer: the kernels trials alone use (``torch.optim(fused=True)`` or not).
+        batch_range: the space's smallest and largest batch size (where alone steps are timed).
         settings: steps and threshold.
         progress: told of each new measurement.
         clock: wall-clock seconds.
@@ -140,17 +145,19 @@ class PackGate:
         device: torch.device,
         pack_settings: PackSettings,
         fused_optimizer: bool,
+        batch_range: tuple[int, int],
         settings: ProbeSettings = ProbeSettings(),
         progress: Callable[[str], None] = lambda _line: None,
         clock: Clock = time.perf_counter,
     ) -> None:
         self.architectures, self.stream, self.device = architectures, stream, device
         self.pack_settings, self.fused_optimizer = pack_settings, fused_optimizer
+        self.batch_range = batch_range
         self.settings, self._progress, self._clock = settings, progress, clock
         self.probes: list[PackProbe] = []
         self.seconds = 0.0  # spent measuring
         self._verdicts: dict[tuple, PackProbe] = {}
-        self._alone: dict[tuple, float] = {}
+        self._alone: dict[ModelOptions, tuple[float, float]] = {}  # seconds at the two batches
 
     def admit(self, groups: list[list[TrialSpec]]) -> list[list[TrialSpec]]:
         """``groups`` with every pack that loses to its trials alone split, recursively in halves."""
@@ -166,9 +173,9 @@ class PackGate:
         return self._admit(group[:half]) + self._admit(group[half:])
 
     def _verdict(self, group: list[TrialSpec]) -> PackProbe:
-        # what a pack's speed hangs on: how many trials, and how many models they are
-        # (one architecture fuses into one group; each other one adds a group)
-        key = (size_class(len(group)), len({t.architecture for t in group}))
+        # what a pack's speed hangs on: how many trials, and whether they fuse into one
+        # group (one architecture) or train side by side on the general path
+        key = (size_class(len(group)), len({t.architecture for t in group}) == 1)
         if key not in self._verdicts:
             start = self._clock()
             with torch.random.fork_rng(devices=[]):  # the probes draw no number a trial would
@@ -189,14 +196,20 @@ class PackGate:
         )  # fmt: skip
 
     def _alone_seconds(self, spec: TrialSpec) -> float:
-        key = (spec.architecture, spec.batch_size, spec.optimizer.kind)
-        if key not in self._alone:
-            trainer = AloneTrainer(
-                TrialState(spec), self.architectures, self.stream, self.device,
-                self.fused_optimizer,
+        """One step of ``spec`` alone: on the line through its architecture's two measurements."""
+        low, high = self.batch_range
+        if spec.architecture not in self._alone:
+            self._alone[spec.architecture] = tuple(
+                self._step_seconds(AloneTrainer(
+                    TrialState(replace(spec, batch_size=batch)), self.architectures, self.stream,
+                    self.device, self.fused_optimizer,
+                ).train_step)
+                for batch in (low, high)
             )  # fmt: skip
-            self._alone[key] = self._step_seconds(trainer.train_step)
-        return self._alone[key]
+        at_low, at_high = self._alone[spec.architecture]
+        if high == low:
+            return at_low
+        return at_low + (at_high - at_low) * (spec.batch_size - low) / (high - low)
 
     def _step_seconds(self, step: Callable[[], object]) -> float:
         """Median seconds of one ``step()`` after the warm-up steps."""

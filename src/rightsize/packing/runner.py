@@ -170,7 +170,7 @@ def prepare_search(
         # this process trains too: workers - 1 more processes
         pool = WorkerPool(settings.workers - 1, partial(worker_trainer, settings, width))
     executor = _executor(settings, architectures, width, clock, pool)
-    gate = _gate(settings, architectures, executor, progress)
+    gate = _gate(settings, architectures, executor, space, progress)
     trials: dict[str, TrialSpec] = {}
     hyperband = Hyperband(
         settings.max_resource, settings.eta,
@@ -181,12 +181,14 @@ def prepare_search(
     return Search(settings, space, architectures, memory, executor, hyperband, trials, gate)
 
 
-def _gate(settings, architectures, executor: RungExecutor, progress) -> PackGate | None:
+def _gate(settings, architectures, executor: RungExecutor, space, progress) -> PackGate | None:
     if settings.packopt.strategy == "none" or not settings.probe.enabled:
         return None
+    batches = space.values("batch_size")
     return PackGate(
         architectures, executor.stream, torch.device(executor.device), settings.pack,
-        fused_optimizer=executor.alone == "fused", settings=settings.probe, progress=progress,
+        fused_optimizer=executor.alone == "fused", batch_range=(min(batches), max(batches)),
+        settings=settings.probe, progress=progress,
     )  # fmt: skip
 
 
