@@ -123,9 +123,9 @@ VARIANTS.update(
 )
 
 
-def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space) -> dict:
-    variant = VARIANTS[name]
-    settings = TuneSettings(
+def tune_settings(variant: Variant, args) -> TuneSettings:
+    """The search of ``variant`` with the options of :func:`search_arguments` (tune_peers.py too)."""
+    return TuneSettings(
         workload=args.workload, dataset=args.dataset, max_resource=args.max_resource, eta=args.eta,
         seed=args.seed, steps_per_unit=args.steps_per_unit,
         memory_limit_bytes=parse_memory(args.memory_limit, "--memory-limit"),
@@ -139,6 +139,11 @@ def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space
         concurrent_brackets=variant.concurrent, workers=variant.workers,
         worker_allocator=args.allocator,
     )  # fmt: skip
+
+
+def run_variant(name: str, threads: int, args, registry: WorkloadRegistry, space) -> dict:
+    variant = VARIANTS[name]
+    settings = tune_settings(variant, args)
     torch.set_num_threads(threads)
     search = prepare_search(settings, space, registry)
     cpu_start = _cpu_s()
