@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 optuna = pytest.importorskip("optuna")
 
@@ -20,6 +19,7 @@ from optuna.distributions import (  # noqa: E402
     IntDistribution,
 )
 from optuna.trial import TrialState as OptunaState  # noqa: E402
+from tests.test_packing_probe import SETTINGS, SPACE, one_thread  # noqa: E402, F401 (a fixture)
 
 from rightsize.cli.main import main  # noqa: E402
 from rightsize.core.errors import SpecError  # noqa: E402
@@ -37,27 +37,9 @@ from rightsize.packing.runner import TuneSettings, prepare_search, run_search  #
 from rightsize.packing.space import load_space  # noqa: E402
 from rightsize.packing.trial import TrialSpec, TrialState  # noqa: E402
 
-SPACE = """\
-batch_size: {from: 16, to: 32, step: 8}
-optimizer: [adam, momentum]
-lr: [0.01, 0.1]
-activation: [relu, tanh]
-"""
-SETTINGS = TuneSettings(
-    workload="mlp3", dataset="digits", max_resource=9, eta=3, seed=4, steps_per_unit=2,
-    memory_limit_bytes=12 * 2**20,
-)  # fmt: skip
 COMPLETE_PER_BRACKET = {2: 1, 1: 1, 0: 3}
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from rightsize.packing.space import load_space
 from rightsize.packing.trial import TrialSpec
 from rightsize.workloads.registry import WorkloadRegistry
 
+# a small space and search, shared with tests/test_integrations_optuna.py
 SPACE = """\
-batch_size: [16, 24, 32]
+batch_size: {from: 16, to: 32, step: 8}
 optimizer: [adam, momentum]
 lr: [0.01, 0.1]
 activation: [relu, tanh]
