@@ -22,6 +22,11 @@ same batch for all) and is scored by rightsize's validation loss
 - ``rightsize-packed``: ``--packed-variant`` of packing_hyperband.py (default
   its best in docs/benchmarks.md: kNN, ragged, concurrent brackets, mixed
   activations, 2 workers, 40Mi), through prepare_search/run_search as the CLI;
+- ``rightsize-packed-sha``, ``rightsize-unpacked-2w-sha``: the same two
+  rightsize searches with ``--algorithm successive-halving`` over as many
+  trials (143): Hyperband's most aggressive bracket alone, the synchronous
+  form of the algorithm Ray's ASHA runs (its fair opponent; the unpacked row
+  shows how much of the difference is the algorithm and how much packing);
 - ``rightsize-optuna-driver``: the same search through
   ``rightsize.integrations.optuna.optimize`` on an in-memory study with a
   seeded random sampler.
@@ -72,7 +77,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +125,7 @@ class PeerVariant:
         slots: trials (rightsize: groups) training at once; rightsize's from its search.
         sampler, scheduler: Optuna's sampler; Ray's scheduler.
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
+        algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
     """
 
     tool: str
@@ -128,8 +134,10 @@ class PeerVariant:
     sampler: str | None = None
     scheduler: str | None = None
     search: str | None = None
+    algorithm: str = "hyperband"
 
 
+SHA = "successive-halving"
 VARIANTS = {
     "optuna-tpe-1j": PeerVariant("optuna", 2, 1, sampler="tpe"),
     "optuna-tpe-2j": PeerVariant("optuna", 1, 2, sampler="tpe"),
@@ -140,6 +148,8 @@ VARIANTS = {
     "rightsize-unpacked": PeerVariant("rightsize", 2, search="original"),
     "rightsize-unpacked-2w": PeerVariant("rightsize", 1, search="original-2w"),
     "rightsize-packed": PeerVariant("rightsize", 1),
+    "rightsize-unpacked-2w-sha": PeerVariant("rightsize", 1, search="original-2w", algorithm=SHA),
+    "rightsize-packed-sha": PeerVariant("rightsize", 1, algorithm=SHA),
     "rightsize-optuna-driver": PeerVariant("rightsize-optuna", 1),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
@@ -433,7 +443,7 @@ def _ray_result(name: str, variant: PeerVariant, problem: Problem, grid, wall: f
 
 def run_rightsize(name: str, variant: PeerVariant, args) -> VariantResult:
     search_name = variant.search or args.packed_variant
-    settings = tune_settings(SEARCHES[search_name], args)
+    settings = replace(tune_settings(SEARCHES[search_name], args), algorithm=variant.algorithm)
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
     meter = Meter()
@@ -630,6 +640,12 @@ def compare(rows: dict[str, dict]) -> dict[str, Any]:
     driver = rows.get("rightsize-optuna-driver", {}).get("wall_s")
     if driver and packed:
         out["driver_vs_cli"] = driver / packed
+    sha = rows.get("rightsize-packed-sha", {})
+    if sha.get("wall_s") and peers:
+        out["packed_sha_vs_fastest_peer"] = peers[fastest]["wall_s"] / sha["wall_s"]
+        out["packed_sha_retrain_val_loss"] = sha["retrain_val_loss"]
+    if sha.get("wall_s") and "wall_s" in rows.get("ray-asha", {}):
+        out["packed_sha_vs_ray_asha"] = rows["ray-asha"]["wall_s"] / sha["wall_s"]
     quality = rows.get("rightsize-packed", {}).get("retrain_val_loss")
     out["packed_retrain_val_loss"] = quality
     out["goals"] = {
@@ -700,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
         "configurations": problem.configurations,
         "rung_units": list(problem.rung_units),
         "hyperband_trial_steps": hyperband_trial_steps(problem),
+        "successive_halving_trial_steps": hyperband_trial_steps(problem, SHA),
         "cpu_accounting": (
             "RUSAGE_CHILDREN of a subreaper parent" if subreaper else "RUSAGE_CHILDREN"
         ) + " + /proc samples of processes whose parent ignores SIGCHLD",

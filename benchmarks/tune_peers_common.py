@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ from rightsize.packing import runner
 from rightsize.packing.alone import AloneTrainer, validation_loss
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
-from rightsize.packing.hyperband import hyperband_schedule
 from rightsize.packing.pack import PackSettings
 from rightsize.packing.runner import TuneSettings, model_option_names
 from rightsize.packing.space import Config, SearchSpace, load_space
@@ -83,13 +82,13 @@ class Problem:
     @property
     def rung_units(self) -> tuple[int, ...]:
         """Units at which some Hyperband rung ends (1, 3, 9, 27, 81 for R = 81, eta = 3)."""
-        schedule = hyperband_schedule(self.settings.max_resource, self.settings.eta)
+        schedule = self.settings.schedule()
         return tuple(sorted({int(rung.r) for b in schedule for rung in b.rungs}))
 
     @property
     def configurations(self) -> int:
         """How many configurations rightsize's Hyperband samples: every peer gets as many."""
-        schedule = hyperband_schedule(self.settings.max_resource, self.settings.eta)
+        schedule = self.settings.schedule()
         return sum(b.rungs[0].n for b in schedule)
 
     def steps(self, units: float) -> int:
@@ -128,9 +127,10 @@ def cached_problem(settings: TuneSettings, space_path: str) -> Problem:
     return _PROBLEMS[key]
 
 
-def hyperband_trial_steps(problem: Problem) -> int:
-    """Trial-steps Algorithm 1 trains with resuming: what rightsize's searches must count."""
-    schedule = hyperband_schedule(problem.settings.max_resource, problem.settings.eta)
+def hyperband_trial_steps(problem: Problem, algorithm: str = "hyperband") -> int:
+    """Trial-steps ``algorithm`` (Algorithm 1, or its one-bracket successive halving over as
+    many trials) trains with resuming: what rightsize's searches must count."""
+    schedule = replace(problem.settings, algorithm=algorithm).schedule()
     total = 0
     for bracket in schedule:
         done = 0

@@ -54,6 +54,16 @@ def test_schedule_only_prints_the_bracket_table(capsys):
     assert code == 0 and "(34,3) (11,9) (3,27) (1,81)" in out
 
 
+def test_schedule_only_for_successive_halving(capsys):
+    code, out, _ = run(
+        capsys, "tune", "--schedule-only", "--algorithm", "successive-halving", "--json"
+    )
+    assert code == 0
+    assert json.loads(out) == [
+        {"s": 4, "rungs": [{"n": 143, "r": 1}, {"n": 47, "r": 3}, {"n": 15, "r": 9}, {"n": 5, "r": 27}, {"n": 1, "r": 81}]},
+    ]  # fmt: skip
+
+
 def assert_one_line_error(code, err, fragment):
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1, err
@@ -123,6 +133,23 @@ def test_packed_and_original_hyperband_find_the_same_best_with_the_same_losses(c
     assert (
         original["trial_steps"] == packed["trial_steps"] == 2 * (9 + 3 * 2 + 6 + 5 * 3 + 6 + 3 * 9)
     )
+
+
+def test_successive_halving_packed_changes_nothing_but_time(capsys, space):
+    sha = ("--algorithm", "successive-halving", "--configurations", "12")
+    original, _ = search(capsys, space, "none", *sha)
+    packed, progress = search(capsys, space, "knn", "--memory-limit", "12Mi", *sha)
+    assert packed["algorithm"] == "successive-halving" and packed["configurations"] == 12
+    assert [(r["bracket"], r["n"], r["r"]) for r in packed["rungs"]] == [
+        (2, 12, 1),
+        (2, 4, 3),
+        (2, 1, 9),
+    ]
+    assert [r["losses"] for r in packed["rungs"]] == [r["losses"] for r in original["rungs"]]
+    assert packed["best"] == original["best"]
+    # resuming: 12 trials x 1 unit, 4 more x 2, 1 more x 6, at 2 steps per unit
+    assert original["trial_steps"] == packed["trial_steps"] == 2 * (12 + 4 * 2 + 6)
+    assert "bracket s=2 rung 0: 12 trials x r=1" in progress
 
 
 def test_human_report_names_the_best_and_each_rungs_packs(capsys, space):

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from rightsize.core.errors import SpecError
-from rightsize.packing.hyperband import Hyperband, hyperband_schedule
+from rightsize.packing.hyperband import (
+    Hyperband,
+    hyperband_schedule,
+    search_schedule,
+    successive_halving_schedule,
+)
 from rightsize.packing.optimizers import OptimizerSpec
 from rightsize.packing.trial import TrialSpec, TrialState
 
@@ -48,6 +54,29 @@ def test_eta_must_exceed_one(eta):
 def test_resource_must_be_at_least_one():
     with pytest.raises(SpecError, match="max resource R must be >= 1"):
         hyperband_schedule(0.5, 3)
+
+
+def test_successive_halving_is_the_top_bracket_over_as_many_trials_as_hyperband():
+    # Hyperband samples 81 + 34 + 15 + 8 + 5 = 143 configurations for R = 81, eta = 3
+    (bracket,) = successive_halving_schedule(81, 3)
+    assert bracket.s == 4
+    assert [(r.n, r.r) for r in bracket.rungs] == [(143, 1), (47, 3), (15, 9), (5, 27), (1, 81)]
+    (bracket,) = search_schedule("successive-halving", 9, 3, configurations=10)
+    assert [(r.n, r.r) for r in bracket.rungs] == [(10, 1), (3, 3), (1, 9)]
+    assert search_schedule("hyperband", 81, 3) == hyperband_schedule(81, 3)
+
+
+@pytest.mark.parametrize(
+    "algorithm, configurations, message",
+    [
+        ("successive-halving", 8, "needs at least 9 configurations (eta^2) for one to reach R"),
+        ("hyperband", 20, "set it only with the successive-halving algorithm"),
+        ("asha", None, "algorithm 'asha': choose one of hyperband, successive-halving"),
+    ],
+)
+def test_search_schedule_refuses(algorithm, configurations, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        search_schedule(algorithm, 9, 3, configurations)
 
 
 # -- the loop ---------------------------------------------------------------------------
@@ -109,6 +138,20 @@ def test_successive_halving_keeps_the_best_third_and_resumes():
     assert result.best.trial_id == "s2-000" and result.best_loss == pytest.approx(1 / 9)
     assert result.best_resource == 9 and len(result.rungs) == 6
     assert result.wall_s > 0  # from the fake clock
+
+
+def test_successive_halving_runs_one_bracket_and_promotes_a_third_of_the_whole_rung():
+    # ASHA would promote early trials on partial rankings; this waits for the whole rung
+    trainer = ScriptedTrainer(lambda spec: 100 - int(spec.trial_id[-3:]))  # the last is best
+    schedule = successive_halving_schedule(9, 3, configurations=10)
+    band = Hyperband(
+        9, 3, lambda s, n: [_trial(s, k) for k in range(n)], lambda t, s, i: [t], trainer,
+        clock=FakeClock(), schedule=schedule,
+    )  # fmt: skip
+    result = band.run()
+    assert [(len(c[0]), c[3]) for c in trainer.calls] == [(10, 1), (3, 3), (1, 9)]
+    assert trainer.calls[1][0] == ["s2-009", "s2-008", "s2-007"]
+    assert result.best.trial_id == "s2-009" and result.best_resource == 9
 
 
 def test_without_resume_every_rung_starts_from_scratch():

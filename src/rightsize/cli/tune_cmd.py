@@ -14,6 +14,7 @@ from rightsize.core.limits import COUNT, DATASET_SAMPLES, SEED, THREADS, Bound
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.packing.allocator import ALLOCATOR_MODES, retain_freed_memory
 from rightsize.packing.choices import (
+    ALGORITHMS,
     BACKWARDS,
     BATCH_MODES,
     DISTANCES,
@@ -66,6 +67,21 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=bounded(ETA),
         default=3,
         help="Hyperband's eta: keep 1/eta per rung (default 3)",
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default="hyperband",
+        help="hyperband: Algorithm 1's brackets (default); successive-halving: its most "
+        "aggressive bracket alone, the synchronous form of ASHA (fewer trial-steps, no hedge "
+        "against early rankings that mislead)",
+    )
+    parser.add_argument(
+        "--configurations",
+        type=bounded(COUNT),
+        metavar="N",
+        help="successive halving's trials (default: as many as Hyperband samples, 143 for "
+        "R=81 eta=3); at least eta^s_max so that one reaches R",
     )
     parser.add_argument(
         "--pack",
@@ -206,7 +222,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--optuna-study", metavar="NAME", help="the Optuna study's name (with --optuna-storage)"
     )
     parser.add_argument(
-        "--schedule-only", action="store_true", help="print Hyperband's brackets without training"
+        "--schedule-only",
+        action="store_true",
+        help="print the algorithm's brackets without training",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -214,10 +232,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rightsize.packing.hyperband import hyperband_schedule
+    from rightsize.packing.hyperband import search_schedule
 
+    schedule = search_schedule(args.algorithm, args.max_resource, args.eta, args.configurations)
     if args.schedule_only:
-        return _print_schedule(hyperband_schedule(args.max_resource, args.eta), args.json)
+        return _print_schedule(schedule, args.json)
     if not args.space:
         raise SpecError(
             "--space is required (a YAML file of hyper-parameter lists) unless --schedule-only"
@@ -293,8 +312,8 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
     return TuneSettings(
         workload=args.workload, dataset=args.dataset,
         fixed_options=tuple(sorted(parse_options(args.option).items())),
-        max_resource=args.max_resource, eta=args.eta, seed=args.seed,
-        steps_per_unit=args.steps_per_unit, resume=not args.no_resume, device=args.device,
+        max_resource=args.max_resource, eta=args.eta, algorithm=args.algorithm,
+        configurations=args.configurations, seed=args.seed, steps_per_unit=args.steps_per_unit, resume=not args.no_resume, device=args.device,
         concurrent_brackets=args.concurrent_brackets,
         memory_limit_bytes=limit, profile_path=args.profile,
         packopt=PackOptSettings(args.pack, args.threshold, args.max_pack_size, args.distance),
@@ -360,11 +379,15 @@ def _print_gate(gate: dict | None) -> None:
         )
 
 
+_ALGORITHM_NAMES = {"hyperband": "Hyperband", "successive-halving": "successive halving"}
+
+
 def _print_report(report: dict) -> None:
     best, concurrent = report["best"], report.get("concurrent_brackets", False)
     print(
         f"tune {report['workload']} on {report['dataset']}: {report['space_size']:,} configurations, "
-        f"Hyperband R={report['max_resource']:g} eta={report['eta']:g}, pack {report['strategy']}, "
+        f"{_ALGORITHM_NAMES[report.get('algorithm', 'hyperband')]} R={report['max_resource']:g} "
+        f"eta={report['eta']:g}, {report.get('configurations', len(report['trials']))} trials, pack {report['strategy']}, "
         f"seed {report['seed']}"
     )
     print("best:  " + " ".join(f"{k}={v}" for k, v in best["config"].items()))

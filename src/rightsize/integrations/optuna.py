@@ -46,7 +46,7 @@ from optuna.trial import TrialState as OptunaState
 from sqlalchemy.exc import SQLAlchemyError
 
 from rightsize.core.errors import SpecError
-from rightsize.packing.hyperband import RungRecord, SearchResult, best_seen, hyperband_schedule
+from rightsize.packing.hyperband import RungRecord, SearchResult, best_seen
 from rightsize.packing.runner import (
     Search,
     TuneSettings,
@@ -223,7 +223,7 @@ def optimize(
     registry = registry or WorkloadRegistry()
     resolved = optuna_space(space, model_option_names(registry, settings.workload))
     _check_study(study)
-    schedule = hyperband_schedule(settings.max_resource, settings.eta)
+    schedule = settings.schedule()
     _check_whole_resources(schedule)
     fingerprint = _fingerprint(settings, resolved)
     _check_same_search(study, fingerprint)
@@ -314,6 +314,7 @@ def _fingerprint(settings: TuneSettings, space: OptunaSpace) -> dict[str, Any]:
     no result)."""
     data = {
         "max_resource": settings.max_resource, "eta": settings.eta, "seed": settings.seed,
+        "algorithm": settings.algorithm, "configurations": settings.configurations,
         "steps_per_unit": settings.steps_per_unit, "resume": settings.resume,
         "workload": settings.workload, "dataset": settings.dataset,
         "dataset_size": settings.dataset_size, "fixed_options": settings.fixed_options,

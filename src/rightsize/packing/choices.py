@@ -21,5 +21,9 @@ BATCH_MODES = ("pad", "exact", "bucket", "ragged")
 #: called without the autograd engine, :mod:`rightsize.packing.direct`) or ``autograd``.
 BACKWARDS = ("direct", "autograd")
 
+#: Search algorithms: Hyperband (Algorithm 1's brackets) or successive halving
+#: (its most aggressive bracket alone, the synchronous form of ASHA).
+ALGORITHMS: tuple[str, ...] = ("hyperband", "successive-halving")
+
 PACK_STRATEGIES: tuple[str, ...] = ("knn", "random", "batch-size", "none")
 DISTANCES: tuple[str, ...] = ("l1", "euclidean")

@@ -29,6 +29,16 @@ resource axis is cut at every rung end into *phases*, and in each phase every
 bracket's current trials (all resuming from the same step) are packed
 together by pack_opt. Sampling, ranking and promotion stay per bracket, so the
 trials, their losses and the best found are those of the sequential run.
+
+Successive halving (``successive_halving_schedule``; Jamieson & Talwalkar,
+AISTATS 2016) is one bracket of the same loop, Hyperband's most aggressive
+(``s = s_max``), over ``n`` configurations: the algorithm ASHA (Li et al.,
+MLSys 2020) runs asynchronously. ASHA promotes a trial as soon as it is in the
+top ``1/eta`` of the rung *so far*, so that no worker waits at a rung's end,
+and pays for it in trials promoted that a finished rung would have dropped.
+With packing, a rung's trials train together anyway, so the synchronous rule
+(promote the best ``floor(n_i / eta)`` of the whole rung) costs little waiting
+and trains only the trial-steps Algorithm 1's bracket trains.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rightsize.core.errors import SpecError
+from rightsize.packing.choices import ALGORITHMS
 from rightsize.packing.trial import TrialSpec, TrialState
 
 # Integer parts of log_eta(R) and eta^-i products computed in floats land a hair
@@ -85,6 +96,54 @@ def hyperband_schedule(max_resource: float, eta: float) -> list[Bracket]:
         )
         brackets.append(Bracket(s, rungs))
     return brackets
+
+
+def successive_halving_schedule(
+    max_resource: float, eta: float, configurations: int | None = None
+) -> list[Bracket]:
+    """One bracket: ``configurations`` trials from ``r = R eta^-s_max`` to ``R``.
+
+    ``configurations`` defaults to as many as Hyperband samples over all its brackets
+    (143 for R = 81, eta = 3), so the two algorithms see the same number of trials.
+
+    Raises:
+        SpecError: bad ``eta`` or ``R`` (as :func:`hyperband_schedule`), or too few
+            configurations for one to reach ``R`` (fewer than ``eta^s_max``).
+    """
+    brackets = hyperband_schedule(max_resource, eta)
+    top = brackets[0]
+    n = sum(b.rungs[0].n for b in brackets) if configurations is None else configurations
+    fewest = int(math.ceil(eta**top.s - FLOAT_SLACK))
+    if n < fewest:
+        raise SpecError(
+            f"successive halving with R={max_resource:g} and eta={eta:g} needs at least "
+            f"{fewest} configurations (eta^{top.s}) for one to reach R, got {n}"
+        )
+    rungs = tuple(
+        Rung(int(math.floor(n * eta**-i + FLOAT_SLACK)), rung.r) for i, rung in enumerate(top.rungs)
+    )
+    return [Bracket(top.s, rungs)]
+
+
+def search_schedule(
+    algorithm: str, max_resource: float, eta: float, configurations: int | None = None
+) -> list[Bracket]:
+    """The brackets ``algorithm`` (one of :data:`ALGORITHMS`) runs.
+
+    Raises:
+        SpecError: an unknown algorithm, ``configurations`` given to Hyperband (its
+            brackets fix their own), or what the schedule itself refuses.
+    """
+    if algorithm == "hyperband":
+        if configurations is not None:
+            raise SpecError(
+                "configurations: Hyperband's brackets fix how many trials they sample; "
+                "set it only with the successive-halving algorithm"
+            )
+        return hyperband_schedule(max_resource, eta)
+    if algorithm == "successive-halving":
+        return successive_halving_schedule(max_resource, eta, configurations)
+    raise SpecError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
 
 
 def _tidy(value: float) -> float:
@@ -152,6 +211,8 @@ class Hyperband:
             ``resume``: a phase's trials must all stand on its first step).
         observe: told of every rung once its trials are ranked, with the ids
             promoted (the Optuna driver reports and prunes trials here).
+        schedule: the brackets to run (default: Algorithm 1's for ``max_resource``
+            and ``eta``; :func:`successive_halving_schedule` for one bracket).
     """
 
     def __init__(
@@ -166,13 +227,16 @@ class Hyperband:
         progress: Progress = lambda _line: None,
         concurrent: bool = False,
         observe: RungObserver = lambda _record, _promoted: None,
+        schedule: Sequence[Bracket] | None = None,
     ) -> None:
         if concurrent and not resume:
             raise SpecError(
                 "concurrent brackets need resuming trials (a phase packs trials that all "
                 "continue from one step): drop --no-resume or --concurrent-brackets"
             )
-        self.schedule = hyperband_schedule(max_resource, eta)
+        self.schedule = (
+            hyperband_schedule(max_resource, eta) if schedule is None else list(schedule)
+        )
         self.concurrent = concurrent
         self.eta = eta
         self._sample, self._plan, self._trainer = sample, plan, trainer

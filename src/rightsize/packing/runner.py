@@ -27,11 +27,12 @@ from rightsize.packing.choices import STEPS_PER_UNIT
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
 from rightsize.packing.hyperband import (
+    Bracket,
     Hyperband,
     RungObserver,
     Sampler,
     SearchResult,
-    hyperband_schedule,
+    search_schedule,
 )
 from rightsize.packing.memory import (
     Footprint,
@@ -74,6 +75,10 @@ class TuneSettings:
         workload, dataset: the zoo model (or factory) and its data.
         fixed_options: model options set for every trial (not searched).
         max_resource, eta: Hyperband's R and eta.
+        algorithm: ``hyperband`` (Algorithm 1's brackets) or ``successive-halving``
+            (its most aggressive bracket alone; see :mod:`rightsize.packing.hyperband`).
+        configurations: successive halving's trials (default: as many as Hyperband
+            samples); Hyperband's brackets fix their own.
         seed: orders the data and draws configurations, trial seeds and centroids.
         steps_per_unit: training steps per unit of resource.
         resume: promoted trials continue from their checkpoint.
@@ -98,6 +103,8 @@ class TuneSettings:
     fixed_options: ModelOptions = ()
     max_resource: float = 81
     eta: float = 3
+    algorithm: str = "hyperband"
+    configurations: int | None = None
     seed: int = 0
     steps_per_unit: int = STEPS_PER_UNIT
     resume: bool = True
@@ -122,6 +129,10 @@ class TuneSettings:
             raise SpecError(
                 f"unpacked engine {self.unpacked_engine!r}: choose one of {', '.join(ENGINES)}"
             )
+
+    def schedule(self) -> list[Bracket]:
+        """The brackets the search runs (raises SpecError for a bad eta, R or count)."""
+        return search_schedule(self.algorithm, self.max_resource, self.eta, self.configurations)
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,7 @@ def prepare_search(
         RightsizeError: bad eta or R, unknown workload, dataset or option value,
             or a trial that does not fit the device even alone.
     """
-    hyperband_schedule(settings.max_resource, settings.eta)  # eta and R first: cheapest to check
+    schedule = settings.schedule()  # eta, R and the algorithm first: cheapest to check
     device = resolve_device(settings.device)
     architectures = _architectures(settings, registry)
     _check_option_values(space, architectures)
@@ -177,6 +188,7 @@ def prepare_search(
         _recorded(sample or _sampler(settings, space), trials),
         _planner(settings, space, memory, gate), executor, resume=settings.resume, clock=clock,
         progress=progress, concurrent=settings.concurrent_brackets, observe=observe,
+        schedule=schedule,
     )  # fmt: skip
     return Search(settings, space, architectures, memory, executor, hyperband, trials, gate)
 
@@ -350,6 +362,8 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
         "seed": settings.seed,
         "max_resource": settings.max_resource,
         "eta": settings.eta,
+        "algorithm": settings.algorithm,
+        "configurations": sum(b.rungs[0].n for b in search.hyperband.schedule),
         "steps_per_unit": settings.steps_per_unit,
         "resume": settings.resume,
         "concurrent_brackets": settings.concurrent_brackets,
