@@ -314,6 +314,20 @@ def test_a_resumed_study_must_keep_the_search_settings(space, tmp_path):
                                            packopt=PackOptSettings("none"))).brackets_run == ()  # fmt: skip
 
 
+def test_successive_halving_drives_a_study_and_a_resume_must_keep_it(space):
+    study = optuna.create_study()
+    sha = _replace(
+        max_resource=3, steps_per_unit=1, algorithm="successive-halving", configurations=5
+    )
+    ran = optimize(study, space, sha)
+    # R = 3, eta = 3: one bracket, (5, 1) then (1, 3): one trial completes, four are pruned
+    states = [t.state for t in _ours(study)]
+    assert ran.brackets_run == (1,) and len(states) == 5
+    assert states.count(OptunaState.COMPLETE) == 1 and states.count(OptunaState.PRUNED) == 4
+    with pytest.raises(SpecError, match="algorithm='successive-halving', this one has 'hyperband'"):
+        optimize(study, space, _replace(max_resource=3, steps_per_unit=1))
+
+
 def test_a_users_own_workload_factory_plugs_in(tmp_path, monkeypatch):
     # a module name no other test writes: sys.modules would hand back another test's module
     (tmp_path / "optuna_user_jobs.py").write_text(

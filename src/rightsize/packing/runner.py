@@ -185,7 +185,7 @@ def prepare_search(
     trials: dict[str, TrialSpec] = {}
     hyperband = Hyperband(
         settings.max_resource, settings.eta,
-        _recorded(sample or _sampler(settings, space), trials),
+        _recorded(sample or seeded_sampler(settings, space), trials),
         _planner(settings, space, memory, gate), executor, resume=settings.resume, clock=clock,
         progress=progress, concurrent=settings.concurrent_brackets, observe=observe,
         schedule=schedule,
@@ -271,7 +271,10 @@ def trial_id(s: int, k: int) -> str:
     return f"s{s}-{k:03d}"
 
 
-def _sampler(settings: TuneSettings, space: SearchSpace) -> Sampler:
+def seeded_sampler(settings: TuneSettings, space: SearchSpace) -> Sampler:
+    """rightsize's own draw: bracket ``s``'s trials uniformly from ``space``, from the search
+    seed and ``s`` alone (so a bracket draws the same trials whatever ran before it)."""
+
     def sample(s: int, count: int) -> list[TrialSpec]:
         rng = np.random.default_rng([settings.seed, s])
         return [
