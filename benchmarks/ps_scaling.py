@@ -24,12 +24,20 @@ whose next worker adds < 10%) measured and predicted.
     python benchmarks/ps_scaling.py --lock /tmp/rightsize-cpu.lock \\
         --out benchmarks/results/ps_scaling.json
 
-With ``--ceiling`` (a benchmarks/ps_ceiling.py result for the same case), both models are
-also checked with the shared host it measured (``queueing+host``, ``dlrover+host``); the
-stored curves are re-fitted without running anything with ``--refit``:
+With ``--ceiling`` (benchmarks/ps_ceiling.py results for the same case, one or more), both
+models are also checked with the shared host it measured (``queueing+host``,
+``dlrover+host``). Both are also checked with each worker bounded by its CPU quota
+(``queueing+quota``, ``dlrover+quota``; perf/ps.py ``WorkerSpec.cores``): a worker's CPU per
+step alone is solved from the fit set's one-worker runs (the larger of its quota bound and
+its unthrottled step reproduces their step), and what each co-located worker adds to it is
+fitted to the ceiling runs' worker CPU per step (0 without them); the host, where measured,
+then carries the workers' CPU per step as it grows. Every held-out split reads only the
+ceiling runs at other PS settings than the one it predicts. The stored curves are re-fitted
+without running anything with ``--refit``:
 
     python benchmarks/ps_scaling.py --refit benchmarks/results/ps_scaling.json \\
-        --ceiling benchmarks/results/ps_ceiling.json --out benchmarks/results/ps_scaling.json
+        --ceiling benchmarks/results/ps_ceiling.json benchmarks/results/ps_ceiling_run2.json \\
+        --out benchmarks/results/ps_scaling.json
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ def measure(spec) -> dict:
     """One static run: steady steps/s, the PS's CPU use and the bytes a step moves through it."""
     master, report, warnings = run_job(spec, make_policy("static"))
     rows = steady(master_samples(master))  # the state's samples keep every node's readings
-    steps, ps_cpu, ps_bytes = [], [], []
+    steps, ps_cpu, ps_bytes, worker_cpu = [], [], [], []
     for row in rows:
         ps = [n for n in row["nodes"] if n["role"] == "ps"]
         if not ps or not row["steps_per_s"]:
@@ -94,6 +102,8 @@ def measure(spec) -> dict:
         steps.append(row["steps_per_s"])
         ps_cpu.append(sum(n["cpu_used"] for n in ps))
         ps_bytes.append(sum(n["net_in"] + n["net_out"] for n in ps))
+        # the workers' CPU per step, for the quota model's growth with co-located workers
+        worker_cpu.append(sum(n["cpu_used"] for n in row["nodes"] if n["role"] == "worker"))
     if not steps:
         return {"error": "no steady samples", "warnings": warnings}
     return {
@@ -101,6 +111,9 @@ def measure(spec) -> dict:
         "ps_cpu_used": statistics.median(ps_cpu),
         "ps_bytes_per_s": statistics.median(ps_bytes),
         "bytes_per_step": statistics.median(b / s for b, s in zip(ps_bytes, steps, strict=True)),
+        "worker_cpu_s_per_step": statistics.median(
+            c / s for c, s in zip(worker_cpu, steps, strict=True)
+        ),
         "samples": len(steps),
         "exactly_once": report["accounting"].get("exactly_once"),
         "wall_time_s": report["wall_time_s"],
@@ -124,6 +137,8 @@ class Fit:
     update_cpu_s: float  # PS CPU-seconds per update
     cpu_s_per_byte: float  # PS CPU-seconds per byte moved
     think_s: float  # a worker's step outside the PS
+    worker_cpu_s: float = 0.0  # a worker's CPU per step alone (quota models)
+    worker_cpu_growth_s: float = 0.0  # what each co-located worker adds to it
 
 
 def fit_ps_cpu(rows: list[dict], per_byte: bool = True) -> tuple[float, float]:
@@ -157,33 +172,115 @@ def fit(rows: list[dict], per_byte: bool = True, host: Host | None = None) -> Fi
 @dataclass(frozen=True)
 class Host:
     """The shared host, from benchmarks/ps_ceiling.py: cores left to the job, and the CPU the
-    co-located workers and master spend per step (perf/ps.py ``PSSpec.host_cores``)."""
+    co-located workers and master spend per step (perf/ps.py ``PSSpec.host_cores``); the
+    quota models take the workers' part from their own fit and only the master's from here."""
 
     cores: float
     colocated_cpu_s_per_step: float
+    master_cpu_s_per_step: float = 0.0
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """benchmarks/ps_ceiling.py runs of one case (from one or more results) on a host of
+    ``cpus`` cores."""
+
+    cpus: float
+    runs: tuple[dict, ...]
+
+    @classmethod
+    def of(cls, results: list[dict], case: str) -> Ceiling | None:
+        mine = [r for r in results if r.get("case") == case]
+        runs = tuple(run for r in mine for run in r.get("runs", []) if "error" not in run)
+        return cls(mine[0]["load_before"]["cpus"], runs) if runs else None
+
+    def without(self, ps_cpu: float) -> Ceiling | None:
+        """The runs at other PS settings: what a split holding ``ps_cpu`` out may read."""
+        runs = tuple(r for r in self.runs if r["ps_cpu"] != ps_cpu)
+        return Ceiling(self.cpus, runs) if runs else None
+
+    def host(self) -> Host:
+        """The quietest run at the most workers (the fewest cores taken by anything but the
+        job's nodes)."""
+        most = max(r["workers"] for r in self.runs)
+        run = min((r for r in self.runs if r["workers"] == most), key=lambda r: r["others_cores"])
+        return Host(self.cpus - run["others_cores"],
+                    run["worker_cpu_s_per_step"] + run["master_cpu_s_per_step"],
+                    run["master_cpu_s_per_step"])  # fmt: skip
+
+    def worker_cpu_growth_s(self, alone_s: float) -> float:
+        """What each co-located worker adds to a worker's CPU per step: least squares through
+        ``alone_s`` at one worker, over the runs' measured CPU per step."""
+        return growth_through(
+            alone_s, [(r["workers"], r["worker_cpu_s_per_step"]) for r in self.runs]
+        )
+
+
+def growth_through(alone_s: float, points: list[tuple[int, float]]) -> float:
+    """Slope of CPU per step against co-located workers, through ``alone_s`` at one worker
+    (non-negative: more workers never make a step cheaper)."""
+    den = sum((n - 1) ** 2 for n, _ in points)
+    num = sum((n - 1) * (cpu - alone_s) for n, cpu in points)
+    return max(0.0, num / den) if den else 0.0
 
 
 def host_of(ceiling: dict, case: str) -> Host | None:
-    """The host a ps_ceiling result measured for ``case``: its quietest run at the most workers
-    (the fewest cores taken by anything but the job's nodes)."""
-    runs = [r for r in ceiling.get("runs", []) if "error" not in r]
-    if ceiling.get("case") != case or not runs:
-        return None
-    most = max(r["workers"] for r in runs)
-    run = min((r for r in runs if r["workers"] == most), key=lambda r: r["others_cores"])
-    cpus = ceiling["load_before"]["cpus"]
-    return Host(cpus - run["others_cores"],
-                run["worker_cpu_s_per_step"] + run["master_cpu_s_per_step"])
+    """The host a ps_ceiling result measured for ``case`` (:meth:`Ceiling.host`)."""
+    found = Ceiling.of([ceiling], case)
+    return found.host() if found else None
+
+
+def fit_quota(rows: list[dict], worker_cores: float, queueing: bool, host: Host | None = None,
+              ceiling: Ceiling | None = None) -> Fit:  # fmt: skip
+    """The PS's costs as :func:`fit`, and the quota'd worker (perf/ps.py ``WorkerSpec.cores``):
+    its CPU per step alone, solved from each one-worker run, and its growth with co-located
+    workers from the fit set's and the ceiling runs' worker CPU per step. The worker's own
+    unthrottled time is taken as that CPU (a step is compute; the rest is the PS and host)."""
+    a, b = fit_ps_cpu(rows, queueing)
+    alone = statistics.median(
+        alone_cpu_s(r, a + b * r["bytes_per_step"], worker_cores, host if queueing else None)
+        for r in rows
+        if r["workers"] == 1
+    )
+    points = [
+        (r["workers"], r["worker_cpu_s_per_step"]) for r in rows if "worker_cpu_s_per_step" in r
+    ]
+    if ceiling is not None:
+        points += [(r["workers"], r["worker_cpu_s_per_step"]) for r in ceiling.runs]
+    return Fit(a, b, alone, alone, growth_through(alone, points))
+
+
+def alone_cpu_s(run: dict, ps_cpu_s: float, worker_cores: float, host: Host | None) -> float:
+    """The worker CPU per step ``c`` that gives a one-worker run its step ``T``, where
+    ``T = max(c / cores, c + D_ps + D_host)`` and ``D_host = (PS CPU + master + c) / host``:
+    both terms grow with ``c``, so ``c`` is the smaller of the two terms' inverses."""
+    step = 1 / run["steps_per_s"]
+    rest, per_c = step - ps_cpu_s / run["ps_cpu"], 1.0
+    if host is not None:
+        rest -= (ps_cpu_s + host.master_cpu_s_per_step) / host.cores
+        per_c += 1 / host.cores
+    return max(1e-6, min(step * worker_cores, rest / per_c))
 
 
 def predict(f: Fit, ps_cpu: float, workers: int, bytes_per_step: float, queueing: bool,
-            host: Host | None = None) -> float:  # fmt: skip
+            host: Host | None = None, worker_cores: float | None = None) -> float:  # fmt: skip
+    """Steps/s by one model; ``worker_cores`` set: with the worker's quota and CPU from ``f``
+    (the host then counts the master's CPU beside it, the workers' coming from ``f``)."""
     # bytes_per_step counts both directions: the models move 2 x model bytes
     model_bytes = int(bytes_per_step / 2)
-    worker = WorkerSpec(batch=1, compute_s=f.think_s, link_bytes_per_s=float("inf"))
-    shared = {"host_cores": host.cores, "colocated_cpu_s_per_step": host.colocated_cpu_s_per_step} if host else {}
+    quota = {} if worker_cores is None else {
+        "cores": worker_cores, "cpu_s_per_step": f.worker_cpu_s, "cpu_growth_s": f.worker_cpu_growth_s}  # fmt: skip
+    worker = WorkerSpec(batch=1, compute_s=f.think_s, link_bytes_per_s=float("inf"), **quota)
+    shared = {}
+    if host is not None:
+        others = (
+            host.colocated_cpu_s_per_step if worker_cores is None else host.master_cpu_s_per_step
+        )
+        shared = {"host_cores": host.cores, "colocated_cpu_s_per_step": others}
     if queueing:
-        ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), cpu_s_per_byte=f.cpu_s_per_byte, **shared)
+        ps = PSSpec(
+            1, f.update_cpu_s, ps_cpu, float("inf"), cpu_s_per_byte=f.cpu_s_per_byte, **shared
+        )
         return ps_throughput_queueing([worker] * workers, ps, model_bytes).steps_per_s
     ps = PSSpec(1, f.update_cpu_s, ps_cpu, float("inf"), headroom=1.0, **shared)
     return ps_throughput([worker] * workers, ps, model_bytes).steps_per_s
@@ -198,34 +295,46 @@ def saturation(curve: dict[int, float]) -> int | None:
     return None
 
 
-def held_out(rows: list[dict], host: Host | None = None) -> dict:
-    """Each PS setting's curve predicted by fits on the others, by both models (and, given the
-    shared host, by both with it: ``queueing+host``, ``dlrover+host``)."""
-    models = [("queueing", True, None), ("dlrover", False, None)]
-    if host is not None:
-        models += [("queueing+host", True, host), ("dlrover+host", False, host)]
+def held_out(rows: list[dict], ceiling: Ceiling | None = None,
+             worker_cores: float = WORKER_CPU) -> dict:  # fmt: skip
+    """Each PS setting's curve predicted by fits on the others, by both models; with the
+    workers' quota (``queueing+quota``, ``dlrover+quota``); and, given ceiling runs at other
+    PS settings, with the shared host they measured (``+host``: the quota models take it too)."""
     out = {}
     for ps_cpu in sorted({r["ps_cpu"] for r in rows}):
         seen = [r for r in rows if r["ps_cpu"] != ps_cpu]
         test = sorted((r for r in rows if r["ps_cpu"] == ps_cpu), key=lambda r: r["workers"])
         if not seen or not test:
             continue
-        entry = {"measured": {r["workers"]: r["steps_per_s"] for r in test}}
-        for name, queueing, shared in models:
-            f = fit(seen, per_byte=queueing, host=shared if queueing else None)
-            predicted = {r["workers"]: predict(f, ps_cpu, r["workers"], r["bytes_per_step"],
-                                               queueing, shared) for r in test}  # fmt: skip
-            errors = [abs(predicted[n] / m - 1) for n, m in entry["measured"].items()]
-            entry[name] = {"predicted": predicted, "mape": statistics.fmean(errors),
-                           "saturation_at": saturation(predicted), "fit": f.__dict__}  # fmt: skip
+        mine = ceiling.without(ps_cpu) if ceiling else None  # never the held-out setting's runs
+        host = mine.host() if mine else None
+        entry = {"measured": {r["workers"]: r["steps_per_s"] for r in test},
+                 "host": host.__dict__ if host else None}  # fmt: skip
+        for name, queueing in (("queueing", True), ("dlrover", False)):
+            fits = {name: (fit(seen, per_byte=queueing), None, None),
+                    f"{name}+quota": (fit_quota(seen, worker_cores, queueing, host, mine), host,
+                                      worker_cores)}  # fmt: skip
+            if host is not None:
+                fits[f"{name}+host"] = (fit(seen, queueing, host if queueing else None), host, None)
+            for label, (f, shared, cores) in fits.items():
+                predicted = {r["workers"]: predict(f, ps_cpu, r["workers"], r["bytes_per_step"],
+                                                   queueing, shared, cores) for r in test}  # fmt: skip
+                entry[label] = scored(predicted, entry["measured"], f)
         entry["measured_saturation_at"] = saturation(entry["measured"])
         out[f"{ps_cpu:g}"] = entry
     return out
 
 
+def scored(predicted: dict[int, float], measured: dict[int, float], f: Fit) -> dict:
+    errors = [abs(predicted[n] / m - 1) for n, m in measured.items()]
+    return {"predicted": predicted, "mape": statistics.fmean(errors),
+            "saturation_at": saturation(predicted), "fit": f.__dict__}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", default="mlp3", help="comma-separated: " + ",".join(CASES))
     parser.add_argument("--ps-cpus", default=",".join(f"{c:g}" for c in PS_CPUS))
     parser.add_argument("--max-workers", type=int, default=MAX_WORKERS)
@@ -234,18 +343,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--lock", help="hold this file's flock for each run (shared machine)")
     parser.add_argument("--refit", type=Path, help="only fit a saved result's runs again")
-    parser.add_argument("--ceiling", type=Path,
-                        help="a benchmarks/ps_ceiling.py result: also predict with its shared host")
+    parser.add_argument("--ceiling", type=Path, nargs="+", default=[],
+                        help="benchmarks/ps_ceiling.py results: also predict with the shared host "
+                             "and the workers' CPU growth they measured")  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/ps_scaling.json")
     args = parser.parse_args(argv)
-    ceiling = json_load(args.ceiling) if args.ceiling else {}
+    ceilings = [json_load(path) for path in args.ceiling]
     if args.refit:
         result = json_load(args.refit)
-        result["ceiling"] = str(args.ceiling) if args.ceiling else None
+        result["ceiling"] = [str(path) for path in args.ceiling] or None
         for case in result["cases"]:
-            host = host_of(ceiling, case["case"])
-            case["host"] = host.__dict__ if host else None
-            case["held_out"] = held_out(case["runs"], host)
+            case.pop("host", None)  # each split now names its own (held_out)
+            case["held_out"] = held_out(case["runs"], Ceiling.of(ceilings, case["case"]),
+                                        result.get("worker_cpu", WORKER_CPU))  # fmt: skip
         write_report(args.out, result)
         return 0
     unknown = [c for c in args.cases.split(",") if c not in CASES]
@@ -273,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                         runs.append(row)
         good = merge_repeats([r for r in runs if "error" not in r])
         result["cases"].append({"case": case, "runs": good, "all_runs": runs,
-                                "held_out": held_out(good, host_of(ceiling, case))})  # fmt: skip
+                                "held_out": held_out(good, Ceiling.of(ceilings, case),
+                                                     args.worker_cpu)})  # fmt: skip
     result["load_after"] = load_note()
     write_report(args.out, result)
     return 0

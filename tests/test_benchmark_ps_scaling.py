@@ -49,6 +49,11 @@ def test_held_out_curves_are_predicted_and_saturation_found():
     assert ps.saturation({1: 10.0, 2: 20.0, 3: 21.0}) == 2
 
 
+def ceiling_run(ps_cpu: float, workers: int, others: float, worker_cpu: float, master: float):
+    return {"ps_cpu": ps_cpu, "workers": workers, "others_cores": others,
+            "worker_cpu_s_per_step": worker_cpu, "master_cpu_s_per_step": master}  # fmt: skip
+
+
 def test_curves_on_a_shared_host_are_recovered_with_its_measurement():
     # curves made on a host with 1.0 core left to the job, where the workers spend 0.03 s of CPU
     # per step: D_host = (0.009 + 0.03) / 1.0 = 39 ms, so the job never passes 25.6 steps/s
@@ -63,15 +68,59 @@ def test_curves_on_a_shared_host_are_recovered_with_its_measurement():
     assert max(r["steps_per_s"] for r in rows) < 1 / 0.039
     # the fit takes the host's demand out of Z: one worker waits for neither the PS nor the host
     assert ps.fit(rows, host=host).think_s == pytest.approx(0.1, rel=1e-6)
-    out = ps.held_out(rows, host)
+    # ceiling runs at the other settings measured that host (1.0 core left: 2 - 1.0 others)
+    ceiling = ps.Ceiling(2.0, tuple(ceiling_run(c, 6, 1.0, 0.029, 0.001) for c in (0.25, 0.5, 1.0)))
+    out = ps.held_out(rows, ceiling)
+    assert out["1"]["host"] == {"cores": 1.0, "colocated_cpu_s_per_step": pytest.approx(0.03),
+                                "master_cpu_s_per_step": 0.001}  # fmt: skip
     assert out["1"]["queueing+host"]["mape"] < 1e-6
     assert out["1"]["queueing"]["mape"] > 0.05  # without the host, the 1-core PS runs too fast
     assert "queueing+host" not in ps.held_out(rows)["1"]
     # the host a ps_ceiling result measured: its quietest run at the most workers
-    ceiling = {"case": "wide-deep", "load_before": {"cpus": 2}, "runs": [
-        {"workers": 6, "others_cores": 0.7, "worker_cpu_s_per_step": 0.03, "master_cpu_s_per_step": 0.001},
-        {"workers": 6, "others_cores": 0.1, "worker_cpu_s_per_step": 0.025, "master_cpu_s_per_step": 0.001},
-        {"workers": 1, "others_cores": 0.0, "worker_cpu_s_per_step": 0.02, "master_cpu_s_per_step": 0.002},
-    ]}  # fmt: skip
-    assert ps.host_of(ceiling, "wide-deep") == ps.Host(pytest.approx(1.9), pytest.approx(0.026))
-    assert ps.host_of(ceiling, "mlp3") is None
+    result = {"case": "wide-deep", "load_before": {"cpus": 2}, "runs": [
+        ceiling_run(1.0, 6, 0.7, 0.03, 0.001), ceiling_run(0.5, 6, 0.1, 0.025, 0.001),
+        ceiling_run(1.0, 1, 0.0, 0.02, 0.002)]}  # fmt: skip
+    assert ps.host_of(result, "wide-deep") == ps.Host(pytest.approx(1.9), pytest.approx(0.026),
+                                                      pytest.approx(0.001))  # fmt: skip
+    assert ps.host_of(result, "mlp3") is None
+    # a split never reads the ceiling runs at the PS setting it holds out
+    held_1 = ps.Ceiling.of([result], "wide-deep").without(1.0)
+    assert [r["ps_cpu"] for r in held_1.runs] == [0.5]
+    assert ps.Ceiling.of([result], "wide-deep").without(0.5).host().cores == pytest.approx(1.3)
+
+
+def test_the_worker_cpu_per_step_is_solved_from_one_worker_runs():
+    # T = max(c / q, c + D_ps): a 1/6-core worker, a 0.25-core PS at 19 ms per update (76 ms)
+    quota_bound = {"steps_per_s": 1 / 0.144, "ps_cpu": 0.25}  # c / q = 0.144 -> c = 0.024
+    assert ps.alone_cpu_s(quota_bound, 0.019, 1 / 6, None) == pytest.approx(0.024)
+    ps_bound = {"steps_per_s": 1 / 0.2, "ps_cpu": 0.25}  # c + 0.076 = 0.2 -> c = 0.124 < 0.2 / 6?
+    assert ps.alone_cpu_s(ps_bound, 0.019, 1, None) == pytest.approx(0.124)
+    # with the host: c + 0.076 + (0.019 + 0.001 + c) / 2 = 0.2 -> c = (0.2 - 0.086) / 1.5
+    host = ps.Host(2.0, 0.03, 0.001)
+    assert ps.alone_cpu_s(ps_bound, 0.019, 1, host) == pytest.approx(0.114 / 1.5)
+    # the growth with co-located workers: least squares through the one-worker CPU
+    assert ps.growth_through(0.024, [(6, 0.027), (6, 0.029), (1, 0.5)]) == pytest.approx(0.0008)
+    assert ps.growth_through(0.024, [(6, 0.02)]) == 0.0  # never negative
+    assert ps.growth_through(0.024, [(1, 0.03)]) == 0.0  # nothing to fit it on
+
+
+def test_quota_curves_are_recovered_held_out():
+    # curves a quota'd worker makes (24 ms of CPU per step alone, +0.6 ms per co-located worker,
+    # 1/6 core) against a PS at 19 ms per update; the ceiling measured the growth at 6 workers
+    f = ps.Fit(0.019, 0.0, 0.024, worker_cpu_s=0.024, worker_cpu_growth_s=0.0006)
+    rows = []
+    for c in (0.25, 0.5, 1.0):
+        for n in range(1, 7):
+            steps = ps.predict(f, c, n, 6e5, queueing=True, worker_cores=1 / 6)
+            rows.append({"ps_cpu": c, "workers": n, "steps_per_s": steps, "bytes_per_step": 6e5,
+                         "ps_cpu_used": steps * 0.019, "ps_bytes_per_s": steps * 6e5})  # fmt: skip
+    # the 1-core curve is quota-bound throughout: 6 workers at 0.027 s / (1/6) each
+    assert rows[-1]["steps_per_s"] == pytest.approx(6 / 0.162)
+    runs = tuple(ceiling_run(c, 6, 0.0, 0.027, 0.0) for c in (0.25, 0.5, 1.0))
+    out = ps.held_out(rows, ps.Ceiling(float("inf"), runs), worker_cores=1 / 6)
+    for held in ("0.25", "0.5", "1"):
+        quota = out[held]["queueing+quota"]
+        assert quota["mape"] < 1e-6
+        assert quota["fit"]["worker_cpu_growth_s"] == pytest.approx(0.0006)
+    # the queueing model without the quota adds the PS's wait to the worker's step: it misses
+    assert out["0.25"]["queueing"]["mape"] > 0.1

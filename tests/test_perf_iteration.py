@@ -191,10 +191,49 @@ def test_ps_shared_host_by_hand():
     # the host (the larger demand) caps the job at 1 / 0.04 = 25 steps/s, not the PS's 50
     many = ps_throughput_queueing([w] * 200, ps, 10**6)
     assert many.steps_per_s == pytest.approx(25, rel=0.01) and many.bottleneck == "host-cpu"
-    assert ps_throughput_queueing([w] * 200, alone, 10**6).steps_per_s == pytest.approx(50, rel=0.01)
+    assert ps_throughput_queueing([w] * 200, alone, 10**6).steps_per_s == pytest.approx(
+        50, rel=0.01
+    )
     # eq. 1: 200 workers want 200 / 0.12 steps/s; the host caps at 25, the PS at 50
     capped = ps_throughput([w] * 200, ps, 10**6)
     assert capped.bottleneck == "host-cpu" and capped.steps_per_s == pytest.approx(25)
     assert ps_throughput([w] * 200, alone, 10**6).steps_per_s == pytest.approx(50)
     with pytest.raises(ValueError, match="host_cores"):
         PSSpec(count=1, update_core_s=0.02, cores=1, link_bytes_per_s=1e9, host_cores=0)
+
+
+def test_ps_worker_quota_by_hand():
+    # a 1/6-core worker spending 24 ms of CPU per step (+0.6 ms per co-located worker): its
+    # quota bounds its step at 0.024 / (1/6) = 0.144 s; a 0.25-core PS at 0.019 core-s per
+    # update: D = 0.076 s; its unthrottled step is Z 0.024 + 0.076 = 0.1 s, hidden under 0.144
+    ps = PSSpec(count=1, update_core_s=0.019, cores=0.25, link_bytes_per_s=float("inf"))
+    w = WorkerSpec(batch=1, compute_s=0.024, link_bytes_per_s=float("inf"), cores=1 / 6,
+                   cpu_s_per_step=0.024, cpu_growth_s=0.0006)  # fmt: skip
+    assert w.cpu_s(6) == pytest.approx(0.027) and w.quota_step_s(1) == pytest.approx(0.144)
+    one = ps_throughput_queueing([w], ps, 10**5)
+    assert one.steps_per_s == pytest.approx(1 / 0.144) and one.bottleneck == "worker-cpu"
+    # two: Q(1) = X1 * 0.076, R = 0.076 (1 + Q) = 0.116 s; Z + R = 0.140 < 0.0246 * 6 = 0.1476
+    x1 = 1 / 0.144
+    two = ps_throughput_queueing([w] * 2, ps, 10**5)
+    assert 0.024 + 0.076 * (1 + x1 * 0.076) < 0.1476
+    assert two.steps_per_s == pytest.approx(2 / 0.1476)
+    # many: the PS (1 / 0.076 = 13.2 steps/s) takes over from the quotas
+    many = ps_throughput_queueing([w] * 50, ps, 10**5)
+    assert (
+        many.steps_per_s == pytest.approx(1 / 0.076, rel=0.01) and many.bottleneck == "ps-compute"
+    )
+    # eq. 1, a 1-core PS (cap 1 / 0.019 = 52.6): 3 workers want 3 / (0.024 + 0.019) = 69.8
+    # steps/s; their quotas (0.0252 s of CPU each) allow 3 / 0.1512 = 19.8
+    core = PSSpec(count=1, update_core_s=0.019, cores=1, link_bytes_per_s=float("inf"))
+    three = ps_throughput([w] * 3, core, 10**5)
+    assert three.bottleneck == "worker-cpu" and three.steps_per_s == pytest.approx(3 / 0.1512)
+    # unset quota: as before (no worker-cpu bound, the workers' CPU adds nothing to the host)
+    free = WorkerSpec(batch=1, compute_s=0.024, link_bytes_per_s=float("inf"))
+    assert ps_throughput_queueing([free], ps, 10**5).steps_per_s == pytest.approx(1 / 0.1)
+    # on a shared host the workers' CPU per step joins its demand: (0.019 + 0.001 + 0.027) / 2
+    host = PSSpec(count=1, update_core_s=0.019, cores=0.25, link_bytes_per_s=float("inf"),
+                  host_cores=2.0, colocated_cpu_s_per_step=0.001)  # fmt: skip
+    assert host.host_demand_s(10**5, w.cpu_s(6)) == pytest.approx(0.047 / 2)
+    assert host.host_demand_s(10**5) == pytest.approx(0.020 / 2)
+    with pytest.raises(ValueError, match="cores"):
+        WorkerSpec(batch=1, compute_s=0.1, link_bytes_per_s=1e9, cores=0)

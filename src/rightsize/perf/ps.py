@@ -36,6 +36,18 @@ for a CPU (the PS 36% of its time, each worker 49%). With ``host_cores`` set, th
 queueing model adds the host's CPU as a station every step queues at, with demand
 ``(PS CPU per step + the co-located nodes' CPU per step) / host_cores``, and eq. 1 a
 cap ``host_cores`` over the same CPU per step. Unset (infinite), both are as before.
+
+A worker on a CPU quota (``WorkerSpec.cores``, a cgroup's share of a core) cannot step faster
+than its quota refills: its CPU per step over its cores bounds its step from below. On that
+host a 1/6-core Wide & Deep worker spends 24 ms of CPU per step alone and 27 ms with five
+others (benchmarks/ps_ceiling.py: contended caches and the scheduler), so its CPU per step
+grows with the workers beside it (``cpu_growth_s`` each). While it waits for the PS its quota
+refills, so that wait hides under the bound: a worker's step is the larger of its quota bound
+and its unthrottled step (its own time plus what it queues for), not their sum — at one worker
+on a 0.25-core PS the measured step (128 ms) is below the sum (144 + 76 ms). Both models take
+the bound (the queueing model inside its mean-value iteration, eq. 1 as a cap), and, on a
+shared host, the workers' CPU per step as part of the host's demand. Unset (infinite cores, 0
+CPU), both are as before.
 """
 
 from __future__ import annotations
@@ -59,12 +71,33 @@ class WorkerSpec:
         compute_s: ``W_compute / (r·min(w, ŵ))`` — forward + backward on this worker.
         link_bytes_per_s: the worker's network bandwidth.
         io_s: data reading and preprocessing per step (0 for in-memory data).
+        cores: the worker's CPU quota in cores (infinite: no quota, the default).
+        cpu_s_per_step: CPU-seconds the worker spends per step when it runs alone.
+        cpu_growth_s: what each co-located worker adds to ``cpu_s_per_step``.
     """
 
     batch: int
     compute_s: float
     link_bytes_per_s: float
     io_s: float = 0.0
+    cores: float = float("inf")
+    cpu_s_per_step: float = 0.0
+    cpu_growth_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.cores > 0 or self.cpu_s_per_step < 0:
+            raise ValueError(
+                f"WorkerSpec: cores must be > 0 (got {self.cores}) and "
+                f"cpu_s_per_step >= 0 (got {self.cpu_s_per_step})"
+            )
+
+    def cpu_s(self, workers: int) -> float:
+        """CPU-seconds per step with ``workers`` workers on the host (this one included)."""
+        return self.cpu_s_per_step + self.cpu_growth_s * (workers - 1)
+
+    def quota_step_s(self, workers: int) -> float:
+        """The shortest step the worker's CPU quota allows (0 without a quota)."""
+        return self.cpu_s(workers) / self.cores
 
 
 @dataclass(frozen=True)
@@ -83,7 +116,8 @@ class PSSpec:
         host_cores: cores of the host the PS shares with co-located nodes, less what the
             OS and other processes take (infinite: a host of its own, the default).
         colocated_cpu_s_per_step: CPU-seconds the co-located workers and master spend per
-            step on that host (benchmarks/ps_ceiling.py measures both).
+            step on that host (benchmarks/ps_ceiling.py measures both), beyond the workers'
+            own ``WorkerSpec.cpu_s_per_step`` (which the host's demand adds where it is set).
     """
 
     count: int
@@ -99,15 +133,18 @@ class PSSpec:
 
     def __post_init__(self) -> None:
         if not self.host_cores > 0 or self.colocated_cpu_s_per_step < 0:
-            raise ValueError(f"PSSpec: host_cores must be > 0 (got {self.host_cores}) and "
-                             f"colocated_cpu_s_per_step >= 0 (got {self.colocated_cpu_s_per_step})")
+            raise ValueError(
+                f"PSSpec: host_cores must be > 0 (got {self.host_cores}) and "
+                f"colocated_cpu_s_per_step >= 0 (got {self.colocated_cpu_s_per_step})"
+            )
 
-    def host_demand_s(self, model_bytes: int) -> float:
-        """Seconds of the shared host's CPU one step takes (0 on a host of its own)."""
+    def host_demand_s(self, model_bytes: int, worker_cpu_s: float = 0.0) -> float:
+        """Seconds of the shared host's CPU one step takes (0 on a host of its own), given the
+        CPU the stepping worker spends (``WorkerSpec.cpu_s``; 0 where unset)."""
         if self.host_cores == float("inf"):
             return 0.0
         ps_cpu = self.update_core_s + 2 * model_bytes * self.cpu_s_per_byte
-        return (ps_cpu + self.colocated_cpu_s_per_step) / self.host_cores
+        return (ps_cpu + self.colocated_cpu_s_per_step + worker_cpu_s) / self.host_cores
 
     @property
     def effective_cores(self) -> float:
@@ -126,7 +163,7 @@ class PSThroughput:
     steps_per_s: float
     samples_per_s: float
     worker_step_s: tuple[float, ...]
-    bottleneck: str  # "workers", "ps-network", "ps-compute" or "host-cpu"
+    bottleneck: str  # "workers", "worker-cpu", "ps-network", "ps-compute" or "host-cpu"
     ps_bytes_per_s_per_worker: tuple[float, ...]  # FC2's b_t of each worker
 
 
@@ -145,19 +182,24 @@ def ps_throughput(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int) -
     """The job's steps per second: DLRover's sum over workers, capped by the PS."""
     if not workers:
         raise ValueError("a parameter-server job needs at least one worker")
+    n = len(workers)
     step_times = tuple(worker_step_time(w, ps, model_bytes) for w in workers)
     rates = [1 / t for t in step_times]
+    host = ps.host_demand_s(model_bytes, mean_worker_cpu_s(workers))
     caps = {
         "workers": sum(rates),
+        "worker-cpu": sum(
+            1 / w.quota_step_s(n) if w.quota_step_s(n) else float("inf") for w in workers
+        ),
         "ps-network": ps.headroom * ps.count * ps.link_bytes_per_s / (2 * model_bytes),
         "ps-compute": min(ps.cores, ps.usable_cores) / ps.update_core_s
         if ps.update_core_s
         else float("inf"),
-        "host-cpu": 1 / ps.host_demand_s(model_bytes) if ps.host_demand_s(model_bytes) else float("inf"),
+        "host-cpu": 1 / host if host else float("inf"),
     }
     bottleneck = min(caps, key=caps.get)
     steps = caps[bottleneck]
-    scale = steps / caps["workers"]  # every worker slows alike when the PS is the limit
+    scale = steps / caps["workers"]  # every worker slows alike when the PS or a quota is the limit
     samples = sum(w.batch * r * scale for w, r in zip(workers, rates, strict=True))
     per_worker = tuple(2 * model_bytes * r * scale for r in rates)
     return PSThroughput(steps, samples, step_times, bottleneck, per_worker)
@@ -174,21 +216,23 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
         raise ValueError("a parameter-server job needs at least one worker")
     moved = 2 * model_bytes
     think = [w.io_s + w.compute_s + moved / w.link_bytes_per_s for w in workers]
-    demands = {
-        "ps-compute": (ps.update_core_s + moved * ps.cpu_s_per_byte) / ps.effective_cores,
-        "ps-network": moved / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
-        "host-cpu": ps.host_demand_s(model_bytes),
-    }
     z = sum(think) / len(think)
-    queue = dict.fromkeys(demands, 0.0)
-    steps = 0.0
+    queue: dict[str, float] = {}
+    steps, quota_bound = 0.0, False
     for k in range(1, len(workers) + 1):
-        response = {s: d * (1 + queue[s]) for s, d in demands.items()}
-        steps = k / (z + sum(response.values()))
+        demands = station_demands(workers, ps, model_bytes, k)
+        response = {s: d * (1 + queue.get(s, 0.0)) for s, d in demands.items()}
+        # a quota'd worker's wait for the PS and host hides under its quota bound (docstring)
+        quota = sum(w.quota_step_s(k) for w in workers) / len(workers)
+        cycle = max(quota, z + sum(response.values()))
+        steps, quota_bound = k / cycle, quota > z + sum(response.values())
         queue = {s: steps * r for s, r in response.items()}
     busiest = max(demands, key=demands.get)
     # the PS limits the job once it is busy most of the time; before that, the workers do
-    bottleneck = busiest if steps * demands[busiest] >= SATURATED else "workers"
+    if steps * demands[busiest] >= SATURATED:
+        bottleneck = busiest
+    else:
+        bottleneck = "worker-cpu" if quota_bound else "workers"
     step_s = len(workers) / steps
     samples = steps * sum(w.batch for w in workers) / len(workers)
     per_worker = tuple(moved * steps / len(workers) for _ in workers)
@@ -196,6 +240,24 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
 
 
 SATURATED = 0.8  # utilisation from which a PS resource is named the bottleneck
+
+
+def mean_worker_cpu_s(workers: Sequence[WorkerSpec], active: int | None = None) -> float:
+    """The CPU a step takes on its worker with ``active`` (default: all) of ``workers`` on the
+    host (0 where unset)."""
+    return sum(w.cpu_s(active or len(workers)) for w in workers) / len(workers)
+
+
+def station_demands(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
+                    active: int) -> dict[str, float]:  # fmt: skip
+    """Seconds per step at each shared station with ``active`` workers running (the host's
+    demand grows with them where the workers' CPU per step does)."""
+    moved = 2 * model_bytes
+    return {
+        "ps-compute": (ps.update_core_s + moved * ps.cpu_s_per_byte) / ps.effective_cores,
+        "ps-network": moved / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
+        "host-cpu": ps.host_demand_s(model_bytes, mean_worker_cpu_s(workers, active)),
+    }
 
 
 def predict_ps(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
