@@ -34,13 +34,20 @@ def variant_table(result: dict[str, Any]) -> str:
         retrain = row.get("retrain_val_loss")
         rows.append([
             name, f"{row['wall_s']:.1f}", f"{row.get('wall_vs_packed', float('nan')):.2f}×",
-            f"{row['cpu_s']:.1f}", f"{row['trial_steps']:,}",
+            f"{row['cpu_s']:.1f}", _steps(row),
             f"{row['trials_finished']}/{row['trials_pruned']}",
             f"{1000 * row['overhead_per_trial_s']:.0f}",
             ", ".join(str(best.get(k, "-")) for k in CONFIG_KEYS),
             "-" if retrain is None else f"{retrain:.4f}",
         ])  # fmt: skip
     return _markdown(head, rows)
+
+
+def _steps(row: dict[str, Any]) -> str:
+    """Trial-steps; the range over the repeats where an asynchronous tool's count varies."""
+    runs = row.get("trial_steps_runs") or [row["trial_steps"]]
+    low, high = min(runs), max(runs)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def seeds_table(results: list[dict[str, Any]], variants: list[str]) -> str:
