@@ -109,9 +109,9 @@ def build_problem(settings: TuneSettings, space_path: str) -> Problem:
     """
     registry = WorkloadRegistry()
     space = load_space(space_path, model_option_names(registry, settings.workload))
-    architectures = runner._architectures(settings, registry)
+    architectures = runner.search_architectures(settings, registry)
     width = max(space.values("batch_size"))  # as prepare_search: the largest batch
-    executor = runner._executor(settings, architectures, width, time.perf_counter)
+    executor = runner.search_executor(settings, architectures, width, time.perf_counter)
     return Problem(settings, space, architectures, executor)
 
 

@@ -171,7 +171,7 @@ def prepare_search(
     """
     schedule = settings.schedule()  # eta, R and the algorithm first: cheapest to check
     device = resolve_device(settings.device)
-    architectures = _architectures(settings, registry)
+    architectures = search_architectures(settings, registry)
     _check_option_values(space, architectures)
     width = max(space.values("batch_size"))
     memory = _memory(settings, architectures, device)
@@ -180,7 +180,7 @@ def prepare_search(
     if settings.workers > 1:
         # this process trains too: workers - 1 more processes
         pool = WorkerPool(settings.workers - 1, partial(worker_trainer, settings, width))
-    executor = _executor(settings, architectures, width, clock, pool)
+    executor = search_executor(settings, architectures, width, clock, pool)
     gate = _gate(settings, architectures, executor, space, progress)
     trials: dict[str, TrialSpec] = {}
     hyperband = Hyperband(
@@ -204,7 +204,8 @@ def _gate(settings, architectures, executor: RungExecutor, space, progress) -> P
     )  # fmt: skip
 
 
-def _architectures(settings: TuneSettings, registry: WorkloadRegistry) -> Architectures:
+def search_architectures(settings: TuneSettings, registry: WorkloadRegistry) -> Architectures:
+    """The search's models and data: the workload with its fixed options and each trial's."""
     return Architectures(
         lambda options: registry.get(
             settings.workload, settings.dataset, {**dict(settings.fixed_options), **options},
@@ -213,7 +214,8 @@ def _architectures(settings: TuneSettings, registry: WorkloadRegistry) -> Archit
     )  # fmt: skip
 
 
-def _executor(settings, architectures, width: int, clock, pool=None) -> RungExecutor:
+def search_executor(settings, architectures, width: int, clock, pool=None) -> RungExecutor:
+    """The rung executor over the search's stream (``width`` rows a step: the largest batch)."""
     device = resolve_device(settings.device)
     stream = DataStream(architectures.workload(()).dataset, width, settings.seed, device)
     return RungExecutor(
@@ -227,8 +229,8 @@ def worker_trainer(settings: TuneSettings, width: int) -> RungExecutor:
     torch.set_num_threads(1)
     if settings.worker_allocator == "retain":
         retain_freed_memory()
-    architectures = _architectures(settings, WorkloadRegistry())
-    return _executor(settings, architectures, width, time.perf_counter)
+    architectures = search_architectures(settings, WorkloadRegistry())
+    return search_executor(settings, architectures, width, time.perf_counter)
 
 
 def _alone_engine(settings: TuneSettings) -> str | None:
