@@ -20,7 +20,7 @@ Wall time of the PS's serving thread = on-CPU + run-delay + throttled + asleep. 
 it is asleep in its own service (not waiting for requests) while workers queue, and
 run-delay is small; if (b), run-delay (and the host's busy + steal) is large.
 What the models take (perf/ps.py ``PSSpec.host_cores``, ``colocated_cpu_s_per_step``;
-ps_scaling.py ``host_of``): the host's cores less what anything but the job's nodes
+ps_scaling.py ``Ceiling.host``): the host's cores less what anything but the job's nodes
 used, and the workers' and master's CPU per step, from the quietest run here.
 
     flock /tmp/rightsize-cpu.lock python benchmarks/ps_ceiling.py \\

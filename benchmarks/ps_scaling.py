@@ -224,12 +224,6 @@ def growth_through(alone_s: float, points: list[tuple[int, float]]) -> float:
     return max(0.0, num / den) if den else 0.0
 
 
-def host_of(ceiling: dict, case: str) -> Host | None:
-    """The host a ps_ceiling result measured for ``case`` (:meth:`Ceiling.host`)."""
-    found = Ceiling.of([ceiling], case)
-    return found.host() if found else None
-
-
 def fit_quota(rows: list[dict], worker_cores: float, queueing: bool, host: Host | None = None,
               ceiling: Ceiling | None = None) -> Fit:  # fmt: skip
     """The PS's costs as :func:`fit`, and the quota'd worker (perf/ps.py ``WorkerSpec.cores``):

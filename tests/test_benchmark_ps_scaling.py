@@ -80,9 +80,9 @@ def test_curves_on_a_shared_host_are_recovered_with_its_measurement():
     result = {"case": "wide-deep", "load_before": {"cpus": 2}, "runs": [
         ceiling_run(1.0, 6, 0.7, 0.03, 0.001), ceiling_run(0.5, 6, 0.1, 0.025, 0.001),
         ceiling_run(1.0, 1, 0.0, 0.02, 0.002)]}  # fmt: skip
-    assert ps.host_of(result, "wide-deep") == ps.Host(pytest.approx(1.9), pytest.approx(0.026),
-                                                      pytest.approx(0.001))  # fmt: skip
-    assert ps.host_of(result, "mlp3") is None
+    assert ps.Ceiling.of([result], "wide-deep").host() == ps.Host(
+        pytest.approx(1.9), pytest.approx(0.026), pytest.approx(0.001))  # fmt: skip
+    assert ps.Ceiling.of([result], "mlp3") is None
     # a split never reads the ceiling runs at the PS setting it holds out
     held_1 = ps.Ceiling.of([result], "wide-deep").without(1.0)
     assert [r["ps_cpu"] for r in held_1.runs] == [0.5]
