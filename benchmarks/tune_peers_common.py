@@ -41,6 +41,7 @@ from rightsize.packing import runner
 from rightsize.packing.alone import AloneTrainer, validation_loss
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
+from rightsize.packing.hyperband import sampled
 from rightsize.packing.pack import PackSettings
 from rightsize.packing.runner import TuneSettings, model_option_names
 from rightsize.packing.space import Config, SearchSpace, load_space
@@ -88,8 +89,7 @@ class Problem:
     @property
     def configurations(self) -> int:
         """How many configurations rightsize's Hyperband samples: every peer gets as many."""
-        schedule = self.settings.schedule()
-        return sum(b.rungs[0].n for b in schedule)
+        return sampled(self.settings.schedule())
 
     def steps(self, units: float) -> int:
         """Training steps for ``units`` of resource, by rightsize's own rule."""

@@ -313,7 +313,8 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
         workload=args.workload, dataset=args.dataset,
         fixed_options=tuple(sorted(parse_options(args.option).items())),
         max_resource=args.max_resource, eta=args.eta, algorithm=args.algorithm,
-        configurations=args.configurations, seed=args.seed, steps_per_unit=args.steps_per_unit, resume=not args.no_resume, device=args.device,
+        configurations=args.configurations, seed=args.seed, steps_per_unit=args.steps_per_unit,
+        resume=not args.no_resume, device=args.device,
         concurrent_brackets=args.concurrent_brackets,
         memory_limit_bytes=limit, profile_path=args.profile,
         packopt=PackOptSettings(args.pack, args.threshold, args.max_pack_size, args.distance),
@@ -387,7 +388,8 @@ def _print_report(report: dict) -> None:
     print(
         f"tune {report['workload']} on {report['dataset']}: {report['space_size']:,} configurations, "
         f"{_ALGORITHM_NAMES[report.get('algorithm', 'hyperband')]} R={report['max_resource']:g} "
-        f"eta={report['eta']:g}, {report.get('configurations', len(report['trials']))} trials, pack {report['strategy']}, "
+        f"eta={report['eta']:g}, {report.get('configurations', len(report['trials']))} trials, "
+        f"pack {report['strategy']}, "
         f"seed {report['seed']}"
     )
     print("best:  " + " ".join(f"{k}={v}" for k, v in best["config"].items()))

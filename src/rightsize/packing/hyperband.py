@@ -112,7 +112,7 @@ def successive_halving_schedule(
     """
     brackets = hyperband_schedule(max_resource, eta)
     top = brackets[0]
-    n = sum(b.rungs[0].n for b in brackets) if configurations is None else configurations
+    n = sampled(brackets) if configurations is None else configurations
     fewest = int(math.ceil(eta**top.s - FLOAT_SLACK))
     if n < fewest:
         raise SpecError(
@@ -123,6 +123,11 @@ def successive_halving_schedule(
         Rung(int(math.floor(n * eta**-i + FLOAT_SLACK)), rung.r) for i, rung in enumerate(top.rungs)
     )
     return [Bracket(top.s, rungs)]
+
+
+def sampled(schedule: Sequence[Bracket]) -> int:
+    """How many configurations ``schedule``'s brackets sample in all."""
+    return sum(bracket.rungs[0].n for bracket in schedule)
 
 
 def search_schedule(

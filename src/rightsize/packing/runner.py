@@ -32,6 +32,7 @@ from rightsize.packing.hyperband import (
     RungObserver,
     Sampler,
     SearchResult,
+    sampled,
     search_schedule,
 )
 from rightsize.packing.memory import (
@@ -368,7 +369,7 @@ def search_report(search: Search, result: SearchResult) -> dict[str, Any]:
         "max_resource": settings.max_resource,
         "eta": settings.eta,
         "algorithm": settings.algorithm,
-        "configurations": sum(b.rungs[0].n for b in search.hyperband.schedule),
+        "configurations": sampled(search.hyperband.schedule),
         "steps_per_unit": settings.steps_per_unit,
         "resume": settings.resume,
         "concurrent_brackets": settings.concurrent_brackets,
