@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import fcntl
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         result["ceiling"] = [str(path) for path in args.ceiling] or None
         for case in result["cases"]:
             case.pop("host", None)  # each split now names its own (held_out)
+            if "all_runs" in case:  # merged again: older merges dropped the worker CPU
+                case["runs"] = merge_repeats([r for r in case["all_runs"] if "error" not in r])
             case["held_out"] = held_out(case["runs"], Ceiling.of(ceilings, case["case"]),
                                         result.get("worker_cpu", WORKER_CPU))  # fmt: skip
         write_report(args.out, result)
@@ -364,17 +367,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         with tempfile.TemporaryDirectory(prefix="rightsize-ps-") as tmp:
             for repeat in range(args.repeats):
-                for ps_cpu in ps_cpus:
-                    for workers in range(1, args.max_workers + 1):
-                        spec = run_spec(Path(tmp) / f"{repeat}-{ps_cpu}-{workers}", case, ps_cpu,
-                                        workers, args.worker_cpu, args.steps_per_worker)  # fmt: skip
-                        with held(args.lock):
-                            row = measure(spec)
-                        row.update(ps_cpu=ps_cpu, workers=workers, repeat=repeat)
-                        print(f"{case} ps {ps_cpu:g} x {workers}: "
-                              f"{row.get('steps_per_s', 0):.1f} steps/s, PS "
-                              f"{row.get('ps_cpu_used', 0):.2f} cores", file=sys.stderr)  # fmt: skip
-                        runs.append(row)
+                for ps_cpu, workers in run_order(ps_cpus, args.max_workers, repeat):
+                    spec = run_spec(Path(tmp) / f"{repeat}-{ps_cpu}-{workers}", case, ps_cpu,
+                                    workers, args.worker_cpu, args.steps_per_worker)  # fmt: skip
+                    with held(args.lock):
+                        row = measure(spec)
+                    row.update(ps_cpu=ps_cpu, workers=workers, repeat=repeat)
+                    print(f"{case} ps {ps_cpu:g} x {workers} (repeat {repeat}): "
+                          f"{row.get('steps_per_s', 0):.1f} steps/s, PS "
+                          f"{row.get('ps_cpu_used', 0):.2f} cores", file=sys.stderr)  # fmt: skip
+                    runs.append(row)
         good = merge_repeats([r for r in runs if "error" not in r])
         result["cases"].append({"case": case, "runs": good, "all_runs": runs,
                                 "held_out": held_out(good, Ceiling.of(ceilings, case),
@@ -384,14 +386,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_order(ps_cpus: list[float], max_workers: int, repeat: int) -> list[tuple[float, int]]:
+    """Every (PS cores, workers) point once, shuffled per repeat: this shared host's speed
+    drifts by tens of percent over minutes (a worker's CPU per step ranged 9.5-16.6 ms across
+    one sequential run), and in worker order a drift bends a curve instead of scattering
+    its points, which the repeats' medians then remove."""
+    points = [(c, n) for c in ps_cpus for n in range(1, max_workers + 1)]
+    random.Random(repeat).shuffle(points)
+    return points
+
+
+#: What a merged row keeps, the median over its repeats (worker CPU per step: runs since
+#: 2026-11-27 record it; the quota models read it).
+MERGED_FIELDS = ("steps_per_s", "ps_cpu_used", "ps_bytes_per_s", "bytes_per_step",
+                 "worker_cpu_s_per_step")  # fmt: skip
+
+
 def merge_repeats(runs: list[dict]) -> list[dict]:
     """One row per (PS cores, workers): the medians over repeats."""
     keyed: dict[tuple, list[dict]] = {}
     for r in runs:
         keyed.setdefault((r["ps_cpu"], r["workers"]), []).append(r)
-    fields = ("steps_per_s", "ps_cpu_used", "ps_bytes_per_s", "bytes_per_step")
     return [{"ps_cpu": k[0], "workers": k[1], "repeats": len(v),
-             **{f: statistics.median(r[f] for r in v) for f in fields}}
+             **{f: statistics.median(r[f] for r in v) for f in MERGED_FIELDS
+                if all(f in r for r in v)}}
             for k, v in sorted(keyed.items())]  # fmt: skip
 
 
