@@ -124,3 +124,19 @@ def test_quota_curves_are_recovered_held_out():
         assert quota["fit"]["worker_cpu_growth_s"] == pytest.approx(0.0006)
     # the queueing model without the quota adds the PS's wait to the worker's step: it misses
     assert out["0.25"]["queueing"]["mape"] > 0.1
+
+
+def test_repeats_merge_to_medians_keeping_the_worker_cpu_and_run_in_a_shuffled_order():
+    runs = [{"ps_cpu": 0.5, "workers": 2, "steps_per_s": s, "ps_cpu_used": 0.1,
+             "ps_bytes_per_s": 1e6, "bytes_per_step": 5e4, "worker_cpu_s_per_step": c}
+            for s, c in ((10.0, 0.02), (30.0, 0.01), (20.0, 0.05))]  # fmt: skip
+    (merged,) = ps.merge_repeats(runs)
+    assert merged["repeats"] == 3 and merged["steps_per_s"] == 20.0
+    assert merged["worker_cpu_s_per_step"] == 0.02  # the quota models' growth fit reads it
+    # runs stored before the workers' CPU was read merge without it
+    older = [{k: v for k, v in r.items() if k != "worker_cpu_s_per_step"} for r in runs]
+    assert "worker_cpu_s_per_step" not in ps.merge_repeats(older)[0]
+    # every point once per repeat; a repeat's order is its own and reproducible
+    orders = [ps.run_order([0.25, 1.0], 3, repeat) for repeat in range(3)]
+    assert all(sorted(o) == [(c, n) for c in (0.25, 1.0) for n in (1, 2, 3)] for o in orders)
+    assert len({tuple(o) for o in orders}) > 1 and orders[0] == ps.run_order([0.25, 1.0], 3, 0)
