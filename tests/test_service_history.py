@@ -111,6 +111,30 @@ def test_a_policy_launch_is_predicted_from_the_profile(tmp_path):
     assert predict_launch(user, one) is None  # no profile ships for a user's own model
 
 
+def test_a_submitted_model_is_counted_without_allocating_it(tmp_path, monkeypatch):
+    # a fuzzed POST /jobs once asked for a model the registry allows (up to 1e10 parameters)
+    # and the prediction built it for real in the service's process: 24 GB, OOM-killed
+    from rightsize.planning.local import profiled_model
+    from rightsize.workloads.registry import WorkloadRegistry
+    from rightsize.workloads.workload import Workload
+
+    data = {"name": "w", "workload": "wide-deep", "dataset": "synthetic-criteo",
+            "dataset_size": 10000, "batch_size": 512, "epochs": 2,
+            "options": {"embed_dim": 4, "hidden": [96, 48]},
+            "budget": {"cpu": 2, "memory": "4Gi"}, "checkpoint": {"dir": str(tmp_path)}}  # fmt: skip
+    spec = parse_job_spec(data)
+    real = WorkloadRegistry().get("wide-deep", "synthetic-criteo", data["options"], 10000)
+    expected = sum(p.numel() for p in real.make_model().parameters())
+
+    def no_real_build(*args, **kwargs):
+        raise AssertionError("the prediction built the model on a real device")
+
+    monkeypatch.setattr(Workload, "make_model", no_real_build)
+    model = profiled_model(spec)
+    assert model is not None  # counted on the meta device
+    assert model.param_bytes == pytest.approx(4 * expected, rel=1e-6)
+
+
 def test_a_recorded_run_shows_its_predicted_time(store, tmp_path):
     data = {"name": "w", "workload": "wide-deep", "dataset": "synthetic-criteo",
             "dataset_size": 4096, "batch_size": 512, "epochs": 1,
