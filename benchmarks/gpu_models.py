@@ -12,6 +12,10 @@ architecture the sources state exactly (benchmarks/data/measured/README.md):
   64 factors, MLP 256-256-128-64;
 - Gavel's word-level LM (PyTorch's word_language_model example on Wikitext-2): a
   33,278-word vocabulary, 2-layer LSTM of 200, 35-token windows.
+- Tensor2Tensor's ``resnet_cifar_15`` and ``resnet_cifar_32`` (CM-DARE's PS clusters): the
+  CIFAR ResNet of He et al. — a 3x3 convolution of 16 filters, then three stages of 2 or 5
+  residual blocks of 16, 32 and 64 filters (the second and third halving the image, with a
+  1x1 projection on the shortcut), global pooling and 10 classes.
 
 Each entry builds ``(model, example(batch) -> Batch, loss(model, batch))``; the
 numbers are for counting, not training quality.
@@ -126,6 +130,35 @@ def lstm_lm() -> Built:
     return Built(LstmLM(), example, loss)
 
 
+class CifarBlock(nn.Module):
+    def __init__(self, inputs: int, filters: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(inputs, filters, 3, stride, 1, bias=False), nn.BatchNorm2d(filters),
+            nn.ReLU(), nn.Conv2d(filters, filters, 3, 1, 1, bias=False), nn.BatchNorm2d(filters),
+        )  # fmt: skip
+        self.shortcut = nn.Identity() if stride == 1 and inputs == filters else nn.Sequential(
+            nn.Conv2d(inputs, filters, 1, stride, bias=False), nn.BatchNorm2d(filters))  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet_cifar(blocks: int) -> Built:
+    layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    inputs = 16
+    for stage, filters in enumerate((16, 32, 64)):
+        for i in range(blocks):
+            layers.append(CifarBlock(inputs, filters, 2 if stage and not i else 1))
+            inputs = filters
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    def example(batch: int) -> Batch:
+        return (torch.randn(batch, 3, 32, 32),), torch.randint(0, 10, (batch,))
+
+    return Built(model, example, nn.functional.cross_entropy)
+
+
 #: Measured model name -> builder taking the row's sequence length (None where fixed).
 BUILDERS: dict[str, Callable[[int | None], Built]] = {
     "bert-base-squad": lambda seq: bert(12, 768, seq or 384),
@@ -133,4 +166,6 @@ BUILDERS: dict[str, Callable[[int | None], Built]] = {
     "bert-large-pretrain": lambda seq: bert(24, 1024, seq or 128, pretrain=True),
     "ncf-neumf": lambda _seq: ncf(),
     "lstm-lm-2x200": lambda _seq: lstm_lm(),
+    "resnet15-cifar": lambda _seq: resnet_cifar(2),
+    "resnet32-cifar": lambda _seq: resnet_cifar(5),
 }
