@@ -30,9 +30,10 @@ import statistics
 import sys
 import time
 
+import gpu_models
 import gpu_predictions as gp
 from bench_io import write_report
-from ps_scaling import saturation
+from ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
 from rightsize.perf.device_model import Efficiencies, step_time
 from rightsize.perf.precision import Precision
@@ -51,7 +52,7 @@ def update_s(model: str, repeats: int = 50) -> float:
     import torch
 
     torch.set_num_threads(1)
-    net = gp.gpu_models.BUILDERS[model](None).model
+    net = gpu_models.BUILDERS[model](None).model
     for p in net.parameters():
         p.grad = torch.randn_like(p)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in (PSModel.DLROVER, PSModel.QUEUEING):
             predicted = {n: predict_ps([worker] * n, ps, int(sheet.param_bytes), kind).steps_per_s
                          for n in sorted(measured)}  # fmt: skip
-            errors = [abs(predicted[n] / m - 1) for n, m in measured.items()]
-            entry[kind.value] = {"predicted": predicted, "mape": statistics.fmean(errors),
+            entry[kind.value] = {"predicted": predicted, "mape": mape(predicted, measured),
                                  "one_worker_error": predicted[1] / measured[1] - 1,
                                  "saturation_at": saturation(predicted)}  # fmt: skip
             print(f"{model} {gpu} {kind.value}: MAPE {entry[kind.value]['mape']:.1%}, "

@@ -320,9 +320,13 @@ def held_out(rows: list[dict], ceiling: Ceiling | None = None,
     return out
 
 
+def mape(predicted: dict[int, float], measured: dict[int, float]) -> float:
+    """Mean |predicted / measured - 1| over a curve's measured worker counts."""
+    return statistics.fmean(abs(predicted[n] / m - 1) for n, m in measured.items())
+
+
 def scored(predicted: dict[int, float], measured: dict[int, float], f: Fit) -> dict:
-    errors = [abs(predicted[n] / m - 1) for n, m in measured.items()]
-    return {"predicted": predicted, "mape": statistics.fmean(errors),
+    return {"predicted": predicted, "mape": mape(predicted, measured),
             "saturation_at": saturation(predicted), "fit": f.__dict__}  # fmt: skip
 
 

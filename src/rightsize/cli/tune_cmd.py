@@ -389,8 +389,7 @@ def _print_report(report: dict) -> None:
         f"tune {report['workload']} on {report['dataset']}: {report['space_size']:,} configurations, "
         f"{_ALGORITHM_NAMES[report.get('algorithm', 'hyperband')]} R={report['max_resource']:g} "
         f"eta={report['eta']:g}, {report.get('configurations', len(report['trials']))} trials, "
-        f"pack {report['strategy']}, "
-        f"seed {report['seed']}"
+        f"pack {report['strategy']}, seed {report['seed']}"
     )
     print("best:  " + " ".join(f"{k}={v}" for k, v in best["config"].items()))
     print(
