@@ -12,7 +12,8 @@ predicted from what rightsize knows before any run, as ``plan --strategy ps`` pr
 - the PS's CPU per update: the optimizer step (SGD with momentum, Tensor2Tensor's default for
   these ResNets) over the model's parameters timed on this CPU, one thread — the profile's
   ``optimizer_s`` that FC2's planner takes; per byte moved, ``PS_CPU_S_PER_BYTE`` (fitted on
-  this machine's runtime); the PS's 4 vCPUs;
+  this machine's runtime); the PS's 4 vCPUs; its link's efficiency ``PS_NETWORK_EFFICIENCY``
+  (fitted on shaped links of this machine's runtime, benchmarks/ps_link.py);
 - links: Google Cloud's 2 Gbps per vCPU of the time (the PS 8 Gbps, a worker's 8 vCPUs 16).
 
 It reports, per curve and model (DLRover's eq. 1, the planner's default, and the queueing
@@ -37,7 +38,14 @@ from ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
 from rightsize.perf.device_model import Efficiencies, step_time
 from rightsize.perf.precision import Precision
-from rightsize.perf.ps import PS_CPU_S_PER_BYTE, PSModel, PSSpec, WorkerSpec, predict_ps
+from rightsize.perf.ps import (
+    PS_CPU_S_PER_BYTE,
+    PS_NETWORK_EFFICIENCY,
+    PSModel,
+    PSSpec,
+    WorkerSpec,
+    predict_ps,
+)
 
 CMDARE = gp.DATA / "cmdare_ps_cifar10.csv"
 BATCH = 128
@@ -91,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
               "assumptions": {"batch": BATCH, "ps_vcpus": PS_VCPUS,
                               "ps_link_bytes_per_s": PS_VCPUS * GBPS_PER_VCPU,
                               "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU,
-                              "ps_cpu_s_per_byte": PS_CPU_S_PER_BYTE},
+                              "ps_cpu_s_per_byte": PS_CPU_S_PER_BYTE,
+                              "ps_network_efficiency": PS_NETWORK_EFFICIENCY},
               "curves": []}  # fmt: skip
     updates = {}
     for (model, gpu), measured in sorted(curves().items()):
@@ -105,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         worker = WorkerSpec(BATCH, step.forward_s + step.backward_s, WORKER_VCPUS * GBPS_PER_VCPU)
         ps = PSSpec(count=1, update_core_s=updates[model], cores=PS_VCPUS,
                     link_bytes_per_s=PS_VCPUS * GBPS_PER_VCPU,
-                    cpu_s_per_byte=PS_CPU_S_PER_BYTE)  # fmt: skip
+                    cpu_s_per_byte=PS_CPU_S_PER_BYTE,
+                    network_efficiency=PS_NETWORK_EFFICIENCY)  # fmt: skip
         entry = {"model": model, "gpu": gpu, "param_bytes": sheet.param_bytes,
                  "worker_compute_s": step.forward_s + step.backward_s,
                  "ps_update_s": updates[model], "measured": measured,

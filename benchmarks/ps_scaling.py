@@ -78,13 +78,13 @@ SATURATION_GAIN = 0.10  # saturated once one more worker adds less than this
 
 
 def run_spec(root: Path, case: str, ps_cpu: float, workers: int, worker_cpu: float,
-             steps_per_worker: int):  # fmt: skip
+             steps_per_worker: int, overlap: bool = True):  # fmt: skip
     workload, dataset, options, batch, optimizer = CASES[case]
     return job_spec(
         root, name=f"ps-{case}", workload=workload, dataset=dataset, options=options,
         dataset_size=50_000, batch_size=batch, steps=steps_per_worker * workers,
         training={"optimizer": optimizer, "lr": 0.05},
-        runtime={"shared_memory": "off", "metric_interval": "1s"},
+        runtime={"shared_memory": "off", "metric_interval": "1s", "overlap": overlap},
         budget={"cpu": 2, "memory": "8Gi"},
         initial_shape={"ps": {"count": 1, "cpu": ps_cpu, "memory": "1Gi"},
                        "workers": {"count": workers, "cpu": worker_cpu, "memory": "1Gi"}},

@@ -212,11 +212,13 @@ def test_ps_worker_quota_by_hand():
     assert w.cpu_s(6) == pytest.approx(0.027) and w.quota_step_s(1) == pytest.approx(0.144)
     one = ps_throughput_queueing([w], ps, 10**5)
     assert one.steps_per_s == pytest.approx(1 / 0.144) and one.bottleneck == "worker-cpu"
-    # two: Q(1) = X1 * 0.076, R = 0.076 (1 + Q) = 0.116 s; Z + R = 0.140 < 0.0246 * 6 = 0.1476
+    # two: Q(1) = X1 * 0.076, R = 0.076 (1 + Q) = 0.116 s; Z + R = 0.140 < 0.0246 * 6 = 0.1476,
+    # so the quotas would allow 2 / 0.1476 = 13.55 steps/s — more than the PS serves (13.16):
+    # the quota bound may hide a worker's wait, not the PS's time
     x1 = 1 / 0.144
     two = ps_throughput_queueing([w] * 2, ps, 10**5)
     assert 0.024 + 0.076 * (1 + x1 * 0.076) < 0.1476
-    assert two.steps_per_s == pytest.approx(2 / 0.1476)
+    assert two.steps_per_s == pytest.approx(1 / 0.076)
     # many: the PS (1 / 0.076 = 13.2 steps/s) takes over from the quotas
     many = ps_throughput_queueing([w] * 50, ps, 10**5)
     assert (
@@ -237,3 +239,26 @@ def test_ps_worker_quota_by_hand():
     assert host.host_demand_s(10**5) == pytest.approx(0.020 / 2)
     with pytest.raises(ValueError, match="cores"):
         WorkerSpec(batch=1, compute_s=0.1, link_bytes_per_s=1e9, cores=0)
+
+
+def test_ps_overlap_hides_the_push_and_the_update_not_the_link():
+    # 3.4 MB of parameters: 6.8 MB a step over a 50 MB/s link, D_net = 0.136 s; the PS's CPU
+    # 0.004 core-s per update on 0.5 core (D = 0.008 s); a worker's own step Z = 0.1 s
+    ps = PSSpec(count=1, update_core_s=0.004, cores=0.5, link_bytes_per_s=50e6)
+    serial = WorkerSpec(batch=1, compute_s=0.1, link_bytes_per_s=float("inf"))
+    overlapped = WorkerSpec(batch=1, compute_s=0.1, link_bytes_per_s=float("inf"), overlap=True)
+    # alone, a serial worker waits for both transfers and the update: 0.1 + 0.136 + 0.008;
+    # overlapped, for the pull only (0.068): its push and the update run beside its compute
+    assert ps_throughput_queueing([serial], ps, 3_400_000).steps_per_s == pytest.approx(
+        1 / 0.244
+    )
+    assert ps_throughput_queueing([overlapped], ps, 3_400_000).steps_per_s == pytest.approx(
+        1 / 0.168
+    )
+    # but the link carries both directions whoever waits: at most 1 / 0.136 = 7.35 steps/s
+    for worker in (serial, overlapped):
+        many = ps_throughput_queueing([worker] * 8, ps, 3_400_000)
+        assert many.steps_per_s <= 1 / 0.136 + 1e-9 and many.bottleneck == "ps-network"
+    assert ps_throughput_queueing([overlapped] * 2, ps, 3_400_000).steps_per_s == pytest.approx(
+        1 / 0.136
+    )

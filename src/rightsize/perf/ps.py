@@ -48,6 +48,16 @@ on a 0.25-core PS the measured step (128 ms) is below the sum (144 + 76 ms). Bot
 the bound (the queueing model inside its mean-value iteration, eq. 1 as a cap), and, on a
 shared host, the workers' CPU per step as part of the host's demand. Unset (infinite cores, 0
 CPU), both are as before.
+
+A worker that pushes a step's gradients while it computes the next (``WorkerSpec.overlap``,
+``rightsize run``'s default ``runtime.overlap``) waits at the PS only for its pull: the
+parameters coming back and the PS's CPU serving them. The push's transfer and the update still
+take the link's and the PS's time — the stations' utilisation counts them, and no station
+works past 100% (:func:`at_most_saturated`) — but not the worker's. The queueing model takes
+both; DLRover's eq. 1 keeps its serial step. Measured on a shaped kernel link
+(benchmarks/ps_link.py), a TCP link at an Ethernet MTU carries the model's bytes at 0.95 of its
+line rate (:data:`PS_NETWORK_EFFICIENCY`): a segment's 1448 bytes of payload take 1514 on the
+wire.
 """
 
 from __future__ import annotations
@@ -60,6 +70,10 @@ FC2_HEADROOM = 0.95  # p in FC2's Scala-Opt: keep the PS link below 95% (FC2 §8
 #: CPU-seconds rightsize's own PS spends per byte pulled or pushed over TCP, fitted on this
 #: machine's runtime (benchmarks/ps_scaling.py; docs/benchmarks.md): ~1 ns/B.
 PS_CPU_S_PER_BYTE = 1e-9
+#: Goodput over line rate of a PS's TCP link at an Ethernet MTU, measured through this machine's
+#: runtime on shaped links (benchmarks/ps_link.py; docs/benchmarks.md "PS across a shaped
+#: link"): 0.945-0.956 at saturation, 0.935-0.965 fitted held out.
+PS_NETWORK_EFFICIENCY = 0.95
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,9 @@ class WorkerSpec:
         cores: the worker's CPU quota in cores (infinite: no quota, the default).
         cpu_s_per_step: CPU-seconds the worker spends per step when it runs alone.
         cpu_growth_s: what each co-located worker adds to ``cpu_s_per_step``.
+        overlap: the worker pushes a step's gradients while it computes the next step
+            (``rightsize run``'s ``runtime.overlap``): it waits for the pull only, and the
+            push's transfer and the update run beside its compute (queueing model).
     """
 
     batch: int
@@ -83,6 +100,7 @@ class WorkerSpec:
     cores: float = float("inf")
     cpu_s_per_step: float = 0.0
     cpu_growth_s: float = 0.0
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if not self.cores > 0 or self.cpu_s_per_step < 0:
@@ -215,17 +233,22 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
     if not workers:
         raise ValueError("a parameter-server job needs at least one worker")
     moved = 2 * model_bytes
-    think = [w.io_s + w.compute_s + moved / w.link_bytes_per_s for w in workers]
+    # with overlap a worker's own link carries the push while it computes: it waits for the pull
+    think = [w.io_s + w.compute_s + moved * (0.5 if w.overlap else 1.0) / w.link_bytes_per_s
+             for w in workers]  # fmt: skip
     z = sum(think) / len(think)
     queue: dict[str, float] = {}
     steps, quota_bound = 0.0, False
     for k in range(1, len(workers) + 1):
         demands = station_demands(workers, ps, model_bytes, k)
+        waits = station_waits(workers, ps, model_bytes, demands)
         response = {s: d * (1 + queue.get(s, 0.0)) for s, d in demands.items()}
+        waiting = sum(w * (1 + queue.get(s, 0.0)) for s, w in waits.items())
         # a quota'd worker's wait for the PS and host hides under its quota bound (docstring)
         quota = sum(w.quota_step_s(k) for w in workers) / len(workers)
-        cycle = max(quota, z + sum(response.values()))
-        steps, quota_bound = k / cycle, quota > z + sum(response.values())
+        cycle = max(quota, z + waiting)
+        steps = at_most_saturated(k / cycle, demands)
+        quota_bound = quota > z + waiting
         queue = {s: steps * r for s, r in response.items()}
     busiest = max(demands, key=demands.get)
     # the PS limits the job once it is busy most of the time; before that, the workers do
@@ -237,6 +260,35 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
     samples = steps * sum(w.batch for w in workers) / len(workers)
     per_worker = tuple(moved * steps / len(workers) for _ in workers)
     return PSThroughput(steps, samples, tuple(step_s for _ in workers), bottleneck, per_worker)
+
+
+def overlap_share(workers: Sequence[WorkerSpec]) -> float:
+    """The share of the workers that push while computing their next step."""
+    return sum(w.overlap for w in workers) / len(workers)
+
+
+def station_waits(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
+                  demands: dict[str, float]) -> dict[str, float]:  # fmt: skip
+    """The part of each station's demand a worker waits for: without overlap all of it; with
+    it, the pull's bytes on the link and the PS's CPU serving them — not the push's, nor the
+    update, which the PS applies while the worker computes. The host's CPU is all waited for."""
+    share = overlap_share(workers)
+    if not share:
+        return demands
+    waited_bytes = 2 * model_bytes * (1 - share / 2)
+    return {
+        **demands,
+        "ps-compute": (ps.update_core_s * (1 - share) + waited_bytes * ps.cpu_s_per_byte)
+        / ps.effective_cores,
+        "ps-network": waited_bytes / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
+    }
+
+
+def at_most_saturated(steps: float, demands: dict[str, float]) -> float:
+    """``steps`` capped where the busiest station is busy all the time (what the workers do
+    not wait for still takes its time; exact MVA without overlap never reaches the cap)."""
+    busiest = max(demands.values(), default=0.0)
+    return min(steps, 1 / busiest) if busiest > 0 else steps
 
 
 SATURATED = 0.8  # utilisation from which a PS resource is named the bottleneck

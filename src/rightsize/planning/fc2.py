@@ -30,6 +30,7 @@ from rightsize.perf.comm import GBPS
 from rightsize.perf.ps import (
     FC2_HEADROOM,
     PS_CPU_S_PER_BYTE,
+    PS_NETWORK_EFFICIENCY,
     PSModel,
     PSSpec,
     PSThroughput,
@@ -111,7 +112,8 @@ class Fc2Planner:
         return PSSpec(count=1, update_core_s=update_core_s, cores=self.ps.vcpus,
                       link_bytes_per_s=self.ps.network_gbps * GBPS,
                       headroom=self.request.headroom,
-                      cpu_s_per_byte=PS_CPU_S_PER_BYTE)  # fmt: skip
+                      cpu_s_per_byte=PS_CPU_S_PER_BYTE,
+                      network_efficiency=PS_NETWORK_EFFICIENCY)  # fmt: skip
 
     def _worker_spec(self, option: InstanceOption) -> WorkerSpec:
         batch = self.request.worker_batch
