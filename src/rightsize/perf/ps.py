@@ -275,18 +275,19 @@ def station_waits(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
     share = overlap_share(workers)
     if not share:
         return demands
-    waited_bytes = 2 * model_bytes * (1 - share / 2)
+    waited = 1 - share / 2  # of the bytes: the pull's half for an overlapping worker
     return {
         **demands,
-        "ps-compute": (ps.update_core_s * (1 - share) + waited_bytes * ps.cpu_s_per_byte)
-        / ps.effective_cores,
-        "ps-network": waited_bytes / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
-    }
+        "ps-compute": (ps.update_core_s * (1 - share) + 2 * model_bytes * waited
+                       * ps.cpu_s_per_byte) / ps.effective_cores,
+        "ps-network": demands["ps-network"] * waited,
+    }  # fmt: skip
 
 
 def at_most_saturated(steps: float, demands: dict[str, float]) -> float:
-    """``steps`` capped where the busiest station is busy all the time (what the workers do
-    not wait for still takes its time; exact MVA without overlap never reaches the cap)."""
+    """``steps`` capped where the busiest station is busy all the time: what the workers do
+    not wait for (an overlapped push) or wait for hidden under a quota bound still takes the
+    station's time. Exact MVA alone never passes the cap."""
     busiest = max(demands.values(), default=0.0)
     return min(steps, 1 / busiest) if busiest > 0 else steps
 
