@@ -172,14 +172,12 @@ def predict(f: Fit, rate: str, workers: int, moved: float, efficiency: float, mo
 def moved_per_step(case: str = CASE) -> int:
     """The bytes a step moves through the PS as the planner counts them: the model's
     parameters twice (gradients in, parameters out; ``Profile.param_bytes``)."""
-    import torch
-
     from rightsize.workloads.registry import WorkloadRegistry
+    from rightsize.workloads.workload import count_on_meta
 
     workload, dataset, options, _, _ = CASES[case]
     built = WorkloadRegistry().get(workload, dataset, options, 1000, seed=0)
-    with torch.device("meta"):
-        return 2 * sum(p.numel() * p.element_size() for p in built.build_model().parameters())
+    return 2 * count_on_meta(built.build_model).bytes
 
 
 def curve(rows: list[dict], rate: str) -> dict[int, dict]:

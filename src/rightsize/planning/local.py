@@ -76,17 +76,15 @@ def profiled_model(spec: JobSpec) -> SimModel | None:
         return None
     params = None
     if spec.options or (spec.dataset or base["dataset"]) != base["dataset"]:
-        import torch  # only to count
-
-        from rightsize.workloads.registry import WorkloadRegistry
+        from rightsize.workloads.registry import WorkloadRegistry  # torch: only to count
+        from rightsize.workloads.workload import count_on_meta
 
         workload = WorkloadRegistry().get(spec.workload, spec.dataset, spec.options,
                                           spec.dataset_size, seed=spec.training.seed)  # fmt: skip
         # counted on the meta device: a submitted job's options may ask for billions of
         # parameters (the registry allows 1e10), which a real build would allocate here, in
         # the service's own process, before the job is even queued
-        with torch.device("meta"):
-            params = sum(p.numel() for p in workload.build_model().parameters())
+        params = count_on_meta(workload.build_model).parameters
     how = Derivation(spec.workload, params=params, batch_size=spec.batch_size,
                      source="profiled with one thread on this machine")  # fmt: skip
     return derive(spec.workload, how, base)

@@ -59,7 +59,7 @@ from rightsize.profiling.timing import (
     grad_ready_fractions,
     time_interleaved,
 )
-from rightsize.workloads.workload import Workload
+from rightsize.workloads.workload import Workload, count_on_meta
 
 Progress = Callable[[str], None]
 
@@ -75,11 +75,9 @@ def _check_weights_fit(workload: Workload, limit: int) -> None:
     The model is built on the ``meta`` device, which allocates nothing.
     """
     try:
-        with torch.device("meta"):
-            model = workload.build_model()
+        need = STEP_WEIGHT_COPIES * count_on_meta(workload.build_model).bytes
     except Exception:  # a user's factory may not build on meta; the B_max search still checks
         return
-    need = STEP_WEIGHT_COPIES * sum(p.numel() * p.element_size() for p in model.parameters())
     if need > limit:
         raise ResourceError(
             f"memory limit {format_bytes(limit)} is below a training step at batch 1: the "

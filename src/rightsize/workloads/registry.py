@@ -19,13 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from rightsize.core.errors import SpecError, UnknownNameError, unknown_name
 from rightsize.core.limits import COUNT, NON_NEGATIVE, Bound
 from rightsize.workloads.datasets import DatasetInfo, builtin_datasets, make_dataset
-from rightsize.workloads.workload import Workload, classification_loss, click_loss
+from rightsize.workloads.workload import (
+    Workload,
+    classification_loss,
+    click_loss,
+    count_on_meta,
+)
 
 _MODELS = "rightsize.workloads.models"
 #: Parameters of one model: 10^10 (40 GB of fp32 weights), far beyond any model one device
@@ -219,12 +223,10 @@ def _dry_build(workload: str, options: dict[str, Any], build: Callable[[], nn.Mo
     :data:`MAX_MODEL_PARAMETERS`, is the user's error, found without allocating anything."""
     shown = " ".join(f"{k}={v!r}" for k, v in options.items())
     try:
-        with torch.device("meta"):
-            model = build()
+        count = count_on_meta(build).parameters
     except (ValueError, TypeError, RuntimeError, AssertionError, ZeroDivisionError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError(f"workload {workload} cannot be built with {shown}: {message}") from None
-    count = sum(p.numel() for p in model.parameters())
     limit = Bound(0, MAX_MODEL_PARAMETERS, why="40 GB of fp32 weights")
     if not limit.accepts(count):
         raise SpecError(

@@ -31,6 +31,23 @@ def click_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class ParameterCount:
+    """A model's parameters and the bytes they take."""
+
+    parameters: int
+    bytes: int
+
+
+def count_on_meta(build: Callable[[], nn.Module]) -> ParameterCount:
+    """Count the parameters of the model ``build`` makes, built on the ``meta`` device: nothing
+    is allocated however large its options make it (raises whatever ``build`` raises)."""
+    with torch.device("meta"):
+        params = list(build().parameters())
+    return ParameterCount(sum(p.numel() for p in params),
+                          sum(p.numel() * p.element_size() for p in params))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Workload:
     """One trainable job: ``build_model`` makes a fresh model, ``dataset`` feeds it.
 
