@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
@@ -44,7 +43,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_io import write_report
-from ps_scaling import CASES, Fit, fit_quota, held, mape, measure, run_spec, saturation
+from ps_scaling import (
+    CASES,
+    Fit,
+    fit_quota,
+    held,
+    mape,
+    measure,
+    merge_repeats,
+    run_order,
+    run_spec,
+    saturation,
+)
 from rightsize.perf.ps import (
     FC2_HEADROOM,
     PSSpec,
@@ -184,10 +194,10 @@ def curve(rows: list[dict], rate: str) -> dict[int, dict]:
     return {r["workers"]: r for r in sorted(rows, key=lambda r: r["workers"]) if r["rate"] == rate}
 
 
-def fit_efficiency(rows: list[dict], rates: list[str], setting: Setting) -> float:
-    """The queueing model's link efficiency that best predicts ``rates``' curves (mean MAPE)."""
-    f = costs(list(curve(rows, "none").values()), setting.worker_cores)["queueing"]
-    moved = moved_per_step()
+def fit_efficiency(rows: list[dict], rates: list[str], setting: Setting, f: Fit,
+                   moved: float) -> float:  # fmt: skip
+    """The queueing model's link efficiency that best predicts ``rates``' curves (mean MAPE),
+    given its fit on the unshaped runs and the bytes a step moves."""
 
     def error(e: float) -> float:
         return statistics.fmean(
@@ -207,7 +217,8 @@ def held_out(rows: list[dict], setting: Setting) -> dict:
     out = {}
     for rate in shaped:
         points = curve(rows, rate)
-        efficiency = fit_efficiency(rows, [r for r in shaped if r != rate], setting)
+        others = [r for r in shaped if r != rate]
+        efficiency = fit_efficiency(rows, others, setting, fits["queueing"], moved)
         measured = {n: r["steps_per_s"] for n, r in points.items()}
         most = points[max(points)]
         entry = {
@@ -239,13 +250,8 @@ MERGED = ("steps_per_s", "ps_cpu_used", "ps_bytes_per_s", "bytes_per_step",
 
 def merged(runs: list[dict], ps_cpu: float) -> list[dict]:
     """One row per (rate, workers): medians over the repeats (``ps_cpu`` for ps_scaling.fit)."""
-    keyed: dict[tuple[str, int], list[dict]] = {}
-    for r in runs:
-        if "error" not in r:
-            keyed.setdefault((r["rate"], r["workers"]), []).append(r)
-    return [{"rate": rate, "workers": n, "ps_cpu": ps_cpu, "repeats": len(v),
-             **{f: statistics.median(r[f] for r in v) for f in MERGED if all(f in r for r in v)}}
-            for (rate, n), v in sorted(keyed.items())]  # fmt: skip
+    rows = merge_repeats([r for r in runs if "error" not in r], ("rate", "workers"), MERGED)
+    return [{**row, "ps_cpu": ps_cpu} for row in rows]
 
 
 def pooled(results: list[dict]) -> list[dict]:
@@ -306,9 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="rightsize-ps-link-") as tmp:
         for repeat in range(args.repeats):
-            points = [(rate, n) for rate in rates for n in range(1, args.max_workers + 1)]
-            random.Random(repeat).shuffle(points)  # drift scatters, not bends
-            for rate, workers in points:
+            for rate, workers in run_order(rates, args.max_workers, repeat):
                 row = run_point(Path(tmp) / f"{repeat}-{rate}-{workers}", rate, workers, args)
                 row["repeat"] = repeat
                 print(f"{rate} Mbit/s x {workers} (repeat {repeat}): "

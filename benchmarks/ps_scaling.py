@@ -50,8 +50,10 @@ import random
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -390,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_order(ps_cpus: list[float], max_workers: int, repeat: int) -> list[tuple[float, int]]:
+def run_order(ps_cpus: Sequence[Any], max_workers: int, repeat: int) -> list[tuple[Any, int]]:
     """Every (PS cores, workers) point once, shuffled per repeat: this shared host's speed
     drifts by tens of percent over minutes (a worker's CPU per step ranged 9.5-16.6 ms across
     one sequential run), and in worker order a drift bends a curve instead of scattering
@@ -406,13 +408,15 @@ MERGED_FIELDS = ("steps_per_s", "ps_cpu_used", "ps_bytes_per_s", "bytes_per_step
                  "worker_cpu_s_per_step")  # fmt: skip
 
 
-def merge_repeats(runs: list[dict]) -> list[dict]:
-    """One row per (PS cores, workers): the medians over repeats."""
+def merge_repeats(runs: list[dict], keys: tuple[str, ...] = ("ps_cpu", "workers"),
+                  fields: tuple[str, ...] = MERGED_FIELDS) -> list[dict]:  # fmt: skip
+    """One row per point (``keys``: PS cores and workers): the medians of ``fields`` over its
+    repeats (a field only where every repeat has it)."""
     keyed: dict[tuple, list[dict]] = {}
     for r in runs:
-        keyed.setdefault((r["ps_cpu"], r["workers"]), []).append(r)
-    return [{"ps_cpu": k[0], "workers": k[1], "repeats": len(v),
-             **{f: statistics.median(r[f] for r in v) for f in MERGED_FIELDS
+        keyed.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return [{**dict(zip(keys, k, strict=True)), "repeats": len(v),
+             **{f: statistics.median(r[f] for r in v) for f in fields
                 if all(f in r for r in v)}}
             for k, v in sorted(keyed.items())]  # fmt: skip
 

@@ -45,7 +45,9 @@ def rows(efficiency: float, update_s=0.0046, cpu_s=0.014, rates=("400", "1200", 
 
 def test_the_link_efficiency_comes_back_held_out():
     made = rows(0.9)
-    assert ps_link.fit_efficiency(made, ["400", "1200"], SETTING) == pytest.approx(0.9, abs=0.005)
+    f = ps_link.costs([r for r in made if r["rate"] == "none"], CORES)["queueing"]
+    fitted = ps_link.fit_efficiency(made, ["400", "1200"], SETTING, f, MOVED)
+    assert fitted == pytest.approx(0.9, abs=0.005)
     out = ps_link.held_out(made, SETTING)
     assert out["moved_bytes_per_step"] == MOVED
     assert out["fits"]["queueing"]["worker_cpu_s"] == pytest.approx(0.014)
