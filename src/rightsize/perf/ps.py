@@ -113,6 +113,12 @@ class WorkerSpec:
         """CPU-seconds per step with ``workers`` workers on the host (this one included)."""
         return self.cpu_s_per_step + self.cpu_growth_s * (workers - 1)
 
+    @property
+    def bytes_waited_for(self) -> float:
+        """The share of a step's bytes the worker waits for: all, or with ``overlap`` the pull's
+        half (the push leaves while the next step computes)."""
+        return 0.5 if self.overlap else 1.0
+
     def quota_step_s(self, workers: int) -> float:
         """The shortest step the worker's CPU quota allows (0 without a quota)."""
         return self.cpu_s(workers) / self.cores
@@ -233,8 +239,7 @@ def ps_throughput_queueing(workers: Sequence[WorkerSpec], ps: PSSpec,
     if not workers:
         raise ValueError("a parameter-server job needs at least one worker")
     moved = 2 * model_bytes
-    # with overlap a worker's own link carries the push while it computes: it waits for the pull
-    think = [w.io_s + w.compute_s + moved * (0.5 if w.overlap else 1.0) / w.link_bytes_per_s
+    think = [w.io_s + w.compute_s + moved * w.bytes_waited_for / w.link_bytes_per_s
              for w in workers]  # fmt: skip
     z = sum(think) / len(think)
     queue: dict[str, float] = {}
@@ -275,7 +280,7 @@ def station_waits(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
     share = overlap_share(workers)
     if not share:
         return demands
-    waited = 1 - share / 2  # of the bytes: the pull's half for an overlapping worker
+    waited = sum(w.bytes_waited_for for w in workers) / len(workers)
     return {
         **demands,
         "ps-compute": (ps.update_core_s * (1 - share) + 2 * model_bytes * waited
