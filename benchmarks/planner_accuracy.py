@@ -190,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     comm = LearnedCommModel.load(args.comm_model)
+    if cpu_model() not in comm.hosts:  # its loopback "link" has no rated bandwidth to fall back on
+        print(f"error: --comm-model {args.comm_model} was probed on {', '.join(comm.hosts)}, "
+              f"not on this host ({cpu_model()}): probe this one first "
+              "(python benchmarks/comm_model.py)", file=sys.stderr)  # fmt: skip
+        return 2
     worlds = [int(w) for w in args.worlds.split(",")]
     ddp_probe = _ddp_probe(args.ddp_probe, worlds, Path(args.out).with_suffix(".ddp-probe.json"))
     shared = {}
