@@ -132,6 +132,12 @@ class ScriptedJob:
     def recover(self) -> None:
         pass
 
+    def restart_cost(self, plan):
+        return None  # nothing restarts here
+
+    def decline(self, plan, why):
+        raise AssertionError("nothing is declined without a restart cost")
+
     def apply(self, plan: Plan) -> Transition:
         plan = floors(self.metrics, plan)
         if rejection(plan.shape, BUDGET, Strategy.PS):

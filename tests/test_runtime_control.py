@@ -67,6 +67,12 @@ class FakeMechanism:
     def recover(self):
         self.recovered += 1
 
+    def restart_cost(self, plan):
+        return None  # nothing restarts here
+
+    def decline(self, plan, why):
+        raise AssertionError("nothing is declined without a restart cost")
+
     def apply(self, plan):
         self.applied.append((self.clock.now(), plan.action))
         if self.accept:

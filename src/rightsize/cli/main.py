@@ -35,6 +35,8 @@ COMMANDS = (
     ("probe", "rightsize.cli.probe_cmd", "measure allreduce bus bandwidth and train the comm model"),
     ("run", "rightsize.cli.run_cmd",
      "train a job elastically: master, shards, PS/allreduce nodes in cgroups"),
+    ("torchrun", "rightsize.cli.torchrun_cmd",
+     "run your own torchrun script unchanged, measured and right-sized"),
     ("tune", "rightsize.cli.tune_cmd",
      "hyper-parameter search with trials packed into one process (Packed Hyperband)"),
     ("simulate", "rightsize.cli.simulate_cmd", "compare autoscaling policies on a simulated cluster"),

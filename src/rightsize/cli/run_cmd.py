@@ -67,11 +67,19 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.report:  # before the job trains: a report that cannot be written would be lost
         check_output_path(args.report, "--report")
+    spec = with_backend(load_job_spec(args.job), args.backend, args.ray_address)
+    return run_job(spec, args)
+
+
+def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
+    """The one way a job runs from the command line (``run`` and ``torchrun``): the policy
+    (``--policy`` over the job file's), the master, signals, the store, the report and the
+    exit status. ``args`` carries --policy, --report, --fresh, --oversubscribe, --json,
+    --quiet and the store's options."""
     from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
     from rightsize.service.models import JobPhase
 
-    spec = with_backend(load_job_spec(args.job), args.backend, args.ray_address)
     name = args.policy or spec.policy.name
     params = spec.policy.params if name == spec.policy.name else {}
     policy = make_policy(name, spec.runtime.metric_interval_s, **params)
@@ -187,9 +195,11 @@ def status_line(status: dict[str, Any]) -> str:
     loss = f"loss {status['loss']:.4f}" if status.get("loss") is not None else "loss -"
     used = sum(n["cpu_used"] for n in status["nodes"])
     allocated = sum(n["cpu_allocated"] for n in status["nodes"])
+    epoch = "-" if status["epoch"] is None else status["epoch"] + 1
+    total = status["steps_total"] if status["steps_total"] is not None else "?"
     return (
-        f"{format_duration(status['time_s'])}  epoch {status['epoch'] + 1}  "
-        f"steps {status['steps_done']}/{status['steps_total']}  "
+        f"{format_duration(status['time_s'])}  epoch {epoch}  "
+        f"steps {status['steps_done']}/{total}  "
         f"{status['samples_per_s']:.0f} samples/s  {loss}  cpu {used:.2f}/{allocated:.2f}  "
         f"{status['shape']}"
     )
@@ -209,14 +219,21 @@ def node_table(status: dict[str, Any]) -> str:
 def print_summary(report: dict[str, Any], path: Path) -> None:
     accounting = report["accounting"]
     once = "yes" if accounting.get("exactly_once") else "NO"
+    on = f" on {report['dataset']}" if report.get("dataset") else ""
     print(
-        f"{report['job']}: {report['workload']} on {report['dataset']}, {report['strategy']}, "
+        f"{report['job']}: {report['workload']}{on}, {report['strategy']}, "
         f"policy {report['policy']}, isolation {report['isolation']}"
     )
-    print(
-        f"  {report['steps']} steps, {report['samples']} samples, {report['epochs']} epoch(s) "
-        f"applied by the parameter holders in {format_duration(report['wall_time_s'])}"
-    )
+    if "script" in report:
+        print(f"  {report['steps']} optimizer steps, {report['samples']} samples in "
+              f"{format_duration(report['wall_time_s'])}; {len(report['script']['groups'])} "
+              f"group start(s), {report['script']['failed_restarts']} after failures")  # fmt: skip
+    else:
+        print(
+            f"  {report['steps']} steps, {report['samples']} samples, {report['epochs']} "
+            f"epoch(s) applied by the parameter holders in "
+            f"{format_duration(report['wall_time_s'])}"
+        )
     rows = [
         (f"{t['time_s']:.1f}", t["action"], "yes" if t["applied"] else "no",
          "-" if t["transition_s"] is None else format_duration(t["transition_s"]), t["reason"])
@@ -226,7 +243,13 @@ def print_summary(report: dict[str, Any], path: Path) -> None:
     restarts = report["restarts"]
     print(f"  node restarts: {sum(restarts['nodes'].values())}, master restarts: "
           f"{restarts['masters']}")  # fmt: skip
-    if accounting.get("checked"):
+    if "script" in report:
+        print(f"  data: {accounting['data']}")
+        if accounting.get("checked"):
+            print(f"  every sample trained exactly once per epoch: {once} (the master's ledger; "
+                  f"{accounting['samples_handed_again']} samples handed out again after "
+                  "restarts)")  # fmt: skip
+    elif accounting.get("checked"):
         print(f"  every sample trained exactly once per epoch: {once} "
               f"(checked on checkpoint v{accounting['checkpoint']})")  # fmt: skip
     print(f"report written to {path}")

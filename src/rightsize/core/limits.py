@@ -35,6 +35,9 @@ MAX_INSTANCES = 10**4
 MAX_THREADS = 1024
 #: Relaunches of one failed node: a node that failed 100 times will not recover on the 101st.
 MAX_RESTARTS = 100
+#: Workers (ranks) of one job: 4096, a torchrun group far past one host; the master serves
+#: every one of them from one loop.
+MAX_WORKERS = 4096
 #: Time intervals a job file sets (checkpoint, metrics, timeouts): at most a day.
 MAX_INTERVAL_S = 86_400.0
 
@@ -109,6 +112,8 @@ REPEATS = Bound(1, MAX_REPEATS, integer=True)
 WARMUP = Bound(0, MAX_REPEATS, integer=True)
 INSTANCES = Bound(1, MAX_INSTANCES, integer=True)
 THREADS = Bound(1, MAX_THREADS, integer=True)
+WORKERS = Bound(1, MAX_WORKERS, integer=True)
+RESTARTS = Bound(0, MAX_RESTARTS, integer=True)
 COUNT = Bound(1, None, integer=True)
 POSITIVE = Bound(0, None, low_open=True)
 NON_NEGATIVE = Bound(0, None)

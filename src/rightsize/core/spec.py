@@ -39,6 +39,7 @@ from rightsize.core.limits import (
     MAX_ITERATIONS,
     MAX_RESTARTS,
     MAX_SEED,
+    MAX_WORKERS,
 )
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
@@ -224,6 +225,21 @@ class PolicySpec(_Spec):
     params: dict[str, Any] = Field(
         default_factory=dict, description="the policy's parameters, e.g. {r_up: 0.5}"
     )
+    min_workers: int = Field(
+        default=1, ge=1, le=MAX_WORKERS,
+        description="the fewest workers (ranks) a policy may choose",
+    )  # fmt: skip
+    max_workers: int | None = Field(
+        default=None, ge=1, le=MAX_WORKERS,
+        description="the most workers (ranks) a policy may choose; none: what the budget allows",
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _check_range(self) -> PolicySpec:
+        if self.max_workers is not None and self.max_workers < self.min_workers:
+            raise ValueError(f"max_workers {self.max_workers} is below min_workers "
+                             f"{self.min_workers}")  # fmt: skip
+        return self
 
 
 class RuntimeSpec(_Spec):
@@ -334,8 +350,22 @@ class JobSpec(_Spec):
         default="job",
         description="the job's name: letters, digits, '.', '_' and '-' (it names its files)",
     )
-    workload: str = Field(
-        min_length=1, description="zoo model name (rightsize workloads) or package.module:function"
+    workload: str | None = Field(
+        default=None, min_length=1,
+        description="zoo model name (rightsize workloads) or package.module:function; "
+        "or give script instead",
+    )  # fmt: skip
+    script: str | None = Field(
+        default=None, min_length=1,
+        description="the user's own training script (a torchrun script: DDP, its own optimizer "
+        "and checkpoints), run unchanged by every rank instead of a workload; see "
+        "rightsize torchrun",
+    )  # fmt: skip
+    args: list[str] = Field(
+        default_factory=list, description="the script's command-line arguments"
+    )
+    module: bool = Field(
+        default=False, description="script names a module to run as python -m would (torchrun -m)"
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="model options, e.g. {embed_dim: 8}"
@@ -348,16 +378,19 @@ class JobSpec(_Spec):
         description="samples in a synthetic dataset (at most 10^8: the runtime holds an epoch's "
         "order in memory); none means its own size",
     )  # fmt: skip
-    batch_size: int = Field(
-        ge=1, le=MAX_BATCH, description="samples per training step on one worker (at most 2^24)"
-    )
+    batch_size: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH,
+        description="samples per training step on one worker (at most 2^24); required with "
+        "workload (a script decides its own)",
+    )  # fmt: skip
     epochs: int | None = Field(
         default=None, ge=1, le=MAX_EPOCHS,
         description="passes over the dataset (at most 10^5); none (and no steps) means 1",
     )  # fmt: skip
     steps: int | None = Field(
         default=None, ge=1, le=MAX_ITERATIONS,
-        description="train this many steps instead of whole epochs (at most 10^9)",
+        description="train this many steps instead of whole epochs (at most 10^9); with a "
+        "script: the optimizer steps it takes in all, if known (weighs a restart's cost)",
     )  # fmt: skip
     strategy: Strategy = Field(
         default=Strategy.PS, description="ps (parameter servers) or allreduce (torch DDP)"
@@ -377,13 +410,48 @@ class JobSpec(_Spec):
         default=Objective.TIME, description="cost or time: what planning minimises"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _script_is_allreduce(cls, data: Any) -> Any:
+        """A script trains data-parallel ranks: its strategy is allreduce unless it says."""
+        if isinstance(data, dict) and data.get("script") is not None:
+            return {"strategy": Strategy.ALLREDUCE, **data}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
+        if (self.workload is None) == (self.script is None):
+            raise ValueError("give either workload (a zoo model or factory) or script "
+                             "(your own training script), not both")  # fmt: skip
+        if self.script is not None:
+            self._check_script()
+        elif self.batch_size is None:
+            raise ValueError("batch_size: required field is missing (a workload needs it)")
+        elif self.args or self.module:
+            raise ValueError("args and module go with script, not workload")
         if self.epochs is not None and self.steps is not None:
             raise ValueError("give either epochs or steps, not both")
         if isinstance(self.initial_shape, ShapeSpec):
             self._check_shape(self.initial_shape)
         return self
+
+    def _check_script(self) -> None:
+        if self.strategy != Strategy.ALLREDUCE:
+            raise ValueError("a script trains allreduce ranks: strategy must be allreduce")
+        given = [k for k in ("options", "dataset", "dataset_size", "batch_size", "epochs")
+                 if getattr(self, k)]  # fmt: skip
+        if given:
+            raise ValueError(f"workload settings ({', '.join(given)}) do not apply to a script, "
+                             "which decides its own (pass them in args)")  # fmt: skip
+
+    @property
+    def is_script(self) -> bool:
+        return self.script is not None
+
+    @property
+    def program(self) -> str:
+        """What the job trains, in words: the workload's name or ``script train.py``."""
+        return self.workload if self.script is None else f"script {self.script}"
 
     def _check_shape(self, shape: ShapeSpec) -> None:
         total = shape.to_shape().total()

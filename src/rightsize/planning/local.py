@@ -62,7 +62,10 @@ class LaunchPrediction:
 
 
 def samples_of(spec: JobSpec) -> float:
-    """The samples a job trains (steps × batch, or epochs × dataset); 0 when unknown."""
+    """The samples a job trains (steps × batch, or epochs × dataset); 0 when unknown (a
+    script decides its own)."""
+    if spec.is_script:
+        return 0.0
     if spec.steps is not None:
         return float(spec.steps * spec.batch_size)
     return float((spec.epochs or 1) * (spec.dataset_size or 0))

@@ -13,13 +13,15 @@ Each metric interval yields one sample and one ``decide`` call. A node killed
 by the OOM killer triggers an extra decision at once (DLRover §4.2 relaunches
 it with more memory; whether to is the policy's call), after which anything
 still dead is relaunched as it was (a worker) or restored from the latest
-checkpoint (a parameter server).
+checkpoint (a parameter server). A plan that would restart the job's ranks (a
+script's change of world size) must pay back its measured cost first
+(:mod:`scaling.payback`), a safety net under every policy like the OOM rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from rightsize.core.resources import Resources
@@ -36,6 +38,7 @@ from rightsize.scaling.api import (
 )
 from rightsize.scaling.book import ObservationBook
 from rightsize.scaling.oom import memory_doubled_after_oom
+from rightsize.scaling.payback import PaybackRule, RestartCost, payback
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,12 @@ class Mechanism(Protocol):
         """Bring back every node of the shape that is dead."""
 
     def apply(self, plan: Plan) -> Transition: ...
+
+    def restart_cost(self, plan: Plan) -> RestartCost | None:
+        """What ``plan`` costs in restarts (None: it restarts nothing, or nothing is known)."""
+
+    def decline(self, plan: Plan, why: str) -> None:
+        """Record a plan the payback rule turned down."""
 
     def finished(self) -> bool: ...
 
@@ -111,7 +120,13 @@ class Controller:
         return self.book.observe(time_s, shape, self.free(shape), steps_done)
 
     def decide(self, time_s: float, shape: ClusterShape, steps_done: int) -> Plan | None:
-        return self.policy.decide(self.observation(time_s, shape, steps_done))
+        return self.consult(time_s, shape, steps_done)[0]
+
+    def consult(self, time_s: float, shape: ClusterShape,
+                steps_done: int) -> tuple[Plan | None, Observation]:  # fmt: skip
+        """The policy's plan, and the observation it decided on."""
+        observation = self.observation(time_s, shape, steps_done)
+        return self.policy.decide(observation), observation
 
     def applied(self, plan: Plan, before: ClusterShape, time_s: float) -> None:
         """``plan`` changed the shape: remember the old shape's speed, start a new window."""
@@ -158,8 +173,10 @@ class ControlLoop:
         schedule: Schedule,
         started_at: float,
         on_sample: Callable[[MetricSample], None] | None = None,
+        payback_rule: PaybackRule = PaybackRule(),
     ) -> None:
         self.controller, self.mechanism, self.clock = controller, mechanism, clock
+        self.payback_rule = payback_rule
         self.schedule, self.started_at = schedule, started_at
         self.on_sample = on_sample or (lambda _sample: None)
         # OOM kills whose remedy is not applied yet (node -> its memory when killed): a plan
@@ -196,10 +213,22 @@ class ControlLoop:
             self.mechanism.checkpoint()
 
     def decide(self) -> bool:
-        """Ask the policy; True if it planned a change that was applied."""
+        """Ask the policy; True if it planned a change that was applied. A plan that restarts
+        the job's ranks is carried out only if it pays back its measured cost
+        (:mod:`scaling.payback`); otherwise it is declined, and recorded as such."""
         time_s = self.clock.now() - self.started_at
-        plan = self.controller.decide(time_s, self.mechanism.shape, self.mechanism.steps_done())
-        return plan is not None and self.apply(plan)
+        plan, observation = self.controller.consult(time_s, self.mechanism.shape,
+                                                    self.mechanism.steps_done())  # fmt: skip
+        if plan is None:
+            return False
+        cost = self.mechanism.restart_cost(plan)
+        if cost is not None:
+            verdict = payback(observation, plan.shape, cost, self.payback_rule)
+            if not verdict.pays:
+                self.mechanism.decline(plan, verdict.describe())
+                return False
+            plan = replace(plan, reason=f"{plan.reason}; {verdict.describe()}")
+        return self.apply(plan)
 
     def apply(self, plan: Plan) -> bool:
         shape = self.mechanism.shape

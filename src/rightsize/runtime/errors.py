@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rightsize.core.errors import RightsizeError
+from rightsize.core.errors import RightsizeError, SpecError
 
 
 class JobFailed(RightsizeError, RuntimeError):
@@ -33,3 +33,8 @@ class Interrupted(Exception):
 
 class StopRequested(Interrupted):
     """A signal asked the job to stop while an operation waited; it is abandoned likewise."""
+
+
+class ScriptFailedAtStart(SpecError):
+    """The user's script exited with an error before any rank took a step, on the job's first
+    launch: bad input (a wrong argument, a missing import), not something to restart."""

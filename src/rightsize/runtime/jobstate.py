@@ -35,6 +35,7 @@ from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.nodes import Nodes
 from rightsize.runtime.partition import partition_by_bytes
 from rightsize.runtime.protocol import ClusterView
+from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import ShardManager, ShardPlan
 
 
@@ -82,12 +83,17 @@ class Recovery:
 
 @dataclass
 class JobState:
-    """One job's changing state. The master owns it; its operations read and move it."""
+    """One job's changing state. The master owns it; its operations read and move it.
 
-    plan: ShardPlan
+    A job trains a workload (``plan``: its shards; ``shards``: the queues) or the user's
+    own script (``script``: its groups, exits, saves and sample ledger; no shards).
+    """
+
+    plan: ShardPlan | None
     strategy: Strategy
     sizes: dict[str, int]  # bytes of every model tensor, for placing them on servers
-    shards: ShardManager = field(init=False)
+    shards: ShardManager | None = field(init=False)
+    script: ScriptState | None = None
     shape: ClusterShape = field(default_factory=ClusterShape)
     phase: Phase = Phase.LAUNCHING
     generation: int = 0
@@ -101,7 +107,7 @@ class JobState:
     speeds: dict[str, float] = field(default_factory=dict)  # worker -> steps/s, last interval
 
     def __post_init__(self) -> None:
-        self.shards = ShardManager(self.plan)
+        self.shards = ShardManager(self.plan) if self.plan is not None else None
 
     # -- phases -----------------------------------------------------------------------
     def move_to(self, phase: Phase) -> None:
@@ -109,6 +115,13 @@ class JobState:
         if phase not in TRANSITIONS[self.phase]:
             raise IllegalTransition(f"job cannot go from {self.phase} to {phase}")
         self.phase = phase
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch training is in (a script's: the latest its ElasticSamplers asked for)."""
+        if self.shards is not None:
+            return self.shards.epoch
+        return self.script.ledger.latest_epoch if self.script is not None else None
 
     @property
     def leasing(self) -> bool:
@@ -129,7 +142,8 @@ class JobState:
 
     def roll_back(self, shards: dict | None) -> None:
         """The shard queues as a checkpoint saved them (``None``: from the start)."""
-        self.shards = ShardManager(self.plan, shards)
+        if self.plan is not None:
+            self.shards = ShardManager(self.plan, shards)
 
     # -- the parameter servers' cluster --------------------------------------------------------
     def place_on(self, ps_names: list[str]) -> dict[str, str]:
@@ -160,7 +174,11 @@ class JobState:
 
     # -- failures ---------------------------------------------------------------------------
     def dead_in_shape(self) -> list[str]:
-        return sorted(n.name for n in self.shape.nodes if not self.nodes.is_alive(n.name))
+        """Nodes of the shape that are not alive and not done (a script's rank that exited 0
+        has finished its part)."""
+        done = set() if self.script is None else self.script.done
+        return sorted(n.name for n in self.shape.nodes
+                      if not self.nodes.is_alive(n.name) and n.name not in done)  # fmt: skip
 
     def recovery(self, max_restarts: int) -> Recovery | None:
         """What recovery must do now, counting restarts; None if nothing is dead or unfinished.
@@ -175,9 +193,14 @@ class JobState:
             return None
         for name in sorted(failed):
             self.restarts[name] = self.restarts.get(name, 0) + 1
-            if self.restarts[name] > max_restarts:
+            if self.script is None and self.restarts[name] > max_restarts:
                 raise NodeFailedTooOften(name, self.restarts[name], max_restarts,
                                          self.last_exit.get(name, "failed"))  # fmt: skip
+        if self.script is not None and failed:  # torchrun's --max-restarts: the group's
+            last = sorted(failed)[-1]
+            if self.script.failed_restarts + 1 > max_restarts:
+                raise NodeFailedTooOften(last, self.script.failed_restarts + 1, max_restarts,
+                                         self.last_exit.get(last, "failed"), "the group")  # fmt: skip
         by_name = {n.name: n for n in self.shape.nodes}
         ps_dead = any(by_name[n].role == NodeRole.PS for n in dead)
         allreduce = self.strategy == Strategy.ALLREDUCE
@@ -189,9 +212,13 @@ class JobState:
 
 
 class NodeFailedTooOften(Exception):
-    """A node failed more often than ``runtime.max_restarts`` allows."""
+    """A node (a script's group: ``who``) failed more often than ``runtime.max_restarts``
+    allows; ``node`` names the one that failed last (its log says why)."""
 
-    def __init__(self, node: str, failures: int, max_restarts: int, last: str) -> None:
-        super().__init__(f"{node} failed {failures} times (runtime.max_restarts is "
+    def __init__(self, node: str, failures: int, max_restarts: int, last: str,
+                 who: str | None = None) -> None:  # fmt: skip
+        subject = node if who is None else who
+        last = last if who is None else f"{node} {last}"
+        super().__init__(f"{subject} failed {failures} times (runtime.max_restarts is "
                          f"{max_restarts}); last: {last}")  # fmt: skip
         self.node = node

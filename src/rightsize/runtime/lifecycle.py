@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
+from rightsize.runtime import script_group
 from rightsize.runtime.allowance import startup_resources
 from rightsize.runtime.capacity import launch_wave
 from rightsize.runtime.checkpoint import KEEP_VERSIONS
@@ -43,6 +44,7 @@ from rightsize.runtime.protocol import (
     PSConfig,
     RankConfig,
     Reset,
+    ScriptConfig,
     Stop,
 )
 from rightsize.runtime.state import CheckpointRow
@@ -77,7 +79,8 @@ def bump_generation(master: Master) -> int:
 
 
 # -- launching --------------------------------------------------------------------------
-def start_nodes(master: Master, nodes: Sequence[tuple[NodeSpec, PSConfig | RankConfig | None]],
+def start_nodes(master: Master,
+                nodes: Sequence[tuple[NodeSpec, PSConfig | RankConfig | ScriptConfig | None]],
                 what: str) -> None:  # fmt: skip
     """Launch ``nodes`` in waves of :func:`capacity.launch_wave`, each wave waiting until its
     nodes have registered (so a large shape never starts all its processes at once)."""
@@ -112,7 +115,9 @@ def launch_job(master: Master, shape: ClusterShape, row: CheckpointRow | None) -
     job = master.job
     job.shape = shape
     try:
-        if job.strategy == Strategy.PS:
+        if job.script is not None:
+            script_group.start_group(master, shape, master.clock.now())
+        elif job.strategy == Strategy.PS:
             _launch_ps_job(master, shape, row)
         else:
             start_group(master, shape, row)
@@ -171,8 +176,8 @@ def checkpoint(master: Master, stop: bool = False) -> int | None:
     ``stop`` (allreduce only) also ends the ranks right after they save.
     """
     job = master.job
-    if job.phase not in (Phase.TRAINING, Phase.FINISHING):
-        return None
+    if job.phase not in (Phase.TRAINING, Phase.FINISHING) or job.script is not None:
+        return None  # a script checkpoints itself
     timeout = master.spec.runtime.startup_timeout_s
     if job.strategy == Strategy.PS:
         holders = [job.nodes.get(ps) for ps in sorted(set(job.placement.values()))]
@@ -290,8 +295,12 @@ def restore_ps(master: Master, reason: str, respec: dict[str, NodeSpec] | None =
 
 def restart_group(master: Master, shape: ClusterShape, reason: str, planned: bool,
                   action: str = "restart_group") -> None:  # fmt: skip
-    """Allreduce: checkpoint (if every rank is alive), end the ranks, start ``shape``'s ranks."""
+    """Allreduce: checkpoint (if every rank is alive), end the ranks, start ``shape``'s ranks.
+    A script's group restarts by torchrun's contract instead (:mod:`script_group`)."""
     job = master.job
+    if job.script is not None:
+        script_group.restart(master, shape, reason, planned, action)
+        return
     t0 = master.clock.now()
     if planned:
         checkpoint(master, stop=True)
@@ -317,7 +326,9 @@ def finish(master: Master) -> None:
     when they are snapshotted: a job ended early (``steps``) has no worker still training."""
     job = master.job
     job.move_to(Phase.FINISHING)
-    if job.strategy == Strategy.PS:
+    if job.script is not None:
+        pass  # every rank exited 0: the script finished
+    elif job.strategy == Strategy.PS:
         _stop_all(master, job.nodes.alive(NodeRole.WORKER))
         if checkpoint(master) is None:
             raise Interrupted("the final checkpoint (a server is down)")

@@ -22,9 +22,12 @@ removes their cgroups; if the master itself is killed, the nodes die with it
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import zmq
@@ -33,7 +36,7 @@ from rightsize.core.errors import ResourceError, RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
-from rightsize.runtime import elastic, lifecycle
+from rightsize.runtime import elastic, lifecycle, script_group
 from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend
 from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
@@ -56,15 +59,29 @@ from rightsize.runtime.liveness import (
     has_started,
     silent_nodes,
 )
-from rightsize.runtime.memory_need import floored_plan, memory_need, warn_below_floors
+from rightsize.runtime.memory_need import (
+    floored_plan,
+    memory_need,
+    script_need,
+    warn_below_floors,
+)
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.nodes import NodeState, Status, describe_exit
-from rightsize.runtime.protocol import Message, PSConfig, RankConfig, Role, Threads
+from rightsize.runtime.protocol import (
+    Message,
+    PSConfig,
+    RankConfig,
+    Role,
+    ScriptConfig,
+    Threads,
+)
 from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
+from rightsize.runtime.script_state import ScriptState
+from rightsize.runtime.script_check import check_script
 from rightsize.runtime.shards import StragglerRule
 from rightsize.runtime.startup import (
     Resume,
@@ -76,6 +93,7 @@ from rightsize.runtime.startup import (
 )
 from rightsize.runtime.state import JobStatus, LaunchRow, StateStore
 from rightsize.runtime.transport import Counters, Server
+from rightsize.scaling.payback import RestartCost
 from rightsize.scaling.api import (
     Action,
     EventKind,
@@ -126,14 +144,22 @@ class Master:
         self.liveness = LivenessRule(runtime.startup_timeout_s, runtime.liveness_timeout_s)
         self.capacity = capacity_of(runtime)  # this machine, or the Ray cluster's nodes
         self.machine = self.capacity.total
-        self.workload = build_workload(spec)
-        layout = layout_of(self.workload.make_model(seed=spec.training.seed))
-        self.sizes = layout.sizes
-        self.need = memory_need(spec, self.workload, layout)
-        self.plan = shard_plan(spec, len(self.workload.dataset))
+        if spec.is_script:  # the user's own script: nothing to build here, no shards
+            check_script(spec)
+            self.workload, self.sizes, self.need, self.plan = None, {}, script_need(), None
+        else:
+            self.workload = build_workload(spec)
+            layout = layout_of(self.workload.make_model(seed=spec.training.seed))
+            self.sizes = layout.sizes
+            self.need = memory_need(spec, self.workload, layout)
+            self.plan = shard_plan(spec, len(self.workload.dataset))
         self.lease = lease or MachineLease(self.machine)
         self.admitted = launch
-        self.job = JobState(self.plan, spec.strategy, dict(self.sizes))
+        self.job = JobState(self.plan, spec.strategy, dict(self.sizes),
+                            script=ScriptState() if spec.is_script else None)  # fmt: skip
+        #: names this run's stores and torchrun's TORCHELASTIC_RUN_ID
+        self.run_token = uuid.uuid4().hex[:8]
+        self.declined: ClusterShape | None = None  # the last plan the payback rule declined
         self.collector = MetricCollector(runtime.ps_bandwidth)
         self.started_at = self.clock.now()
         self.resumed_from: int | None = None
@@ -191,10 +217,11 @@ class Master:
 
     def _train(self) -> None:
         controller = Controller(self.spec.name, self.policy, self.spec.budget.resources,
-                                self.free, self.plan.steps_total, self.machine,
+                                self.free, self.steps_total, self.machine,
                                 self.applied_plans(), self.time_s())  # fmt: skip
-        schedule = Schedule(self.clock.now(), self.spec.runtime.metric_interval_s,
-                            self.spec.checkpoint.interval_s)  # fmt: skip
+        # a script checkpoints itself: the master never asks it to
+        interval = math.inf if self.spec.is_script else self.spec.checkpoint.interval_s
+        schedule = Schedule(self.clock.now(), self.spec.runtime.metric_interval_s, interval)
         loop = ControlLoop(controller, self, self.clock, schedule, self.started_at)
         self.sample()  # the first reading: rates need two
         loop.run()
@@ -305,6 +332,8 @@ class Master:
         """Take a checkpoint if the job is training with every server up, stop, and say so."""
         self._handling_stop = True
         name = signal.Signals(self.stop_signal).name
+        if self.job.script is not None:
+            return self._interrupt_script(name)
         version = None
         if self.job.phase == Phase.TRAINING and not self.job.failures:
             try:
@@ -323,13 +352,32 @@ class Master:
             self.stop_signal,
         )  # fmt: skip
 
+    def _interrupt_script(self, name: str) -> JobInterrupted:
+        """The signal goes to every rank, as torchrun passes it on; ranks still running after
+        the grace are killed. The script's own checkpoint is what a rerun resumes from."""
+        ranks = self.job.nodes.alive(NodeRole.WORKER)
+        for node in ranks:
+            node.status = Status.STOPPING
+            self.backend.signal(node.name, self.stop_signal)
+        try:
+            lifecycle.wait_ended(self)
+        except Interrupted:
+            pass  # a rank had failed meanwhile: every rank is stopped all the same
+        self.store.record_shape(self.time_s(), "interrupt", f"stopped by {name}; the ranks were "
+                                f"sent {name}", self.job.shape, False)  # fmt: skip
+        self.job.move_to(Phase.INTERRUPTED)
+        self.store.update_job(status=str(JobStatus.INTERRUPTED))
+        return JobInterrupted(
+            f"interrupted by {name}; every rank was sent {name}; rerun the same command to "
+            "resume (the script restarts from its own checkpoint)", self.stop_signal,
+        )  # fmt: skip
+
     # -- nodes ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | None = None,
+    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | ScriptConfig | None = None,
                startup: Resources | None = None) -> NodeState:  # fmt: skip
         """Start ``node``'s process; ``config`` is what it gets on registering; ``startup``:
         the larger resources it starts with until it trains (:mod:`allowance`)."""
-        role = Role.PS if node.role == NodeRole.PS else (
-            Role.WORKER if self.spec.strategy == Strategy.PS else Role.RANK)  # fmt: skip
+        role = self._role(node)
         argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
                 "--name", node.name, "--role", str(role)]  # fmt: skip
         pid = self.backend.launch(node, argv, self.keys.to_env() if self.keys else {}, startup)
@@ -337,6 +385,19 @@ class Master:
         self.job.nodes.add(state)
         self.collector.forget(node.name)
         return state
+
+    def _role(self, node: NodeSpec) -> Role:
+        if node.role == NodeRole.PS:
+            return Role.PS
+        if self.spec.strategy == Strategy.PS:
+            return Role.WORKER
+        return Role.SCRIPT if self.spec.is_script else Role.RANK
+
+    def open_store(self, world: int) -> tuple[str, int]:
+        """A fresh store for a group of ``world`` ranks (:meth:`open_rendezvous`): its host
+        and port."""
+        host, port = self.open_rendezvous(world).removeprefix("tcp://").rsplit(":", 1)
+        return host, int(port)
 
     def open_rendezvous(self, world: int) -> str:
         """A fresh rendezvous for an allreduce group of ``world`` ranks: a key-value store
@@ -416,6 +477,13 @@ class Master:
             return
         stopping = node.status == Status.STOPPING
         node.status = Status.DEAD
+        script = self.job.script
+        if script is not None and not stopping:
+            script.exits[exit_.name] = exit_.returncode
+            if exit_.returncode == 0 and not exit_.oom_killed:
+                self.backend.note(exit_.name, f"{exit_.name} ended: the script exited 0")
+                return  # this rank's part is done
+            script_group.check_started(self, exit_, node)
         if not stopping:  # nobody asked it to end: a failure
             self.job.failures.append(exit_)
 
@@ -496,21 +564,60 @@ class Master:
 
     def finished(self) -> bool:
         """Training is over — or a signal asked it to stop (``run`` tells which)."""
-        return self.job.shards.finished or self.stop_signal is not None
+        if self.stop_signal is not None:
+            return True
+        if self.job.script is not None:
+            return self.job.script.finished(self.job.shape)
+        return self.job.shards.finished
 
     def steps_done(self) -> int:
+        """Batches trained (summed over workers); a script's optimizer steps (its groups')."""
+        if self.job.script is not None:
+            return script_group.steps_done(self)
         return self.job.shards.batches_done
+
+    @property
+    def steps_total(self) -> int | None:
+        """The job's length in :meth:`steps_done`'s unit, if known (a script decides its own:
+        its ``steps`` hint is the payback rule's, :meth:`restart_cost`)."""
+        return None if self.plan is None else self.plan.steps_total
+
+    def restart_cost(self, plan: Plan) -> RestartCost | None:
+        """What carrying out ``plan`` costs in restarts: for a script whose world size the plan
+        changes, the measured cost of its last restart (or launch), the training a stop would
+        throw away, and its steps left if its length is known; None for any other plan."""
+        script = self.job.script
+        if script is None or plan.shape.n_workers == self.job.shape.n_workers:
+            return None
+        cost = script.restart_cost()
+        if cost is None:
+            return None
+        lost = 0.0 if script_group.saves_regularly(script) else script_group.unsaved_s(self)
+        left = None
+        if self.spec.steps is not None:  # the script's own steps, in the window's unit
+            left = max(0, self.spec.steps - self.steps_done()) * self.job.shape.n_workers
+        return replace(cost, lost_s=lost, steps_left=left)
+
+    def decline(self, plan: Plan, why: str) -> None:
+        """A plan the payback rule turned down: in the timeline once per shape asked for."""
+        if plan.shape != self.declined:
+            self.declined = plan.shape
+            self.store.record_shape(self.time_s(), str(plan.action),
+                                    f"{plan.reason} (not taken: {why})", plan.shape, False)
 
     def sample(self) -> MetricSample | None:
         now = self.time_s()
         sample = self.collector.collect(
             now, read_nodes(self.job, self.backend, now, self.started_at)
         )
+        if self.job.script is not None:
+            script_group.settle(self)
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):
             self.job.speeds[m.name] = m.steps_per_s
-        status = progress_status(sample, self.job, self.plan.steps_total, self.collector.loss)
+        status = progress_status(sample, self.job, self.steps_done(), self.steps_total,
+                                 self.collector.loss)  # fmt: skip
         self.store.record_sample(now, status)
         self.on_sample(status)
         return sample

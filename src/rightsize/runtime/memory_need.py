@@ -155,6 +155,13 @@ def memory_need(spec: JobSpec, workload: Workload, layout: ModelLayout) -> Memor
     )
 
 
+def script_need() -> MemoryNeed:
+    """A script's ranks: only the process with torch is known before it runs; what the script
+    builds shows in its memory readings, and an OOM kill doubles its limit (DLRover §4.2)."""
+    return MemoryNeed(sizes={}, model_bytes=0, dense_bytes=0, dataset_bytes=0, step_bytes=0,
+                      optimizer_slots=0)  # fmt: skip
+
+
 def shared_slot_bytes(layout: ModelLayout, inputs: tuple[torch.Tensor, ...]) -> int:
     """What a worker's shared-memory slots hold at most: :data:`SHARED_SLOTS` times
     :data:`slots.SLOT_GROWTH` times a step's exchange — the dense tensors, and the rows

@@ -204,13 +204,15 @@ def read_nodes(
     return readings
 
 
-def progress_status(sample: MetricSample, job: JobState, steps_total: int,
+def progress_status(sample: MetricSample, job: JobState, steps_done: int, steps_total: int | None,
                     loss: float | None) -> dict[str, Any]:  # fmt: skip
-    """One line of the progress display and one entry of the report's throughput series."""
+    """One line of the progress display and one entry of the report's throughput series
+    (``epoch`` is None for a script that does not use an ElasticSampler; ``steps_total``
+    None where the length is not known)."""
     return {
         "time_s": round(sample.time_s, 3),
-        "epoch": job.shards.epoch,
-        "steps_done": job.shards.batches_done,
+        "epoch": job.epoch,
+        "steps_done": steps_done,
         "steps_total": steps_total,
         "steps_per_s": sample.steps_per_s,
         "samples_per_s": sample.samples_per_s,

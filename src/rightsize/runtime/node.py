@@ -3,8 +3,8 @@
 The backend starts this inside the node's cgroup. It dies with the master
 (Linux's parent-death signal), registers with the master, receives the job's
 configuration, and runs its role: a parameter server (:mod:`ps`), a
-parameter-server worker (:mod:`worker`) or an allreduce rank
-(:mod:`allreduce`). Every message to the master carries the node's counters
+parameter-server worker (:mod:`worker`), an allreduce rank (:mod:`allreduce`) or a
+rank of the user's own script (:mod:`script_rank`). Every message to the master carries the node's counters
 (bytes in/out, steps, samples, updates, loss), and every reply may carry
 commands; ``threads`` (torch's intra-op threads, which follow the CPU quota)
 is handled here for all roles.
@@ -67,6 +67,9 @@ class NodeContext:
         self.counted_at: float | None = None  # monotonic: when the last counted step ended
         self.config: NodeConfig | None = None
         self.generation: int | None = NO_CLUSTER
+        #: applies a ``threads`` command; torch's thread count is per OS thread under OpenMP,
+        #: so a role that talks to the master from another thread defers it to its main one
+        self.apply_threads = set_threads
 
     def stats(self) -> Stats:
         age = None if self.counted_at is None else max(0.0, time.monotonic() - self.counted_at)
@@ -88,7 +91,7 @@ class NodeContext:
         reply = Reply.from_header(header)
         for command in reply.commands:
             if isinstance(command, Threads):
-                set_threads(command.n)
+                self.apply_threads(command.n)
         return reply, tensors
 
     def register(self, address: str | None = None) -> Reply:
@@ -159,6 +162,10 @@ def _run_role(ctx: NodeContext) -> int:
         from rightsize.runtime.worker import run_worker
 
         return run_worker(ctx)
+    if ctx.role == Role.SCRIPT:
+        from rightsize.runtime.script_rank import run_script_rank
+
+        return run_script_rank(ctx)
     from rightsize.runtime.allreduce import run_rank
 
     return run_rank(ctx)

@@ -37,6 +37,7 @@ class Role(StrEnum):
     PS = "ps"
     WORKER = "worker"
     RANK = "rank"
+    SCRIPT = "script"  # a rank running the user's own script (rightsize torchrun)
 
 
 # -- what nodes report --------------------------------------------------------------------
@@ -209,6 +210,26 @@ class RankConfig:
 
 
 @dataclass(frozen=True)
+class ScriptConfig:
+    """A script rank's place in its group: what torchrun would tell it (its environment).
+
+    ``generation`` counts the group's starts (each restart or resize makes a new group with a
+    fresh store); ``restart_count`` only the restarts after failures, as torchrun's
+    ``TORCHELASTIC_RESTART_COUNT`` does.
+    """
+
+    generation: int
+    rank: int
+    world: int
+    store_host: str
+    store_port: int
+    restart_count: int
+    max_restarts: int
+    run_id: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """What a node learns on registering. A worker gets no role config: its cluster comes in
     :attr:`Reply.cluster`, now or in a later answer."""
@@ -217,17 +238,19 @@ class NodeConfig:
     threads: int
     ps: PSConfig | None = None
     rank: RankConfig | None = None
+    script: ScriptConfig | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NodeConfig:
-        ps, rank = data.get("ps"), data.get("rank")
+        ps, rank, script = data.get("ps"), data.get("rank"), data.get("script")
         return cls(
             data["spec"], data["threads"],
             PSConfig(ps["generation"], tuple(ps["names"]), tuple(ps["paths"])) if ps else None,
             RankConfig(**rank) if rank else None,
+            ScriptConfig(**script) if script else None,
         )  # fmt: skip
 
 
@@ -237,6 +260,9 @@ class Op(StrEnum):
     HEARTBEAT = "heartbeat"
     LEASE = "lease"
     PROGRESS = "progress"
+    SAMPLES = "samples"  # a script rank's ElasticSampler asks for a step's indices
+    FILE = "file"  # a script rank saved or loaded a checkpoint file
+    MARK = "mark"  # a script rank timed part of its start (rendezvous, reload)
 
 
 @dataclass(frozen=True)
@@ -271,7 +297,57 @@ class Progress:
         return self.next_batch >= self.task.end
 
 
-Body = Register | Heartbeat | LeaseRequest | Progress
+@dataclass(frozen=True)
+class SampleRequest:
+    """An :class:`rightsize.torch.ElasticSampler` asks for its rank's indices of ``step`` of
+    ``epoch`` in stream ``stream`` (the process's ElasticSamplers in creation order); the
+    rest describes the sampler, the same on every rank."""
+
+    op: ClassVar[Op] = Op.SAMPLES
+    stream: int
+    epoch: int
+    step: int
+    dataset_size: int
+    batch_size: int
+    seed: int
+    shuffle: bool
+
+
+class FileEvent(StrEnum):
+    SAVING = "saving"  # torch.save is about to write ``path``
+    SAVED = "saved"  # ... and has written it (``mtime_ns``, ``size``: the file now)
+    LOADED = "loaded"  # torch.load read ``path`` (as it is: ``mtime_ns``, ``size``)
+    ENDED = "ended"  # the script returned (no file): what the rank applied in all
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """A script rank's checkpoint file. ``applied``: per stream, per epoch, how many of this
+    group's steps the rank had applied (optimizer-stepped) when it saved."""
+
+    op: ClassVar[Op] = Op.FILE
+    event: FileEvent
+    path: str
+    mtime_ns: int | None = None
+    size: int | None = None
+    applied: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class MarkKind(StrEnum):
+    RENDEZVOUS = "rendezvous"  # init_process_group returned
+    RELOADED = "reloaded"  # the script's torch.load returned
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A script rank timed part of its start: ``kind`` took ``duration_s``."""
+
+    op: ClassVar[Op] = Op.MARK
+    kind: MarkKind
+    duration_s: float
+
+
+Body = Register | Heartbeat | LeaseRequest | Progress | SampleRequest | FileReport | Mark
 
 
 @dataclass(frozen=True)
@@ -307,6 +383,13 @@ class Message:
             body = Heartbeat(tuple(Ack.from_json(a) for a in data["acks"]), data["paused"])
         elif op == Op.LEASE:
             body = LeaseRequest()
+        elif op == Op.SAMPLES:
+            body = SampleRequest(**data)
+        elif op == Op.FILE:
+            body = FileReport(FileEvent(data["event"]), data["path"], data.get("mtime_ns"),
+                              data.get("size"), data.get("applied") or {})  # fmt: skip
+        elif op == Op.MARK:
+            body = Mark(MarkKind(data["kind"]), float(data["duration_s"]))
         else:
             body = Progress(Task.from_list(data["task"]), int(data["next_batch"]))
         return cls(who, body)
@@ -322,12 +405,23 @@ class Grant:
 
 
 @dataclass(frozen=True)
+class Samples:
+    """The answer to a :class:`SampleRequest`: the step's indices travel as the reply's
+    tensor; ``steps`` is how many steps every rank of the group takes in the epoch (the
+    sampler's length), ``end`` that the epoch has no step ``step`` for this group."""
+
+    steps: int
+    end: bool
+
+
+@dataclass(frozen=True)
 class Reply:
     commands: tuple[Command, ...] = ()
     config: NodeConfig | None = None  # only in the answer to Register
     cluster: ClusterView | None = None  # a worker should switch to this cluster
     lease: Grant | None = None
     accepted: bool | None = None  # the answer to Progress
+    samples: Samples | None = None  # the answer to SampleRequest
 
     @property
     def stop(self) -> bool:
@@ -346,18 +440,22 @@ class Reply:
             header["lease"] = [*self.lease.task.to_list(), self.lease.next_batch]
         if self.accepted is not None:
             header["accepted"] = self.accepted
+        if self.samples is not None:
+            header["samples"] = [self.samples.steps, self.samples.end]
         return header
 
     @classmethod
     def from_header(cls, header: dict[str, Any]) -> Reply:
         lease = header.get("lease")
         config = header.get("config")
+        samples = header.get("samples")
         return cls(
             tuple(command_from_json(c) for c in header.get("commands", [])),
             NodeConfig.from_json(config) if config else None,
             ClusterView.from_json(header.get("cluster")),
             Grant(Task.from_list(lease[:4]), int(lease[4])) if lease else None,
             header.get("accepted"),
+            Samples(int(samples[0]), bool(samples[1])) if samples else None,
         )  # fmt: skip
 
 

@@ -27,24 +27,21 @@ def build_report(master: Master) -> dict[str, Any]:
     job = master.store.job()
     samples = master.store.samples()
     timeline = master.store.timeline()
-    shards = master.job.shards
-    accounting = account(master)
-    applied = accounting.get("applied", {})
+    if master.job.script is not None:
+        headline = script_headline(master, samples)
+    else:
+        headline = workload_headline(master)
     return {
         "job": master.spec.name,
-        "workload": master.spec.workload,
-        "dataset": master.workload.dataset.name,
+        "workload": master.spec.program,
         "strategy": str(master.spec.strategy),
         "policy": master.policy.name,
         "isolation": master.backend.mode,
         "wall_time_s": master.time_s(),
-        "steps": applied.get("steps"),
-        "samples": applied.get("samples"),
-        "epochs": applied.get("epochs"),
-        "leased": {"steps": shards.batches_done, "samples": shards.samples_done,
-                   "epochs": shards.epoch + 1},  # fmt: skip
+        **headline,
         "final_shape": master.job.shape.to_dict(),
         "timeline": timeline,
+        "moves": moves(timeline, samples),
         "transitions": [
             {"action": t["action"], "transition_s": t["transition_s"], "details": t["details"]}
             for t in timeline if t["applied"] and t["transition_s"] is not None
@@ -59,8 +56,102 @@ def build_report(master: Master) -> dict[str, Any]:
             "nodes": dict(master.job.restarts),
             "events": master.store.events(),
         },
-        "accounting": accounting,
     }  # fmt: skip
+
+
+def workload_headline(master: Master) -> dict[str, Any]:
+    """What every parameter holder applied (the accounting), beside what was handed out."""
+    shards = master.job.shards
+    accounting = account(master)
+    applied = accounting.get("applied", {})
+    return {
+        "dataset": master.workload.dataset.name,
+        "steps": applied.get("steps"),
+        "samples": applied.get("samples"),
+        "epochs": applied.get("epochs"),
+        "leased": {"steps": shards.batches_done, "samples": shards.samples_done,
+                   "epochs": shards.epoch + 1},  # fmt: skip
+        "accounting": accounting,
+    }
+
+
+def script_headline(master: Master, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A script's optimizer steps and samples (what its ranks took, groups restarted
+    included), its groups' starts, and its data's accounting."""
+    from rightsize.runtime import script_group
+
+    script = master.job.script
+    nodes = master.job.nodes.by_name.values()
+    return {
+        "dataset": None,
+        "steps": script_group.steps_done(master),
+        "samples": sum(n.stats.samples for n in nodes) + script.samples_before,
+        "epochs": master.job.epoch + 1 if master.job.epoch is not None else None,
+        "script": {
+            "path": master.spec.script,
+            "args": list(master.spec.args),
+            "groups": [start.details() | {"generation": start.generation}
+                       for start in script.starts],  # fmt: skip
+            "failed_restarts": script.failed_restarts,
+            "saves": len(script.saves_at),
+        },
+        "accounting": script_accounting(script),
+    }
+
+
+def script_accounting(script) -> dict[str, Any]:
+    """Which guarantee held for the script's data: with an ElasticSampler, the ledger's
+    (every epoch's samples handed out once from the script's checkpoints); without, the
+    script's own (its checkpoint decides what a restart trains again)."""
+    if not script.sampler_used:
+        return {"checked": False, "data": "the script's own sampler: after a restart its "
+                "checkpoint decides which samples are trained again"}  # fmt: skip
+    summary = script.ledger.summary(script.ledger.applied)
+    return {
+        "checked": True,
+        "data": "rightsize.torch.ElasticSampler: every sample at most once per epoch "
+                "across restarts, counted from the script's own checkpoints",
+        "exactly_once": not summary["padded"] and not summary["unverified_files"],
+        **summary,
+    }  # fmt: skip
+
+
+def script_violations(accounting: dict[str, Any]) -> list[str]:
+    """Where the ElasticSampler's guarantee did not hold (an epoch the script stopped in the
+    middle of is the script's choice, not a violation)."""
+    if not accounting.get("checked"):
+        return []
+    problems = []
+    if accounting["padded"]:
+        problems.append(f"{accounting['padded']} samples repeated: a group started with fewer "
+                        "samples left in an epoch than it had ranks")  # fmt: skip
+    for path in accounting["unverified_files"]:
+        problems.append(f"the script loaded {path}, which it was not seen writing: what it "
+                        "holds is unknown")  # fmt: skip
+    return problems
+
+
+def moves(timeline: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every plan after the launch: what it did and why, whether it was taken, what it cost,
+    and the job's median samples/s between the move before it and it, and between it and
+    the next move (or the end)."""
+    rows = [t for t in timeline[1:] if t["action"] != "interrupt"]
+    taken = [t["time_s"] for t in rows if t["applied"]]
+    out = []
+    for row in rows:
+        begin = max([t for t in taken if t < row["time_s"]], default=0.0)
+        end = min([t for t in taken if t > row["time_s"]], default=float("inf"))
+        before = [s["samples_per_s"] for s in samples if begin < s["time_s"] <= row["time_s"]]
+        after = [s["samples_per_s"] for s in samples if row["time_s"] < s["time_s"] <= end]
+        details = row.get("details") or {}
+        out.append({
+            "time_s": row["time_s"], "action": row["action"], "taken": bool(row["applied"]),
+            "reason": row["reason"], "transition_s": row["transition_s"],
+            "restart_s": details.get("restart_s"), "lost_s": details.get("lost_s"),
+            "samples_per_s_before": statistics.median(before) if before else None,
+            "samples_per_s_after": statistics.median(after) if after else None,
+        })  # fmt: skip
+    return out
 
 
 def node_usage(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -133,6 +224,8 @@ def account(master: Master) -> dict[str, Any]:
 def violations(report: dict[str, Any]) -> list[str]:
     """Where a report's accounting breaks exactly-once, in words (empty if it holds)."""
     accounting = report["accounting"]
+    if "script" in report:  # a script's data: the ledger's guarantee, when it had one
+        return script_violations(accounting)
     if not accounting.get("checked"):
         return ["no checkpoint holds the update logs to check"]
     problems = []

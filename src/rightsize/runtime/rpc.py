@@ -13,6 +13,7 @@ server serves it, and is leased nothing until it works in it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,9 +26,12 @@ from rightsize.runtime.jobstate import JobState, Phase
 from rightsize.runtime.nodes import NodeState, Status
 from rightsize.runtime.protocol import (
     STOP_REPLY,
+    FileEvent,
+    FileReport,
     Grant,
     Heartbeat,
     LeaseRequest,
+    Mark,
     Message,
     NodeConfig,
     Pause,
@@ -37,7 +41,11 @@ from rightsize.runtime.protocol import (
     Register,
     Reply,
     Resume,
+    SampleRequest,
+    Samples,
+    ScriptConfig,
 )
+from rightsize.runtime.sample_ledger import LedgerError, StreamSpec
 from rightsize.runtime.shards import StragglerRule
 
 
@@ -69,6 +77,15 @@ class NodeService:
             return self.worker_reply(node, paused=body.paused), []
         if isinstance(body, LeaseRequest):
             return self.lease(node)
+        if isinstance(body, SampleRequest):
+            return self.samples(node, body)
+        if isinstance(body, FileReport):
+            self.file(body)
+            return self.worker_reply(node), []
+        if isinstance(body, Mark):
+            if self.job.script is not None:
+                self.job.script.mark(body.kind, body.duration_s)
+            return self.worker_reply(node), []
         return self.progress(node, body)
 
     def register(self, node: NodeState, body: Register) -> Reply:
@@ -79,6 +96,7 @@ class NodeService:
             self.spec_json, self.threads(node.spec),
             ps=node.config if isinstance(node.config, PSConfig) else None,
             rank=node.config if isinstance(node.config, RankConfig) else None,
+            script=node.config if isinstance(node.config, ScriptConfig) else None,
         )  # fmt: skip
         cluster = self.job.cluster_view() if node.role == NodeRole.WORKER else None
         # commands wait for the node's next message: a node obeys them once it runs its role
@@ -133,3 +151,41 @@ class NodeService:
             else:
                 accepted = shards.progress(node.name, body.task, body.next_batch)
         return self.worker_reply(node, accepted=accepted, lease=grant), tensors
+
+    # -- a script's ranks (rightsize torchrun) ----------------------------------------------
+    def samples(self, node: NodeState, body: SampleRequest) -> tuple[Reply, list[torch.Tensor]]:
+        """A rank's indices of one step of its ElasticSampler (:mod:`sample_ledger`); no
+        samples for a rank of an old group (it is being stopped) or a sampler that changed."""
+        script = self.job.script
+        if script is None or node.generation != self.job.generation:
+            return self.worker_reply(node), []
+        spec = StreamSpec(body.dataset_size, body.batch_size, body.seed, body.shuffle)
+        try:
+            indices, steps, end = script.ledger.step(body.stream, spec, body.epoch, body.step,
+                                                     node.config.rank)  # fmt: skip
+        except LedgerError as exc:
+            print(f"error: {node.name}: {exc}", file=sys.stderr, flush=True)
+            return self.worker_reply(node), []
+        script.sampler_used = True
+        reply = self.worker_reply(node, samples=Samples(steps, end))
+        return reply, [torch.from_numpy(indices)]
+
+    def file(self, body: FileReport) -> None:
+        """A rank saved or loaded a checkpoint file, or its script ended (the ledger's
+        checkpoints; the saves pace a restart's wait)."""
+        script = self.job.script
+        if script is None:
+            return
+        ledger = script.ledger
+        applied = {int(s): {int(e): int(n) for e, n in epochs.items()}
+                   for s, epochs in body.applied.items()}  # fmt: skip
+        stat = (body.mtime_ns, body.size) if body.mtime_ns is not None else None
+        if body.event == FileEvent.SAVING:
+            ledger.saving(body.path, applied)
+        elif body.event == FileEvent.SAVED:
+            ledger.saved(body.path, stat)
+            script.saved(self.clock.now())
+        elif body.event == FileEvent.LOADED:
+            ledger.loaded(body.path, stat)
+        else:
+            ledger.reached(applied)

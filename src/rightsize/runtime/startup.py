@@ -30,11 +30,14 @@ from rightsize.scaling.launch import launch_plan as start_plan
 
 _SPEC_IDENTITY = ("workload", "options", "dataset", "dataset_size", "batch_size", "epochs",
                   "steps", "strategy", "training")  # fmt: skip
+#: A script's training is the script and its arguments (it decides the rest itself).
+_SCRIPT_IDENTITY = ("script", "args", "module", "steps", "strategy")
 
 
 def job_identity(spec: JobSpec) -> str:
     """A hash of what defines the training (not its resources or policy): a resumed job must match."""
-    data = spec.model_dump(mode="json", by_alias=True, include=set(_SPEC_IDENTITY))
+    fields = _SCRIPT_IDENTITY if spec.is_script else _SPEC_IDENTITY
+    data = spec.model_dump(mode="json", by_alias=True, include=set(fields))
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -108,8 +108,8 @@ class Store:
             name = spec.name if attempt == 1 else f"{spec.name}-{attempt}"
             row = Job(name=name, owner_id=owner_id, source=str(source), host=socket.gethostname(),
                       instance_type=self.instance_type,
-                      phase=str(phase), spec=spec_json, workload=spec.workload,
-                      dataset=spec.dataset or "", batch_size=spec.batch_size,
+                      phase=str(phase), spec=spec_json, workload=workload_of(spec),
+                      dataset=dataset_of(spec), batch_size=spec.batch_size or 0,
                       samples_total=samples_of(spec) or None,
                       parameters=parameters, policy=policy, state_path=str(state_path),
                       submitted_at=time.time(), started_at=started_at)  # fmt: skip
@@ -278,3 +278,21 @@ def _study(row: StudyRow, whole: bool) -> StudyView:
     return StudyView(id=row.id, name=row.name, workload=row.workload, dataset=row.dataset,
                      created_at=row.created_at, best=row.report.get("best", {}),
                      report=row.report if whole else None)  # fmt: skip
+
+
+def workload_of(spec: JobSpec) -> str:
+    """The store's ``workload`` of a job: the zoo name or factory, or a script's label."""
+    if spec.is_script:
+        from rightsize.runtime.script_check import script_label
+
+        return script_label(spec)
+    return spec.workload
+
+
+def dataset_of(spec: JobSpec) -> str:
+    """The store's ``dataset``: the workload's, or a script's arguments."""
+    if spec.is_script:
+        from rightsize.runtime.script_check import args_label
+
+        return args_label(spec)
+    return spec.dataset or ""
