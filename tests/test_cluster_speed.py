@@ -28,6 +28,7 @@ from rightsize.cluster.simulator import Simulator, _Run, cyclic_gc_paused
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.core.spec import Strategy
 from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
 from rightsize.scaling.frozen import remembered_property
 from rightsize.scaling.nearchus_stability import stability_points
@@ -315,7 +316,7 @@ def test_a_run_leaves_no_reference_cycle_so_the_paused_collector_misses_nothing(
     trace = nearchus_trace(4, 30)
     gc.collect()
     with cyclic_gc_paused():
-        for name in policy_names():
+        for name in policy_names(Strategy.PS):
             if name == "static":
                 continue  # it needs a shape; it plans nothing either
             for sharing in ("job", "cluster"):

@@ -17,6 +17,7 @@ from rightsize.scaling.api import (
     Observation,
     Plan,
     ShapeRecord,
+    WorkerRange,
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
@@ -84,6 +85,7 @@ def test_the_observation_carries_every_field_and_equals_the_plainly_built_one():
         "free": Resources(6, GI), "window": b.window, "events": (), "history": (),
         "decisions": 0, "steps_done": 42, "steps_total": 1000, "plans": (LAUNCH,),
         "prior": prior, "node_limit": Resources(16, 64 * GI), "shape_since_s": 30.0,
+        "worker_range": WorkerRange(),
     }  # fmt: skip
     assert set(fields) == {f.name for f in dataclasses.fields(Observation)}  # every field
     plain = Observation(**fields)

@@ -215,7 +215,7 @@ def prior_of(name: str, model: str):
 
 
 @pytest.mark.parametrize("model", [MODEL, FLOORED_MODEL])
-@pytest.mark.parametrize("name", policy_names())
+@pytest.mark.parametrize("name", policy_names(Strategy.PS))  # the simulator's jobs
 def test_the_runtime_and_the_simulator_show_a_policy_the_same_job(name, model):
     prior = prior_of(name, model)
     runtime_launch, runtime = through_the_runtime(name, model, prior)

@@ -16,7 +16,7 @@ from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.files import atomic_write_text, check_output_path
 from rightsize.core.spec import Backend, JobSpec, job_spec_help, load_job_spec, parse_job_spec
 from rightsize.core.units import format_bytes, format_duration
-from rightsize.scaling.registry import make_policy, policy_names
+from rightsize.scaling.registry import make_policy, policy_names, require_strategy
 
 #: Exit status of a job that ran but failed: a node kept failing, or exactly-once was violated.
 JOB_FAILED = 1
@@ -82,7 +82,8 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
 
     name = args.policy or spec.policy.name
     params = spec.policy.params if name == spec.policy.name else {}
-    policy = make_policy(name, spec.runtime.metric_interval_s, **params)
+    policy = require_strategy(make_policy(name, spec.runtime.metric_interval_s, **params),
+                              spec.strategy)  # fmt: skip
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
     store = open_store(args)  # a bad URL fails here, before anything trains
     view = ProgressView(quiet=args.quiet)

@@ -35,6 +35,7 @@ from rightsize.scaling.api import (
     Plan,
     Policy,
     ShapeRecord,
+    WorkerRange,
 )
 from rightsize.scaling.book import ObservationBook
 from rightsize.scaling.oom import memory_doubled_after_oom
@@ -98,10 +99,12 @@ class Controller:
         plans: list[Plan] | None = None,
         shape_since_s: float = 0.0,
         prior: tuple[ShapeRecord, ...] = (),
+        worker_range: WorkerRange = WorkerRange(),
     ) -> None:
         self.policy, self.free = policy, free
         self.book = ObservationBook(
-            job, budget, steps_total, node_limit, prior, tuple(plans or ()), shape_since_s
+            job, budget, steps_total, node_limit, prior, tuple(plans or ()), shape_since_s,
+            worker_range,
         )
 
     @property

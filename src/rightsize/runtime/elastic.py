@@ -41,7 +41,7 @@ from rightsize.runtime.nodes import Status
 from rightsize.runtime.partition import bytes_per_ps, repartition
 from rightsize.runtime.protocol import AckKind, Export, Load, PSConfig, Stop, Threads
 from rightsize.runtime.reshape import ShapeDiff, diff, rejection
-from rightsize.scaling.api import Plan
+from rightsize.scaling.api import Plan, WorkerRange
 
 if TYPE_CHECKING:
     from rightsize.runtime.master import Master
@@ -51,7 +51,8 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
     """Turn the running shape into ``plan.shape``; returns what happened and how long it took."""
     job = master.job
     change = diff(job.shape, plan.shape)
-    why = rejection(plan.shape, master.spec.budget.resources, job.strategy) or _not_now(job, change)
+    why = (rejection(plan.shape, master.spec.budget.resources, job.strategy)
+           or _outside(master.worker_range, plan.shape) or _not_now(job, change))  # fmt: skip
     if not why and not change.empty:  # last: a granted reservation takes capacity
         why = master.lease.reserve(plan.shape.total())
     if why or change.empty:
@@ -88,6 +89,14 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
     transition = lifecycle.record(master, str(plan.action), plan.reason, t0, plan.details,
                                   **details)  # fmt: skip
     return Transition(True, transition, details)
+
+
+def _outside(workers: WorkerRange, shape) -> str | None:
+    """Why ``shape`` has more or fewer workers than the job allows, if it has."""
+    if workers.allows(shape.n_workers):
+        return None
+    high = "any" if workers.high is None else workers.high
+    return f"{shape.n_workers} workers is outside the allowed {workers.low} to {high}"
 
 
 def _not_now(job, change: ShapeDiff) -> str | None:

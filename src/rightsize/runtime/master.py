@@ -80,8 +80,8 @@ from rightsize.runtime.protocol import (
 from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
-from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.script_check import check_script
+from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import StragglerRule
 from rightsize.runtime.startup import (
     Resume,
@@ -93,7 +93,6 @@ from rightsize.runtime.startup import (
 )
 from rightsize.runtime.state import JobStatus, LaunchRow, StateStore
 from rightsize.runtime.transport import Counters, Server
-from rightsize.scaling.payback import RestartCost
 from rightsize.scaling.api import (
     Action,
     EventKind,
@@ -101,7 +100,9 @@ from rightsize.scaling.api import (
     NodeEvent,
     Plan,
     Policy,
+    WorkerRange,
 )
+from rightsize.scaling.payback import RestartCost
 
 #: Seconds the master serves nodes between checks while it waits for an operation.
 WAIT_POLL_S = 0.05
@@ -218,7 +219,8 @@ class Master:
     def _train(self) -> None:
         controller = Controller(self.spec.name, self.policy, self.spec.budget.resources,
                                 self.free, self.steps_total, self.machine,
-                                self.applied_plans(), self.time_s())  # fmt: skip
+                                self.applied_plans(), self.time_s(),
+                                worker_range=self.worker_range)  # fmt: skip
         # a script checkpoints itself: the master never asks it to
         interval = math.inf if self.spec.is_script else self.spec.checkpoint.interval_s
         schedule = Schedule(self.clock.now(), self.spec.runtime.metric_interval_s, interval)
@@ -575,6 +577,10 @@ class Master:
         if self.job.script is not None:
             return script_group.steps_done(self)
         return self.job.shards.batches_done
+
+    @property
+    def worker_range(self) -> WorkerRange:
+        return WorkerRange(self.spec.policy.min_workers, self.spec.policy.max_workers)
 
     @property
     def steps_total(self) -> int | None:

@@ -28,6 +28,7 @@ from enum import StrEnum
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.core.spec import Strategy
 from rightsize.scaling.frozen import remembered_property
 
 
@@ -179,6 +180,22 @@ class ShapeRecord:
 
 
 @dataclass(frozen=True)
+class WorkerRange:
+    """The number of workers (ranks) a policy may choose: ``low`` to ``high`` (None: as many
+    as the budget allows); ``rightsize torchrun --min-nproc/--max-nproc``."""
+
+    low: int = 1
+    high: int | None = None
+
+    def allows(self, n: int) -> bool:
+        return n >= self.low and (self.high is None or n <= self.high)
+
+    def clip(self, n: int) -> int:
+        n = max(self.low, n)
+        return n if self.high is None else min(self.high, n)
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything a policy may know about one job at one decision point.
 
@@ -213,6 +230,7 @@ class Observation:
     prior: tuple[ShapeRecord, ...] = ()  # speeds known before the job started (see LaunchRequest)
     node_limit: Resources | None = None  # the largest single node the mechanism can place
     shape_since_s: float = 0.0  # when the current shape was requested (plan applied or launch)
+    worker_range: WorkerRange = WorkerRange()  # the workers a plan may have
 
     @property
     def last_plan(self) -> Plan | None:
@@ -266,6 +284,8 @@ class Policy(ABC):
     """An autoscaling policy. Subclasses validate their parameters in ``__init__``."""
 
     name: str = "policy"
+    #: the training strategies whose jobs it sizes (the simulator models parameter servers)
+    strategies: frozenset[Strategy] = frozenset(Strategy)
     # False if the policy reads only job-level fields of the window's samples (``time_s``,
     # ``steps_per_s``, ``samples_per_s``): a mechanism may then leave each sample's ``nodes``
     # empty rather than build per-node metrics nobody reads (the simulator's biggest cost).

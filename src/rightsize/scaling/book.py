@@ -27,6 +27,7 @@ from rightsize.scaling.api import (
     Observation,
     Plan,
     ShapeRecord,
+    WorkerRange,
     window_speed,
 )
 from rightsize.scaling.frozen import filled
@@ -44,6 +45,7 @@ class ObservationBook:
         prior: speeds known before the job started (``LaunchRequest.prior``).
         plans: plans applied so far, the launch plan first; the last made the current shape.
         shape_since_s: when the current shape was requested.
+        worker_range: the workers a plan may have.
         window: metric samples since the last applied plan, oldest first.
         events: node events since the last applied plan.
         history: one record per shape the job has left, with the speed it measured there,
@@ -58,6 +60,7 @@ class ObservationBook:
     prior: tuple[ShapeRecord, ...] = ()
     plans: tuple[Plan, ...] = ()
     shape_since_s: float = 0.0
+    worker_range: WorkerRange = WorkerRange()
     # Tuples, replaced rather than mutated: an observation takes them as they are, and a
     # policy that remembers its verdict on a window (by identity) sees the same one until
     # it changes.
@@ -128,5 +131,6 @@ class ObservationBook:
                 "prior": self.prior,
                 "node_limit": self.node_limit,
                 "shape_since_s": self.shape_since_s,
+                "worker_range": self.worker_range,
             },
         )

@@ -181,6 +181,8 @@ class DLRoverPolicy(Policy):
         if not dm.observed_long_enough(obs.window, p.min_observe_s, p.min_observe_steps):
             return None
         usage = dm.Usage.of(obs)
+        if not obs.shape.n_ps:
+            return self.decide_ranks(obs, usage)
         stage = self.stage(obs)
         if stage == SAMPLE:
             return self.after_sampling(obs, usage)
@@ -221,6 +223,44 @@ class DLRoverPolicy(Policy):
             f"OOM on {', '.join(sorted(killed))}: double worker memory / number of PS",
             self.notes(obs, self.stage(obs)),
         )
+
+    def decide_ranks(self, obs: Observation, usage: dm.Usage) -> Plan | None:
+        """Allreduce ranks (no PS; ours, reading §4.1-4.2 without servers): sample ``ŵ``, a
+        rank's CPU when its quota does not hold it back — a rank using more than
+        ``ps_cpu_threshold`` of its quota gets ``ps_cpu_growth`` times more, up to ``C_max``
+        and the budget — then eq. 10 with ``ŝ = 0``: ``N_w = C_total / ⌈ŵ⌉`` ranks of
+        ``⌈ŵ⌉`` cores, once."""
+        p = self.params
+        if obs.last_plan is not None and obs.last_plan.details.get("stage") == OPTIMIZE:
+            return None
+        n, quota = obs.shape.n_workers, obs.shape.workers[0].resources.cpu_cores
+        w_hat = usage.worker_used()
+        c_max = self.c_max(obs.node_limit)
+        if w_hat >= p.ps_cpu_threshold * quota:
+            cores = min(quota * p.ps_cpu_growth, c_max, quota + obs.headroom.cpu_cores / n)
+            if cores > quota + self.core_step(obs) / 2:
+                shape = self._ranks(obs, n, cores)
+                if grows_within(obs, shape):
+                    return Plan(shape, Action.SCALE_UP, f"ranks use {w_hat:.3g} of {quota:g} "
+                                f"cpu (> {p.ps_cpu_threshold:.0%}): sample w_hat at {cores:.3g}",
+                                self.notes(obs, SAMPLE))  # fmt: skip
+            w_hat = quota  # at the most it can have: ŵ is what it gets
+        cores = min(dm.rounded_up(w_hat, self.core_step(obs)), c_max)
+        c_total = min(obs.budget.cpu_cores, obs.shape.total().cpu_cores + obs.free.cpu_cores)
+        count = obs.worker_range.clip(max(1, int(c_total // cores + 1e-9)))
+        if p.max_workers is not None:
+            count = min(count, p.max_workers)
+        shape = self._ranks(obs, count, cores)
+        if shape == obs.shape or not grows_within(obs, shape):
+            return None
+        return Plan(shape, Action.RESHAPE, f"sampled w_hat {w_hat:.3g} cpu: N_w = {c_total:g} / "
+                    f"{cores:g} -> {count} ranks of {cores:g} cpu (eq. 10, no PS)",
+                    self.notes(obs, OPTIMIZE, w_hat=w_hat))  # fmt: skip
+
+    def _ranks(self, obs: Observation, n: int, cores: float) -> ClusterShape:
+        memory = max(w.resources.memory_bytes for w in obs.shape.workers)
+        node = Resources(cores, memory)
+        return ClusterShape.from_counts(0, n, node, node)
 
     def after_sampling(self, obs: Observation, usage: dm.Usage) -> Plan | None:
         """More PS CPU if the PS were saturated, else eq. 10-11 from ``ŵ`` and ``ŝ``."""

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rightsize.core.errors import SpecError, unknown_name
+from rightsize.core.spec import Strategy
 from rightsize.scaling.api import Policy
 from rightsize.scaling.dlrover import DLRoverPolicy
+from rightsize.scaling.goodput import GoodputPolicy
 from rightsize.scaling.nearchus import NearchusPolicy
 from rightsize.scaling.nearchus_plus import NearchusPlusPolicy
 from rightsize.scaling.optimus import OptimusPolicy
@@ -24,14 +26,30 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "nearchus+": NearchusPlusPolicy,
     "dlrover": DLRoverPolicy,
     "optimus": OptimusPolicy,
+    "goodput": GoodputPolicy,
 }
 
 #: Policies with durations of their own, counted in metric intervals (scaling.pace).
 PACED = frozenset({"nearchus", "nearchus+", "optimus"})
 
 
-def policy_names() -> list[str]:
-    return sorted(POLICIES)
+def policy_names(strategy: Strategy | None = None) -> list[str]:
+    """Every policy's name (those that size jobs of ``strategy``, if given)."""
+    return sorted(name for name, make in POLICIES.items()
+                  if strategy is None or strategy in make.strategies)  # fmt: skip
+
+
+def require_strategy(policy: Policy, strategy: Strategy) -> Policy:
+    """``policy`` if it sizes jobs of ``strategy``.
+
+    Raises:
+        SpecError: it does not (with the policies that do).
+    """
+    if strategy not in policy.strategies:
+        raise SpecError(f"policy {policy.name} sizes {' and '.join(sorted(policy.strategies))} "
+                        f"jobs, not {strategy}; for {strategy}: "
+                        f"{', '.join(policy_names(strategy))}")  # fmt: skip
+    return policy
 
 
 def make_policy(name: str, metric_interval_s: float | None = None, **params: Any) -> Policy:
@@ -69,4 +87,6 @@ def policies_named(names: list[str], params: dict[str, dict[str, Any]] | None = 
         raise SpecError(f"{flag} is empty; name at least one, e.g. nearchus,fa-bf")
     if len(set(names)) != len(names):
         raise SpecError(f"{flag} {','.join(names)!r} names a policy twice")
-    return [make_policy(name, **(params or {}).get(name, {})) for name in names]
+    # the simulator models parameter-server jobs
+    return [require_strategy(make_policy(name, **(params or {}).get(name, {})), Strategy.PS)
+            for name in names]  # fmt: skip

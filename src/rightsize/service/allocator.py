@@ -43,7 +43,7 @@ from rightsize.planning.local import (
 from rightsize.runtime.state import read_shape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
-from rightsize.scaling.registry import make_policy
+from rightsize.scaling.registry import make_policy, require_strategy
 from rightsize.service import history
 from rightsize.service.lease import serve_lease
 from rightsize.service.models import JobPhase, Source
@@ -91,7 +91,8 @@ class Runner:
 
 def policy_of(spec: JobSpec) -> Policy:
     """The job's policy as the job file names it (the runner builds its own alike)."""
-    return make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
+    return require_strategy(make_policy(spec.policy.name, spec.runtime.metric_interval_s,
+                                       **spec.policy.params), spec.strategy)
 
 
 class Allocator:

@@ -28,7 +28,7 @@ from rightsize.core.processes import die_with_parent
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import parse_job_spec
 from rightsize.scaling.api import Action, Plan
-from rightsize.scaling.registry import make_policy
+from rightsize.scaling.registry import make_policy, require_strategy
 from rightsize.service.lease import LeaseClosed, PipeLease
 
 JOB_FAILED = 1
@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     from rightsize.runtime.master import Master
 
     spec = parse_job_spec(json.loads(args.job.read_text()), str(args.job))
-    policy = make_policy(spec.policy.name, spec.runtime.metric_interval_s, **spec.policy.params)
+    policy = require_strategy(make_policy(spec.policy.name, spec.runtime.metric_interval_s,
+                                       **spec.policy.params), spec.strategy)
     lease = PipeLease(socket.socket(fileno=args.lease_fd))
     failure = None
     try:
