@@ -50,6 +50,7 @@ def job(**edits) -> str:
 
 
 SPACE = "batch_size: [16, 32]\noptimizer: [sgd]\nlr: [0.01]\n"
+TRAIN = "print('a training script')\n"  # a script that parses (no row gets to run it)
 TRACE_HEAD = "arrival,duration,cpu\n0,1h,10\n"
 POLLUX_HEAD = "name,time,application,num_replicas,batch_size\n"
 CATALOG_HEAD = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,NetworkGbps,Price,SpotPrice,Region\n"  # fmt: skip
@@ -200,6 +201,34 @@ ROWS = [
     row("probe-out-in-proc", [*PROBE, "--out", "/proc/probes.json"]),
     row("probe-outputs-kept", ["probe", "--world-sizes", "100000", "--out", "p.json", "--model-out", "m.json"], {"p.json": PRECIOUS, "m.json": PRECIOUS}),
     row("probe-ddp-out-in-proc", ["probe", "--ddp", "/proc/ddp.json", "--world-sizes", "2"]),
+    # -- torchrun: the command line refused before a rank starts ------------------------------
+    row("torchrun-missing-script", ["torchrun", "nope.py"]),
+    row("torchrun-script-dir", ["torchrun", "d"], {"d": DIR}),
+    row("torchrun-script-binary", ["torchrun", "t.py"], {"t.py": BINARY}),
+    row("torchrun-syntax-error", ["torchrun", "t.py"], {"t.py": "def broken(:\n"}),
+    row("torchrun-module-missing", ["torchrun", "-m", "no_such_module_here"]),
+    row("torchrun-nnodes", ["torchrun", "--nnodes", "2", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-node-rank", ["torchrun", "--node-rank", "1", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-no-python", ["torchrun", "--no-python", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-rdzv-etcd", ["torchrun", "--rdzv-backend", "etcd", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-nproc-word", ["torchrun", "--nproc-per-node", "many", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-nproc-zero", ["torchrun", "--nproc-per-node", "0", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-min-over-max", ["torchrun", "--min-nproc", "3", "--max-nproc", "2", "t.py"],
+        {"t.py": TRAIN}),
+    row("torchrun-nproc-outside", ["torchrun", "--nproc-per-node", "4", "--max-nproc", "2",
+                                   "t.py"], {"t.py": TRAIN}),
+    row("torchrun-max-restarts-negative", ["torchrun", "--max-restarts", "-1", "t.py"],
+        {"t.py": TRAIN}),
+    row("torchrun-budget-unit", ["torchrun", "--budget-memory", "4XB", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-over-machine", ["torchrun", "--budget-cpu", "4096", "t.py"], {"t.py": TRAIN}),
+    row("torchrun-policy-unknown", ["torchrun", "--policy", "nearchus++", "t.py"],
+        {"t.py": TRAIN}),
+    row("torchrun-report-is-dir", ["torchrun", "--report", "d", "t.py"], {"t.py": TRAIN, "d": DIR}),
+    row("run-script-and-workload", ["run", "j.yaml"], {"j.yaml": job(script="t.py"),
+                                                       "t.py": TRAIN}),
+    row("run-script-with-batch", ["run", "j.yaml"], {"j.yaml": job(
+        workload=None, dataset=None, epochs=None, script="t.py"), "t.py": TRAIN}),
+    row("run-goodput-on-ps", ["run", "j.yaml", "--policy", "goodput"], {"j.yaml": job()}),
     # -- run: job files refused before the runtime starts ------------------------------------
     row("run-missing", ["run", "nope.yaml"]),
     row("run-binary", ["run", "j.yaml"], {"j.yaml": BINARY}),

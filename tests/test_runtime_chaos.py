@@ -15,6 +15,7 @@ import signal
 import pytest
 
 from rightsize.runtime.chaos import (
+    SCRIPT_SCHEDULES,
     Anchor,
     Fault,
     Schedule,
@@ -24,6 +25,7 @@ from rightsize.runtime.chaos import (
     counter_job,
     random_schedule,
     run_schedule,
+    script_counter_job,
     trained_counts,
 )
 from rightsize.runtime.master import Master
@@ -74,6 +76,40 @@ def test_named_schedule_ends_exactly_once(tmp_path, name):
 def test_seeded_schedule(tmp_path, chaos_seed):
     job, spec = counter_job(tmp_path, epochs=EPOCHS)
     check(run_schedule(job, spec, random_schedule(chaos_seed), timeout_s=400))
+
+
+# -- the same harness on a user's torchrun script (rightsize torchrun, issue 37) -------------------
+SCRIPT_NAMED = {
+    # a rank, then the master while the group restarts: the rerun resumes from the script's
+    # own checkpoint, and the ledger (in the state file) knows which samples it holds
+    "rank-then-master": (Schedule(-11, (Strike(3.0, Target.WORKER, 1),
+                                        Strike(2.5, Target.MASTER)), Anchor.TRAINING),
+                         ["restart_group", "resume"], 8),
+    # a rank stopped for 30 s: the other waits in the allreduce, still talking to the master;
+    # the frozen one is silent, killed at the liveness timeout, and the group restarts
+    "frozen-rank": (Schedule(-12, (Strike(2.0, Target.WORKER, 0, Fault.FREEZE, 30.0),),
+                             Anchor.TRAINING), ["unresponsive for", "restart_group"], 16),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPT_NAMED))
+def test_named_schedule_on_a_torchrun_script_ends_exactly_once(tmp_path, name):
+    schedule, in_report, epochs = SCRIPT_NAMED[name]
+    job, spec = script_counter_job(tmp_path, epochs=epochs)
+    outcome = run_schedule(job, spec, schedule, timeout_s=300)
+    check(outcome)
+    assert outcome.verdict == Verdict.EXACTLY_ONCE, outcome.to_dict()
+    assert all(s["min"] == s["max"] == epochs for s in outcome.counts.values())
+    assert all(landed.hit for landed in outcome.landed), outcome.landed  # it ran long enough
+    text = (spec.checkpoint.dir / "chaos.log").read_text()
+    state = (spec.checkpoint.dir / "chaos-script-report.json").read_text()
+    assert all(word in text + state for word in in_report), in_report
+
+
+@pytest.mark.chaos
+def test_seeded_schedule_on_a_torchrun_script(tmp_path, chaos_seed):
+    job, spec = script_counter_job(tmp_path)
+    check(run_schedule(job, spec, random_schedule(chaos_seed, SCRIPT_SCHEDULES), timeout_s=400))
 
 
 class StrikingMaster(Master):

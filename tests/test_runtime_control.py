@@ -302,3 +302,35 @@ def test_collector_skips_first_readings_and_restarts():
     assert sample.steps_per_s == 5 and sample.samples_per_s == 40 and collector.loss == 0.5
     # the node was relaunched: its counters start again from zero
     assert collector.collect(4, [(node, Reading(4, 0.2, 0, steps=1))]) is None
+
+
+class RestartingMechanism(FakeMechanism):
+    """A job whose world-size changes restart its ranks at a measured cost (a script's)."""
+
+    def __init__(self, clock, cost, **kwargs):
+        super().__init__(clock, **kwargs)
+        self.cost, self.declined = cost, []
+
+    def restart_cost(self, plan):
+        return self.cost if plan.shape.n_workers != self.shape.n_workers else None
+
+    def decline(self, plan, why):
+        self.declined.append((self.clock.now(), why))
+
+
+def test_a_restart_that_does_not_pay_back_is_declined_and_one_that_does_is_applied():
+    from rightsize.scaling.payback import RestartCost
+
+    bigger = SHAPE.with_node_added(NodeRole.WORKER, Resources(2, GI))  # 3 workers of 2 cpu
+    for cost_s, taken in ((100.0, False), (5.0, True)):
+        clock = FakeClock()
+        policy = ScriptedPolicy([None, Plan(bigger, Action.ADD_WORKER, "more ranks")])
+        mechanism = RestartingMechanism(clock, RestartCost(cost_s, True), rate=1.0, total=100)
+        make_loop(policy, mechanism, clock).run()
+        # at 20 s: 80 steps left at 1 step/s; eq. 1 predicts 3/2 the speed: gain 80/3 = 26.7 s
+        assert bool(mechanism.applied) == taken
+        if not taken:
+            assert mechanism.declined[0][0] == 20
+            assert "does not pay back: predicted gain 26.7s" in mechanism.declined[0][1]
+        else:
+            assert mechanism.applied == [(20, Action.ADD_WORKER)] and not mechanism.declined

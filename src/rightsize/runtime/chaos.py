@@ -220,6 +220,42 @@ def counter_job(directory: Path, epochs: int = 40, samples: int = 4096, batch_si
     return path, parse_job_spec(data, str(path))
 
 
+def script_counter_job(directory: Path, epochs: int = 8, samples: int = 2048, batch_size: int = 16,
+                       ranks: int = 2, step_sleep_s: float = 0.02,
+                       **runtime: Any) -> tuple[Path, JobSpec]:  # fmt: skip
+    """A job file in ``directory`` running the counting workload as a user's torchrun script
+    (:mod:`rightsize.workloads.counter_script`: DDP, an ElasticSampler, its own checkpoint
+    every 10 steps and at each epoch's end) on ``ranks`` ranks, judged by the counts it
+    writes to ``directory/counts.pt``. The counter's steps take microseconds: each step
+    sleeps ``step_sleep_s`` so that strikes land while it trains (16 s or so at the defaults)."""
+    import yaml
+
+    from rightsize.core.spec import parse_job_spec
+
+    directory.mkdir(parents=True, exist_ok=True)
+    data = {
+        "name": "chaos-script",
+        "script": "rightsize.workloads.counter_script",
+        "module": True,
+        "args": ["--samples", str(samples), "--batch-size", str(batch_size), "--epochs",
+                 str(epochs), "--save-every", "10", "--checkpoint", str(directory / "counter.pt"),
+                 "--out", str(directory / COUNTS_FILE), "--step-sleep", str(step_sleep_s)],
+        "budget": {"cpu": 2, "memory": "6Gi"},
+        "initial_shape": {"workers": {"count": ranks, "cpu": 2 / ranks, "memory": "1Gi"}},
+        "checkpoint": {"dir": str(directory / "ckpt")},
+        "runtime": {"metric_interval": "1s", "max_restarts": 20, **runtime},
+    }  # fmt: skip
+    path = directory / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, parse_job_spec(data, str(path))
+
+
+#: Where :func:`script_counter_job`'s script writes its final counts (beside the job file).
+COUNTS_FILE = "counts.pt"
+#: A script job has no parameter servers: strikes fall on ranks and the master.
+SCRIPT_SCHEDULES = ScheduleShape(weights=(0.75, 0.0, 0.25))
+
+
 # -- finding the job's processes ------------------------------------------------------------
 def node_processes(master_pid: int) -> dict[str, int]:
     """``{node name: pid}`` of the master's node processes (from /proc)."""
@@ -386,7 +422,7 @@ def _judge(outcome: Outcome, spec: JobSpec, log: Path) -> None:
         loud = outcome.message.startswith("error: ")
         outcome.verdict = Verdict.FAILED_LOUDLY if loud else Verdict.CRASHED
         return
-    epochs = spec.length[1]
+    epochs = int(spec.args[spec.args.index("--epochs") + 1]) if spec.is_script else spec.length[1]
     counts = trained_counts(spec)
     outcome.counts = {name: _summary(c, epochs) for name, c in counts.items()}
     outcome.report_exactly_once = _report_says(spec)
@@ -399,7 +435,13 @@ def _judge(outcome: Outcome, spec: JobSpec, log: Path) -> None:
 
 
 def trained_counts(spec: JobSpec) -> dict[str, torch.Tensor]:
-    """How often each sample was applied, from the weights of the job's last checkpoint."""
+    """How often each sample was applied, from the weights of the job's last checkpoint (a
+    script's: from the counts its rank 0 wrote at the end)."""
+    if spec.is_script:
+        path = Path(spec.args[spec.args.index("--out") + 1])
+        if not path.exists():
+            return {}
+        return applied_counts(torch.load(path, map_location="cpu"))
     with sqlite3.connect(spec.state_path) as db:
         row = db.execute("SELECT files FROM checkpoints ORDER BY version DESC LIMIT 1").fetchone()
     if row is None:

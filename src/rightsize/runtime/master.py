@@ -80,6 +80,7 @@ from rightsize.runtime.protocol import (
 from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
+from rightsize.runtime.sample_ledger import SampleLedger
 from rightsize.runtime.script_check import check_script
 from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import StragglerRule
@@ -252,7 +253,8 @@ class Master:
         self.backend = open_backend(self.spec.runtime, self.log_dir, self.warn)
         self.server = Server(self.zmq, Counters(), host=self.backend.bind_host)
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
-        self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock)
+        self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,
+                                   self.store.save_ledger)  # fmt: skip
 
     def _start(self, plan: Plan) -> None:
         self.started_at = self.clock.now()
@@ -273,6 +275,8 @@ class Master:
         self.job.generation = job["generation"] + 1
         self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
                               status=str(JobStatus.RUNNING))  # fmt: skip
+        if self.job.script is not None:  # which of the script's files hold which samples
+            self.job.script.ledger = SampleLedger.from_dict(self.store.ledger())
         row = self.store.latest_checkpoint()
         self.job.version = max(self.store.checkpoint_versions(), default=0)
         self.job.roll_back(row.shards if row else None)
@@ -599,9 +603,7 @@ class Master:
         if cost is None:
             return None
         lost = 0.0 if script_group.saves_regularly(script) else script_group.unsaved_s(self)
-        left = None
-        if self.spec.steps is not None:  # the script's own steps, in the window's unit
-            left = max(0, self.spec.steps - self.steps_done()) * self.job.shape.n_workers
+        left = None if self.spec.steps is None else max(0, self.spec.steps - self.steps_done())
         return replace(cost, lost_s=lost, steps_left=left)
 
     def decline(self, plan: Plan, why: str) -> None:

@@ -227,6 +227,7 @@ class ScriptConfig:
     max_restarts: int
     run_id: str
     timeout_s: float
+    error_file: str = ""  # torchrun's TORCHELASTIC_ERROR_FILE: where @record writes a failure
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class NodeService:
     threads: Callable[[NodeSpec], int]
     straggler: StragglerRule
     clock: Clock
+    #: keeps a script's sample ledger (the state file), before a rank hears back
+    persist_ledger: Callable[[dict], None] = lambda _data: None
 
     def handle(self, message: Message) -> tuple[Reply, list[torch.Tensor]]:
         """The answer to one message, and the tensors it carries."""
@@ -189,3 +191,5 @@ class NodeService:
             ledger.loaded(body.path, stat)
         else:
             ledger.reached(applied)
+        # what a file holds must outlive this master before the rank goes on writing it
+        self.persist_ledger(ledger.to_dict())

@@ -64,7 +64,8 @@ def start_group(master: Master, shape: ClusterShape, begun_at: float, stop_s: fl
     configs = [
         (node, ScriptConfig(job.generation, rank, len(ranks), host, port, script.failed_restarts,
                             master.spec.runtime.max_restarts, run_id,
-                            master.spec.runtime.startup_timeout_s))
+                            master.spec.runtime.startup_timeout_s,
+                            str(master.log_dir.resolve() / f"{node.name}-error.json")))
         for rank, node in enumerate(ranks)
     ]  # fmt: skip
     t0 = master.clock.now()

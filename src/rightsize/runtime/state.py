@@ -4,7 +4,8 @@ What is kept: the job (its spec, status, how many masters have run it), the
 timeline of shapes (every change with its action, reason and measured
 transition time — the current shape is the last row), committed checkpoints
 (version, the shard queues they belong to, the files, the tensor placement),
-node events (failures, OOM kills), and metric samples. A checkpoint row is
+node events (failures, OOM kills), metric samples, and a script job's sample
+ledger (which of its checkpoint files hold which samples). A checkpoint row is
 written in one transaction, so a version is either fully committed with its
 shard snapshot or absent. Only the master writes; WAL mode lets a test or a
 dashboard read while it runs.
@@ -41,6 +42,9 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE TABLE IF NOT EXISTS samples (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, time_s REAL, data TEXT
+);
+CREATE TABLE IF NOT EXISTS ledger (
+    id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT
 );
 """
 
@@ -243,6 +247,16 @@ class StateStore:
     def samples(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT data FROM samples ORDER BY seq")
         return [json.loads(d) for (d,) in rows]
+
+    # -- a script's sample ledger (runtime/sample_ledger.py) ------------------------------------
+    def save_ledger(self, data: dict[str, Any]) -> None:
+        """The ledger as it stands, written before the rank that changed it is answered."""
+        self.db.execute("INSERT OR REPLACE INTO ledger (id, data) VALUES (1, ?)",
+                        (json.dumps(data),))  # fmt: skip
+
+    def ledger(self) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT data FROM ledger WHERE id = 1").fetchone()
+        return json.loads(row[0]) if row else None
 
 
 def read_job(path: Path) -> dict[str, Any] | None:

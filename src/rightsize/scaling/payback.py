@@ -24,10 +24,15 @@ all), so the job's speed is proportional to ``N × min_i min(w_i, ŵ)``. Eq. 1 h
 term for the allreduce, which makes the prediction for more ranks optimistic; a shape
 measured once is predicted by its measurement from then on.
 
-``remaining_s`` comes from the job's length when it is known (``steps_total``);
-otherwise the job is assumed to run as long again as it has run so far — the
-median remaining life of a job whose length is unknown, under a scale-free prior —
-so restarts are weighed against more work the longer a job has lasted.
+``remaining_s`` comes from the job's length when it is known: a workload's
+``steps_total`` (batches summed over workers: its work is its data, which more
+workers share), or a script's own optimizer steps (each taken by every rank: its
+speed is then per rank-group step, so more ranks pay only where they make each
+step faster). Otherwise the job is assumed to run as long again as it has run so
+far — the median remaining life of a job whose length is unknown, under a
+scale-free prior — so restarts are weighed against more work the longer a job
+has lasted; its work is taken to be its data (samples, as with a
+``DistributedSampler``).
 
 The rule is pure: the mechanism supplies the measured :class:`RestartCost`.
 """
@@ -52,8 +57,10 @@ class RestartCost:
             estimate before one: the same steps without a stop).
         lost_s: training since the script's last checkpoint that a restart now would throw
             away (0 when the mechanism waits for the script's next save).
-        steps_left: the job's steps left, in the window's unit (steps summed over workers),
-            if the mechanism knows its length (a script's ``steps``).
+        steps_left: a script's optimizer steps left, if the mechanism knows its length (its
+            ``steps``). A script of so many steps takes each of them on every rank, so its
+            speed is the window's (steps summed over ranks) over the world size: more ranks
+            make it faster only by making each rank's step faster.
     """
 
     restart_s: float
@@ -131,12 +138,9 @@ def predicted_speed(obs: Observation, shape: ClusterShape, rule: PaybackRule) ->
     return (now * capacity(shape, w_hat) / here if here else 0.0), "eq. 1"
 
 
-def remaining_s(obs: Observation, speed: float,
-                steps_left: float | None = None) -> tuple[float, str]:  # fmt: skip
-    """Seconds the job has left at ``speed``: from its length if known (the mechanism's
-    ``steps_left``, or the observation's ``steps_total``), else as long again."""
-    if speed > 0 and steps_left is not None:
-        return max(0.0, steps_left) / speed, "steps left"
+def remaining_s(obs: Observation, speed: float) -> tuple[float, str]:
+    """Seconds the job has left at ``speed``: from its length if known (``steps_total``, in
+    the window's unit), else as long again."""
     if speed > 0 and obs.steps_total is not None:
         return max(0.0, obs.steps_total - obs.steps_done) / speed, "steps_total"
     return max(0.0, obs.time_s), "as long again"
@@ -147,7 +151,11 @@ def payback(obs: Observation, shape: ClusterShape, cost: RestartCost,
     """Whether restarting the ranks into ``shape`` pays for itself (see the module's doc)."""
     now = obs.mean_speed()
     then, predicted_by = predicted_speed(obs, shape, rule)
-    left, remaining_by = remaining_s(obs, now, cost.steps_left)
+    if cost.steps_left is not None:  # a script's own steps: each is every rank's
+        now, then = now / obs.shape.n_workers, then / max(1, shape.n_workers)
+        left, remaining_by = (cost.steps_left / now if now > 0 else 0.0), "steps left"
+    else:
+        left, remaining_by = remaining_s(obs, now)
     if now <= 0 or then <= 0:
         return Payback(False, 0.0, cost.restart_s, left, now, then, predicted_by, remaining_by)
     ratio = now / then

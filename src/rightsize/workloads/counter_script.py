@@ -1,5 +1,9 @@
 """A torchrun script whose trained weights count how often each sample was trained.
 
+Run it as a user's script would be: ``torchrun -m rightsize.workloads.counter_script`` or
+``rightsize torchrun -m rightsize.workloads.counter_script`` (the chaos harness does,
+``runtime/chaos.py``).
+
 rightsize's counting workload (rightsize.workloads.counter) written as a user's DDP script
 with ElasticSampler in place of DistributedSampler: one weight per sample, SGD at learning
 rate 1 on the sum of the batch's weights (times the world size, so that DDP's mean over ranks
