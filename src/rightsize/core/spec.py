@@ -358,8 +358,8 @@ class JobSpec(_Spec):
     script: str | None = Field(
         default=None, min_length=1,
         description="the user's own training script (a torchrun script: DDP, its own optimizer "
-        "and checkpoints), run unchanged by every rank instead of a workload; see "
-        "rightsize torchrun",
+        "and checkpoints), run unchanged by every rank instead of a workload; a relative path "
+        "is beside the job file; see rightsize torchrun",
     )  # fmt: skip
     args: list[str] = Field(
         default_factory=list, description="the script's command-line arguments"
@@ -484,12 +484,17 @@ class JobSpec(_Spec):
 
 
 def load_job_spec(path: str | Path) -> JobSpec:
-    """Read and validate a job YAML file.
+    """Read and validate a job YAML file. A script named by a relative path is the one beside
+    the job file (as a Dockerfile's are), wherever the command runs.
 
     Raises:
         SpecError: unreadable file, bad YAML, or a field that fails validation.
     """
-    return parse_job_spec(read_yaml(path, "job file"), str(path))
+    spec = parse_job_spec(read_yaml(path, "job file"), str(path))
+    script = spec.script
+    if script is None or spec.module or ":" in script or Path(script).is_absolute():
+        return spec
+    return spec.model_copy(update={"script": str(Path(path).parent / script)})
 
 
 def parse_job_spec(data: Any, label: str = "job") -> JobSpec:

@@ -185,8 +185,18 @@ class Allocator:
                                                  self.capacity))  # fmt: skip
             except RightsizeError as exc:
                 raise SpecError(f"budget: {exc}") from None
-        _check_names(spec)
-        self.uploads.check_use(spec.workload, owner_id)
+        if spec.is_script:
+            self.uploads.script_path(spec.script, owner_id)  # the owner's upload, or refused
+        else:
+            _check_names(spec)
+            self.uploads.check_use(spec.workload, owner_id)
+
+    def _resolved(self, spec: JobSpec, owner_id: int | None) -> JobSpec:
+        """``spec`` with an uploaded script's name replaced by its file (what the ranks run)."""
+        if not spec.is_script:
+            return spec
+        path = self.uploads.script_path(spec.script, owner_id)
+        return spec.model_copy(update={"script": str(path.resolve())})
 
     def preview(self, spec: JobSpec, owner_id: int | None = None) -> LaunchPreview:
         """Where ``spec`` would start on an empty service, from the same rules admission uses
@@ -196,6 +206,7 @@ class Allocator:
             SpecError: what :meth:`check` refuses.
         """
         self.check(spec, owner_id)
+        spec = self._resolved(spec, owner_id)
         probe = QueuedJob(spec.name, time.time(), samples_of(spec), 0, spec)
         if self._launch_now(probe, self.capacity) is None or probe.plan is None:
             raise SpecError("budget: the job cannot start even on an empty service")
@@ -215,6 +226,7 @@ class Allocator:
     def submit(self, spec: JobSpec, owner_id: int | None) -> JobView:
         """Queue ``spec`` (checked first: :meth:`check`); its name is made unique."""
         self.check(spec, owner_id)
+        spec = self._resolved(spec, owner_id)
         row = self.store.add_job(spec, owner_id=owner_id, source=Source.SERVICE,
                                  phase=JobPhase.WAITING, state_path=Path(),
                                  policy=spec.policy.name)  # fmt: skip
@@ -374,9 +386,7 @@ class Allocator:
         return predicted_records(spec, policy.prior_shapes(spec.budget.resources, self.capacity))
 
     def _history(self, spec: JobSpec) -> list[tuple[RunSummary, ShapeRecord]]:
-        runs = history.similar(spec, self.store.finished_runs(spec.workload, spec.dataset or ""))
-        return [(run, record) for run in runs
-                for record in history.records(self.store, run, spec.batch_size)]  # fmt: skip
+        return history.found(self.store, spec)
 
     def _waits_for_history(self, job: QueuedJob) -> bool:
         """Whether a job with history waits for its history's shape to fit (FCFS: the queue
@@ -399,7 +409,7 @@ class Allocator:
                                           "details": job.plan.details}))  # fmt: skip
             argv += ["--launch", str(launch)]
         env, join, cgroup = os.environ.copy(), None, None
-        folder = self.uploads.folder_of(job.spec.workload)
+        folder = None if job.spec.is_script else self.uploads.folder_of(job.spec.workload)
         if folder is not None:  # the owner's uploads on its path, and the runner in a cgroup
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder),
                                                               env.get("PYTHONPATH")]))  # fmt: skip

@@ -38,7 +38,7 @@ from rightsize.service.schemas import (
 )
 from rightsize.service.simulations import SimulationRequest, Simulations
 from rightsize.service.store import Store
-from rightsize.service.uploads import WorkloadUpload
+from rightsize.service.uploads import ScriptUpload, WorkloadUpload
 
 _FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
 _bearer = HTTPBearer(auto_error=False, description="a token from `rightsize serve token create`")
@@ -114,6 +114,11 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
               "workload factory; answers the `workload` a job file names it by")  # fmt: skip
     def upload(body: WorkloadUpload, owner_id: Owner) -> dict[str, str]:
         return {"workload": allocator.uploads.save(owner_id, body)}
+
+    @app.post("/scripts", status_code=201, summary="upload a training script (a torchrun "
+              "script run unchanged on every rank); answers the `script` a job file names it by")  # fmt: skip
+    def upload_script(body: ScriptUpload, owner_id: Owner) -> dict[str, str]:
+        return {"script": allocator.uploads.save_script(owner_id, body)}
 
     @app.post("/recommendations", summary="Srift's plans and FC2's recommendations for a "
               "workload (202 while its profile is being measured)",

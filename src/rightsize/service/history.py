@@ -24,7 +24,7 @@ from rightsize.planning.measured import MeasuredSpeed
 from rightsize.scaling.api import Action, Plan, ShapeRecord
 from rightsize.scaling.dlrover_math import fit_into
 from rightsize.service.schemas import RunSummary
-from rightsize.service.store import Store
+from rightsize.service.store import Store, dataset_of, workload_of
 
 #: Batches within this factor of each other are similar.
 BATCH_RATIO = 2.0
@@ -35,15 +35,28 @@ MAX_RUNS = 5
 
 
 def similar(spec: JobSpec, runs: list[RunSummary]) -> list[RunSummary]:
-    """The finished runs (newest first) that ran ``spec``'s model the way ``spec`` will."""
+    """The finished runs (newest first) that ran ``spec``'s model the way ``spec`` will (a
+    script's: the same script text and arguments, which the store's rows already match)."""
 
     def alike(run: RunSummary) -> bool:
         theirs = run.spec
+        if spec.is_script:
+            return theirs.get("strategy") == str(spec.strategy)
+        if not run.batch_size:
+            return False
         ratio = max(run.batch_size, spec.batch_size) / min(run.batch_size, spec.batch_size)
         return (theirs.get("options", {}) == spec.options
                 and theirs.get("strategy") == str(spec.strategy) and ratio <= BATCH_RATIO)  # fmt: skip
 
     return [run for run in runs if alike(run)][:MAX_RUNS]
+
+
+def found(store: Store, spec: JobSpec) -> list[tuple[RunSummary, ShapeRecord]]:
+    """Every shape the similar finished runs applied, with the speed each measured there (a
+    script's in samples/s: its batch is its own)."""
+    runs = similar(spec, store.finished_runs(workload_of(spec), dataset_of(spec)))
+    return [(run, record) for run in runs
+            for record in records(store, run, spec.batch_size or 1)]  # fmt: skip
 
 
 def records(store: Store, run: RunSummary, batch_size: int) -> list[ShapeRecord]:

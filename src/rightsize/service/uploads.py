@@ -1,5 +1,10 @@
-"""Workload files uploaded from the web pages: a user's own model, run only for its owner and
-only inside its job's cgroups.
+"""Files uploaded from the web pages and ``rightsize submit``: a user's own model or training
+script, run only for its owner and only inside its job's cgroups.
+
+A **training script** (``POST /scripts``, issue 37) is a torchrun script a job runs
+unchanged on every rank (``script: upload:NAME.py``). It is checked by parsing, never
+run by the service, kept in the owner's ``scripts`` folder, and run only by that
+owner's jobs, each rank in its own cgroup (the job's master only compiles it).
 
 FC2's users "upload their code" (§4.1). An upload is one Python file defining a workload
 factory (a function returning a ``rightsize.workloads.Workload``, as ``rightsize run``
@@ -29,6 +34,20 @@ PREFIX = "rs_upload_"
 MODULE = re.compile(rf"^{PREFIX}(\d+)_([a-z][a-z0-9_]*)$")
 #: At most this many characters of source (a model file, not a dataset).
 MAX_SOURCE_CHARS = 1_000_000
+
+
+#: A job names an uploaded script as ``upload:NAME.py``.
+SCRIPT_PREFIX = "upload:"
+
+
+class ScriptUpload(BaseModel):
+    """``POST /scripts``: a training script a job runs on every rank."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}\.py$",
+                      description="the file's name, e.g. train.py")  # fmt: skip
+    source: str = Field(min_length=1, max_length=MAX_SOURCE_CHARS, description="the file")
 
 
 class WorkloadUpload(BaseModel):
@@ -77,6 +96,37 @@ class Uploads:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{module}.py").write_text(upload.source)
         return f"{module}:{upload.factory}"
+
+    def save_script(self, owner_id: int, upload: ScriptUpload) -> str:
+        """Keep the checked script; the ``script`` a job file names it by.
+
+        Raises:
+            SpecError: ``source: line N: ...`` (it does not parse).
+        """
+        try:
+            ast.parse(upload.source)
+        except SyntaxError as exc:
+            raise SpecError(f"source: line {exc.lineno}: {exc.msg}") from None
+        folder = self.folder(owner_id) / "scripts"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / upload.name).write_text(upload.source)
+        return f"{SCRIPT_PREFIX}{upload.name}"
+
+    def script_path(self, script: str, owner_id: int | None) -> Path:
+        """The file a job of ``owner_id`` runs for ``script`` (``upload:NAME.py``).
+
+        Raises:
+            SpecError: not an uploaded script (the service runs no other), or none of that name.
+        """
+        name = script.removeprefix(SCRIPT_PREFIX)
+        if not script.startswith(SCRIPT_PREFIX) or owner_id is None:
+            raise SpecError(f"script: {script!r}: a job on the service runs a script uploaded "
+                            f"first (POST /scripts: {SCRIPT_PREFIX}NAME.py; rightsize submit "
+                            "uploads a job file's script for you)")  # fmt: skip
+        path = self.folder(owner_id) / "scripts" / name
+        if "/" in name or not path.is_file():
+            raise SpecError(f"script: no uploaded script {name!r}; upload it first")
+        return path
 
     def folder_of(self, workload: str) -> Path | None:
         """The folder an uploaded ``workload`` is imported from (None: not an upload)."""
