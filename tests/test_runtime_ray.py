@@ -158,6 +158,35 @@ def test_an_allreduce_group_meets_at_the_master_s_store_across_ray_nodes(tmp_pat
     assert_exactly_once(spec, DIGITS, 60)
 
 
+def test_a_torchrun_script_s_ranks_meet_across_ray_nodes_exactly_once(tmp_path, cluster):
+    """A user's DDP script (the counting workload with an ElasticSampler) as ranks on Ray
+    nodes: a rank removed, then one added (each a restart of the group from the script's
+    own checkpoint); the counts its weights hold are every sample once per epoch."""
+    from rightsize.runtime.chaos import COUNTS_FILE, script_counter_job, trained_counts
+
+    _, spec = script_counter_job(tmp_path, epochs=6, step_sleep_s=0.02,
+                                 restart_payback=False)  # the script below moves regardless
+    spec = spec.model_copy(update={
+        "runtime": spec.runtime.model_copy(update={"backend": Backend.RAY,
+                                                   "ray_address": cluster.address}),
+        "initial_shape": spec.initial_shape.model_copy(update={
+            "workers": spec.initial_shape.workers.model_copy(update={"cpu": 0.6})}),
+    })  # fmt: skip
+    steps = [(Action.REMOVE_WORKER, lambda s: s.without_node("worker-1")),
+             (Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER,
+                                                              Resources(0.6, GI)))]  # fmt: skip
+    master = Master(spec, Script(steps, every_s=3))
+    report = master.run()
+    assert [t["action"] for t in report["timeline"] if t["applied"]] == [
+        "launch", "remove_worker", "add_worker"]
+    placed = {p["ray_node"] for p in master.backend.placements()}
+    assert len(placed) >= 2 and report["isolation"].startswith("ray+")
+    counts = trained_counts(spec)
+    assert (tmp_path / COUNTS_FILE).exists()
+    assert all(c.min() == c.max() == 6 for c in counts.values())
+    assert report["accounting"]["exactly_once"] and not report["accounting"]["padded"]
+
+
 def test_the_service_s_scheduler_runs_a_ray_job_unchanged(tmp_path, cluster):
     # the service admits the job against its books (here: the Ray cluster's CPUs) and its
     # runner's master places the nodes on Ray; the store records the run as any other

@@ -93,6 +93,21 @@ def test_a_ddp_script_is_measured_and_survives_a_killed_rank_from_its_snapshot(t
     assert rep["restarts"]["events"][0]["detail"] == "killed by SIGKILL"
 
 
+def test_a_rank_with_dataloader_workers_is_killed_whole_and_restarted(tmp_path):
+    """A rank's DataLoader worker processes live in its cgroup; when the rank is killed they
+    go with it (a cgroup with a process inside cannot be removed), and the group restarts."""
+    run = start(tmp_path, "--nproc-per-node", "2", "--max-restarts", "1", SCRIPTS / "slow_data.py",
+                "--epochs", "6", "--workers", "2")  # fmt: skip
+    try:
+        wait_for(lambda: (tmp_path / "slow.pt").exists())
+        os.kill(node_processes(run.pid)["worker-1"], signal.SIGKILL)
+        out, err = run.communicate(timeout=240)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    assert report(tmp_path, "slow_data")["script"]["failed_restarts"] == 1
+
+
 def test_the_launcher_counts_optimizer_steps_and_samples_as_the_script_does(tmp_path):
     """Gradient accumulation: 4 batches a step; the script counts its own."""
     done = torchrun(tmp_path, "--nproc-per-node", "2", SCRIPTS / "accum_schedule.py",
@@ -112,6 +127,15 @@ def test_a_script_that_fails_at_once_is_one_line_and_exit_2(tmp_path):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "before its first step: ModuleNotFoundError" in done.stderr
     assert "a_module_that_is_not_installed" in done.stderr
+
+
+def test_a_rank_that_aborts_after_the_script_finished_on_another_is_not_restarted(tmp_path):
+    done = torchrun(tmp_path, "--nproc-per-node", "2", "--max-restarts", "2",
+                    SCRIPTS / "abort_at_exit.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rep = report(tmp_path, "abort_at_exit")
+    assert rep["script"]["ended_after_the_script"] == {"worker-1": "killed by SIGABRT"}
+    assert rep["script"]["failed_restarts"] == 0 and len(rep["script"]["groups"]) == 1
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -36,11 +36,12 @@ def main():
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--delay-ms", type=float, default=1.0)
     parser.add_argument("--snapshot", default="slow.pt")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     data = SlowData(args.samples, args.delay_ms / 1000)
     sampler = DistributedSampler(data)
-    loader = DataLoader(data, batch_size=32, sampler=sampler)
+    loader = DataLoader(data, batch_size=32, sampler=sampler, num_workers=args.workers)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     first = 0

@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
     return run_job(spec, args)
 
 
-def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
+def run_job(spec: JobSpec, args: argparse.Namespace, launch: Any = None) -> int:
     """The one way a job runs from the command line (``run`` and ``torchrun``): the policy
     (``--policy`` over the job file's), the master, signals, the store, the report and the
     exit status. ``args`` carries --policy, --report, --fresh, --oversubscribe, --json,
-    --quiet and the store's options."""
+    --quiet and the store's options; ``launch``, a plan to start from (history's)."""
     from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
     from rightsize.runtime.master import Master  # imports torch: only when running
     from rightsize.service.models import JobPhase
@@ -88,7 +88,7 @@ def run_job(spec: JobSpec, args: argparse.Namespace) -> int:
     store = open_store(args)  # a bad URL fails here, before anything trains
     view = ProgressView(quiet=args.quiet)
     master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,
-                    oversubscribe=args.oversubscribe)  # fmt: skip
+                    oversubscribe=args.oversubscribe, launch=launch)  # fmt: skip
     failure = None
     with view, stop_signals(master):
         try:

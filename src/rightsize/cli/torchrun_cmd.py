@@ -19,7 +19,7 @@ from typing import Any
 
 from rightsize.cli.args import bounded
 from rightsize.cli.run_cmd import run_job
-from rightsize.cli.store_args import add_store_arguments
+from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
 from rightsize.core.limits import ITERATIONS, RESTARTS, WORKERS
@@ -51,8 +51,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                      "-m/--module, --run-path, and (ignored) --monitor-interval, "
                      "--start-method, --role, --log-dir, --redirects, --tee, --local-addr.")
     torchrun = parser.add_argument_group("torchrun's options")
-    torchrun.add_argument("--nproc-per-node", "--nproc_per_node", default="1", metavar="N",
-                          help="ranks to start with: a number, or cpu/gpu/auto (default 1)")
+    torchrun.add_argument("--nproc-per-node", "--nproc_per_node", default=None, metavar="N",
+                          help="ranks to start with: a number, or cpu/gpu/auto (default: the "
+                               "fastest shape a finished run of the same script and arguments "
+                               "measured, stored on this host; else 1)")
     torchrun.add_argument("--nnodes", default="1", help="hosts: only 1 (one host)")
     torchrun.add_argument("--node-rank", "--node_rank", type=int, default=0, help="only 0")
     torchrun.add_argument("--max-restarts", "--max_restarts", type=bounded(RESTARTS), default=0,
@@ -128,7 +130,23 @@ def run(args: argparse.Namespace) -> int:
     if args.report:  # before the job trains: a report that cannot be written would be lost
         check_output_path(args.report, "--report")
     spec = job_from_args(args)
-    return run_job(spec, args)
+    launch = None if args.nproc_per_node is not None else from_history(spec, args)
+    return run_job(spec, args, launch)
+
+
+def from_history(spec: JobSpec, args: argparse.Namespace):
+    """The fastest shape a finished run of the same script and arguments measured (the store's
+    history, as the service starts a job: DLRover §4.3), fitted into the budget; None if
+    there is none (the job starts with one rank)."""
+    from rightsize.runtime.backends.local import machine_resources
+    from rightsize.service import history
+
+    store = open_store(args)
+    try:
+        found = history.found(store, spec)
+    finally:
+        store.close()
+    return history.launch_plan(found, spec.budget.resources, machine_resources())
 
 
 def job_from_args(args: argparse.Namespace, machine: Any = None) -> JobSpec:
@@ -141,7 +159,7 @@ def job_from_args(args: argparse.Namespace, machine: Any = None) -> JobSpec:
 
     _check_one_host(args)
     machine = machine or machine_resources()
-    nproc = _nproc(args.nproc_per_node, machine.cpu_cores)
+    nproc = _nproc(args.nproc_per_node or "1", machine.cpu_cores)
     budget_cpu = parse_cpu(args.budget_cpu) if args.budget_cpu else machine.cpu_cores
     budget_memory = (parse_memory(args.budget_memory) if args.budget_memory
                      else machine.memory_bytes // 2)  # fmt: skip

@@ -337,6 +337,11 @@ class RuntimeSpec(_Spec):
         default=False,
         description="allow nodes, shapes and budgets larger than this machine",
     )
+    restart_payback: bool = Field(
+        default=True,
+        description="a plan that restarts a script's ranks (a new world size) is carried out "
+        "only if its predicted gain pays back the measured restart cost; false: always",
+    )
     state: Path | None = Field(
         default=None,
         description="the master's SQLite state file; none means CHECKPOINT_DIR/NAME.sqlite",

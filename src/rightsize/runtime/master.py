@@ -485,10 +485,17 @@ class Master:
         node.status = Status.DEAD
         script = self.job.script
         if script is not None and not stopping:
+            done_before = bool(script.done)
             script.exits[exit_.name] = exit_.returncode
             if exit_.returncode == 0 and not exit_.oom_killed:
                 self.backend.note(exit_.name, f"{exit_.name} ended: the script exited 0")
                 return  # this rank's part is done
+            if done_before:  # the group had finished: this rank failed on its way out
+                script.ended_late[exit_.name] = describe_exit(exit_, node)
+                self.backend.note(exit_.name, f"{exit_.name} ended after the script finished "
+                                  f"on another rank: {script.ended_late[exit_.name]}; not "
+                                  "restarted")  # fmt: skip
+                return
             script_group.check_started(self, exit_, node)
         if not stopping:  # nobody asked it to end: a failure
             self.job.failures.append(exit_)
@@ -597,7 +604,8 @@ class Master:
         changes, the measured cost of its last restart (or launch), the training a stop would
         throw away, and its steps left if its length is known; None for any other plan."""
         script = self.job.script
-        if script is None or plan.shape.n_workers == self.job.shape.n_workers:
+        if (script is None or not self.spec.runtime.restart_payback
+                or plan.shape.n_workers == self.job.shape.n_workers):  # fmt: skip
             return None
         cost = script.restart_cost()
         if cost is None:

@@ -94,6 +94,7 @@ def script_headline(master: Master, samples: list[dict[str, Any]]) -> dict[str, 
                        for start in script.starts],  # fmt: skip
             "failed_restarts": script.failed_restarts,
             "saves": len(script.saves_at),
+            "ended_after_the_script": dict(script.ended_late),
         },
         "accounting": script_accounting(script),
     }

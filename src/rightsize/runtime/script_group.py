@@ -57,6 +57,7 @@ def start_group(master: Master, shape: ClusterShape, begun_at: float, stop_s: fl
     ranks = rank_order(shape)
     host, port = master.open_store(len(ranks))
     script.exits.clear()
+    script.ended_late.clear()
     script.ledger.new_group(job.generation, len(ranks))
     start = GroupStart(job.generation, len(ranks), begun_at, stop_s, lost_s=lost_s)
     script.starts.append(start)

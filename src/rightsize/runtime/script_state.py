@@ -52,6 +52,9 @@ class ScriptState:
 
     ledger: SampleLedger = field(default_factory=SampleLedger)
     exits: dict[str, int] = field(default_factory=dict)  # rank -> exit code, this group
+    #: ranks that failed after another rank of their group had finished the script (gloo's
+    #: teardown aborts now and then, "terminate called without an active exception"): how
+    ended_late: dict[str, str] = field(default_factory=dict)
     failed_restarts: int = 0  # torchrun's restart count
     steps_before: int = 0  # optimizer steps every earlier group took (redone ones included)
     samples_before: int = 0  # samples every earlier group's ranks trained
@@ -65,12 +68,13 @@ class ScriptState:
 
     @property
     def done(self) -> set[str]:
-        """Ranks of the group that exited 0."""
-        return {name for name, code in self.exits.items() if code == 0}
+        """Ranks of the group that exited 0, or failed once another had (the script was over)."""
+        return {name for name, code in self.exits.items() if code == 0} | set(self.ended_late)
 
     def finished(self, shape: ClusterShape) -> bool:
-        """Every rank of the group exited 0."""
-        return bool(shape.workers) and all(self.exits.get(n.name) == 0 for n in shape.workers)
+        """Every rank of the group is done (see :attr:`done`)."""
+        done = self.done
+        return bool(done) and all(n.name in done for n in shape.workers)
 
     def save_period_s(self) -> float | None:
         """The script's median time between saves, once it has saved twice."""

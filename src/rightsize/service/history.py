@@ -104,9 +104,10 @@ def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
     if not shape.total().fits_within(free):
         return None
     fitted = "" if shape == best.shape else f", fitted into the budget as {shape.describe()}"
+    unit = "steps/s" if run.batch_size else "samples/s"  # a script's batch is its own
     return Plan(shape, Action.LAUNCH,
                 f"history: {run.name} ran {best.shape.describe()} at "
-                f"{best.steps_per_s:.3g} steps/s{fitted}",
+                f"{best.steps_per_s:.3g} {unit}{fitted}",
                 {"from_run": run.name, "steps_per_s": best.steps_per_s})  # fmt: skip
 
 

@@ -241,6 +241,13 @@ class LocalBackend:
         proc.log.close()
         remove_segments(proc.popen.pid)  # what a node killed mid-way could not unlink
         if proc.cgroup is not None:
+            # a node's own children (a user script's DataLoader workers) outlive it by up to
+            # their watchdog's 5 s, and a cgroup with a process in it cannot be removed
+            for pid in proc.cgroup.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             proc.cgroup.remove()
 
 

@@ -1,0 +1,136 @@
+"""Right-sizing torchrun scripts: each policy from a too-small start against the best static shape.
+
+Issue 37 item 7. For each script (``CASES``, or ``--script``):
+
+1. **sweep** the static shapes a 2-cpu budget allows (1 rank of 0.5, 1 and 2 cpu; 2 ranks of
+   0.5 and 1): each runs the script's whole job under ``rightsize torchrun --policy static``;
+   the **best static** shape is the one with the shortest JCT (the report's wall time);
+2. run it from a **too-small start** (1 rank of 0.5 cpu on the 2-cpu budget) under each
+   policy, and report its JCT over the best static's (goal: within 10%), its moves, and for
+   each move taken whether it paid, judged afterwards from what was measured: the samples
+   trained between the move and the next (or the end), ``n = v1 × Δt``, would have taken
+   ``n / v0`` at the speed before; the move cost its restart (stop to first step) and the
+   training it threw away (``lost_s``), trained again at ``v1``. It paid if
+   ``n / v0 > Δt + restart_s + lost_s × v0 / v1``.
+
+Every run happens in a directory of its own (no snapshot leaks between runs).
+
+    python benchmarks/torchrun_rightsizing.py --out benchmarks/results/torchrun_rightsizing.json
+    python benchmarks/torchrun_rightsizing.py --cases slow-data --policies goodput --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_io import write_report
+from torchrun_common import ROOT, load_note, rightsize_torchrun
+
+STATIC_SHAPES = ((1, 0.5), (1, 1.0), (1, 2.0), (2, 0.5), (2, 1.0))
+START = (1, 0.5)  # too small: a quarter of the budget
+POLICIES = ("goodput", "dlrover", "nearchus+")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    script: Path
+    args: str
+    why: str
+
+
+CASES = {
+    "slow-data": Case("slow-data", ROOT / "tests" / "scripts" / "slow_data.py",
+                      "--epochs 24 --samples 2048 --delay-ms 1",
+                      "DDP + DistributedSampler, each sample waits 1 ms to be read: I/O-bound"),
+    "ddp-mlp": Case("ddp-mlp", ROOT / "examples" / "torchrun" / "train_ddp.py",
+                    "--epochs 10 --samples 32768 --width 1024",
+                    "DDP + DistributedSampler, a 3-layer MLP of width 1024: compute-bound"),
+}  # fmt: skip
+
+
+def shape_options(n: int, cpu: float) -> list[str]:
+    return ["--nproc-per-node", str(n), "--cpu-per-proc", f"{cpu:g}", "--budget-cpu", "2",
+            "--max-nproc", "2"]  # fmt: skip
+
+
+def run_once(case: Case, options: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:  # the script's snapshots stay in here
+        run, report = rightsize_torchrun(case.script, shlex.split(case.args), options, Path(tmp),
+                                         name=case.name)  # fmt: skip
+    if run.returncode or report is None:
+        raise SystemExit(f"{case.name} {options} failed:\n{run.output[-3000:]}")
+    return report
+
+
+def paid(move: dict, end_s: float, next_s: float | None) -> dict:
+    """The move judged afterwards (see the module's doc)."""
+    v0, v1 = move["samples_per_s_before"], move["samples_per_s_after"]
+    restart, lost = move.get("restart_s") or move.get("transition_s") or 0.0, move.get("lost_s") or 0.0
+    if not v0 or not v1:
+        return {"paid": None, "net_s": None}
+    span = (next_s if next_s is not None else end_s) - move["time_s"]
+    net = span * v1 / v0 - (span + restart + lost * v0 / v1)
+    return {"paid": net > 0, "net_s": net}
+
+
+def policy_row(case: Case, policy: str) -> dict:
+    report = run_once(case, [*shape_options(*START), "--policy", policy])
+    taken = [m for m in report["moves"] if m["taken"]]
+    moves = []
+    for i, move in enumerate(taken):
+        after = taken[i + 1]["time_s"] if i + 1 < len(taken) else None
+        moves.append({**{k: move[k] for k in ("time_s", "action", "reason", "restart_s",
+                                               "lost_s", "samples_per_s_before",
+                                               "samples_per_s_after")},
+                      **paid(move, report["wall_time_s"], after)})  # fmt: skip
+    declined = [m["reason"] for m in report["moves"] if not m["taken"] and "not taken" in m["reason"]]
+    return {"policy": policy, "jct_s": report["wall_time_s"], "moves": moves,
+            "declined": declined, "final_shape": report["final_shape"],
+            "groups": len(report["script"]["groups"])}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
+    parser.add_argument("--script", help="a script of your own (with --args) instead")
+    parser.add_argument("--args", default="", help="its arguments, one string")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--quick", action="store_true", help="two static shapes: checks it works")
+    parser.add_argument("--out", default="benchmarks/results/torchrun_rightsizing.json")
+    args = parser.parse_args(argv)
+    cases = ([Case(Path(args.script).stem, Path(args.script).resolve(), args.args, "--script")]
+             if args.script else [CASES[c] for c in args.cases.split(",")])  # fmt: skip
+    shapes = STATIC_SHAPES[:2] if args.quick else STATIC_SHAPES
+    results = []
+    for case in cases:
+        sweep = []
+        for n, cpu in shapes:
+            report = run_once(case, [*shape_options(n, cpu), "--policy", "static"])
+            sweep.append({"ranks": n, "cpu": cpu, "jct_s": report["wall_time_s"]})
+            print(f"{case.name}: static {n} x {cpu:g} cpu: {report['wall_time_s']:.1f}s", flush=True)
+        best = min(sweep, key=lambda r: r["jct_s"])
+        rows = []
+        for policy in args.policies.split(","):
+            row = policy_row(case, policy)
+            row["jct_over_best"] = row["jct_s"] / best["jct_s"]
+            rows.append(row)
+            unpaid = sum(1 for m in row["moves"] if m["paid"] is False)
+            print(f"{case.name}: {policy} from {START[0]} x {START[1]:g}: {row['jct_s']:.1f}s = "
+                  f"{row['jct_over_best']:.2f} x best static ({best['ranks']} x {best['cpu']:g}); "
+                  f"{len(row['moves'])} moves, {unpaid} did not pay, "
+                  f"{len(row['declined'])} declined", flush=True)  # fmt: skip
+        results.append({"case": case.name, "script": str(case.script), "args": case.args,
+                        "why": case.why, "sweep": sweep, "best_static": best,
+                        "start": {"ranks": START[0], "cpu": START[1]}, "policies": rows})  # fmt: skip
+    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py "
+                            + " ".join(argv or []), "results": results, "load": load_note()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
