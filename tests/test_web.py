@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 CHROMIUM = Path(os.environ.get("RIGHTSIZE_CHROMIUM", "/usr/bin/chromium"))
 SCREENSHOTS = Path(__file__).parents[1] / "docs" / "screenshots"
 EXAMPLES = Path(__file__).parents[1] / "examples"
+SCRIPTS = Path(__file__).parent / "scripts"
 #: Chromium as issue 20 runs it: nothing started that would reach the network.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
@@ -299,6 +300,61 @@ def _runner_cgroups(service_pid: int) -> list[tuple[int, int]]:
         if found:
             return found
     return found
+
+
+def fill_script_job(page, url: str, name: str, script: Path) -> None:
+    page.goto(f"{url}/ui/#/submit")
+    page.get_by_label("your own training script").check()
+    expect(page.get_by_label("Workload", exact=True)).to_be_hidden()
+    expect(page.get_by_label("Policy")).to_have_value("goodput")  # a script's default
+    page.get_by_label("Job name").fill(name)
+    page.get_by_label("Training script", exact=True).set_input_files(str(script))
+
+
+def test_a_script_that_does_not_parse_is_shown_by_its_file_field(page, service, tmp_path):
+    url, token, _ = service
+    sign_in(page, url, token)
+    broken = tmp_path / "broken.py"
+    broken.write_text("def main(:\n    pass\n")
+    fill_script_job(page, url, "broken-script", broken)
+    page.get_by_role("button", name="Submit").click()
+    error = page.locator('[data-field="script"] .error')
+    expect(error).to_contain_text("line 1")
+    expect(page.locator('[data-field="script"]')).to_have_class(re.compile("invalid"))
+    expect(page.get_by_label("Training script", exact=True)).to_be_focused()
+    # the file parses now; a rank's CPU the job refuses is shown by its own field
+    page.get_by_label("Training script", exact=True).set_input_files(str(SCRIPTS / "no_save.py"))
+    page.get_by_label("CPU per rank").fill("lots")
+    page.get_by_role("button", name="Submit").click()
+    rank_cpu = page.locator('[data-field="initial_shape.workers.cpu"] .error')
+    expect(rank_cpu).to_contain_text("cpu 'lots'")
+    expect(error).to_be_empty()
+    jobs = page.request.get(f"{url}/jobs", headers={"Authorization": f"Bearer {token}"}).json()
+    assert "broken-script" not in [j["name"] for j in jobs]  # nothing was queued
+
+
+def test_an_uploaded_script_runs_on_its_ranks_to_the_end(page, service):
+    url, token, _ = service
+    sign_in(page, url, token)
+    fill_script_job(page, url, "own-script", SCRIPTS / "no_save.py")
+    page.get_by_label("Script arguments").fill("--steps 300")
+    page.get_by_label("Ranks", exact=True).fill("1")
+    page.get_by_label("CPU per rank").fill("1")
+    page.get_by_label("Memory per rank").fill("1Gi")
+    page.get_by_label("CPU budget").fill("1")
+    page.get_by_label("Memory budget").fill("2Gi")
+    page.get_by_label("Policy").select_option("static")
+    page.get_by_role("button", name="Preview").click()  # the script is uploaded for it
+    expect(page.locator("#preview")).to_contain_text("1 worker")
+    shot(page, "submit-script")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.get_by_role("heading", name="own-script")).to_be_visible()
+    expect(page.locator("#script")).to_contain_text("no_save.py")
+    expect(page.locator("#args")).to_have_text("--steps 300")
+    expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
+    expect(page.locator("#moves")).to_be_visible()  # the report's moves (static: none)
+    page.goto(f"{url}/ui/#/jobs")
+    expect(page.locator('tr[data-job="own-script"]')).to_contain_text("no_save.py --steps 300")
 
 
 def test_submit_follow_cancel_and_compare_real_jobs(page, service):

@@ -62,6 +62,18 @@ function budgetText(budget) {
   return parts.join(", ") || "–";
 }
 
+// A script job's stored workload is its label: script:train.py@<hash of its text> (or
+// module:NAME); its dataset, the script's arguments.
+function scriptOf(job) {
+  const found = /^(script|module):(.+?)(?:@([0-9a-f]+))?$/.exec(job.workload || "");
+  return found && { name: found[2], hash: found[3] };
+}
+
+function programText(job) {
+  const script = scriptOf(job);
+  return script ? [script.name, job.dataset].filter(Boolean).join(" ") : `${job.workload} / ${job.dataset}`;
+}
+
 function elapsed(job) {
   if (!job.started_at) return null;
   return (job.finished_at || Date.now() / 1000) - job.started_at;
@@ -146,7 +158,7 @@ function queueTable(rows, columns) {
 const QUEUE_COLUMNS = [
   { label: "job", cell: (r) => h("a", { href: `#/jobs/${encodeURIComponent(r.job.name)}` }, r.job.name) },
   { label: "phase", cell: (r) => phaseBadge(r.job.phase) },
-  { label: "workload", cell: (r) => `${r.job.workload} / ${r.job.dataset}` },
+  { label: "workload", cell: (r) => programText(r.job) },
   { label: "budget", cell: (r) => budgetText(r.job.budget) },
   { label: "shape", cell: (r) => (r.latest ? r.latest.shape : "–") },
   { label: "throughput", num: true, cell: (r) => rate(r.latest && r.latest.samples_per_s) },
@@ -212,19 +224,37 @@ function clearErrors(form) {
   form.querySelectorAll(".error").forEach((e) => { e.textContent = ""; });
 }
 
+// A name's field, or the first shown of its stand-ins (a hidden field shows nothing).
+const ALIASES = {
+  steps: ["length_count"], epochs: ["length_count"],
+  initial_shape: ["initial_shape.workers.count", "budget.cpu"], source: ["source", "script"],
+};
+
+function fieldNamed(form, name) {
+  for (const alias of ALIASES[name] || [name]) {
+    const found = form.querySelector(`[data-field="${CSS.escape(alias)}"]`);
+    if (found && !found.closest("[hidden]")) return found;
+  }
+  return null;
+}
+
+// pydantic names a union's member in loc (initial_shape, then literal['auto'] or ShapeSpec):
+// no field of the form; and beside the member's own error, "should be 'auto'" is noise.
+const unionTag = (part) => /^(literal\[|[A-Z])/.test(String(part));
+
+function errorItems(detail) {
+  const items = Array.isArray(detail) ? detail : [{ loc: [], msg: String(detail) }];
+  const kept = items.filter((item) => items.length === 1 || !unionTag((item.loc || []).at(-1)));
+  return kept.map((item) => ({ ...item, loc: (item.loc || []).filter((p) => p !== "body" && !unionTag(p)) }));
+}
+
 function showErrors(form, detail) {
   clearErrors(form);
   const general = form.querySelector(".error[tabindex]");  // the form's own, above its fields
-  const items = Array.isArray(detail) ? detail : [{ loc: [], msg: String(detail) }];
   let first = null;
-  for (const item of items) {
-    const path = (item.loc || []).filter((p) => p !== "body");
+  for (const item of errorItems(detail)) {
     let target = null;
-    for (let n = path.length; n > 0 && !target; n -= 1) {
-      const name = path.slice(0, n).join(".");
-      const alias = { steps: "length_count", epochs: "length_count", "initial_shape": "budget.cpu" }[name] || name;
-      target = form.querySelector(`[data-field="${CSS.escape(alias)}"]`);
-    }
+    for (let n = item.loc.length; n > 0 && !target; n -= 1) target = fieldNamed(form, item.loc.slice(0, n).join("."));
     const box = target ? target.querySelector(".error") : general;
     if (target) target.classList.add("invalid");
     box.textContent = box.textContent ? `${box.textContent}; ${item.msg}` : item.msg;
@@ -274,6 +304,57 @@ function recommendationPanel(answer) {
     (answer.srift.notes || []).map((n) => h("p", { class: "muted" }, `note: ${n}`)),
     part("Srift: the best configurations (CAP and TAP beside them)", "srift-plans", answer.srift),
     part("FC2: Cost-Opt, Time-Opt, Scala-Opt (and Scala-Opt-M)", "fc2-plans", answer.fc2, answer.fc2.header));
+}
+
+// -- submit: your own training script ----------------------------------------------------
+// A torchrun script run unchanged on every rank (rightsize torchrun): it decides its data,
+// batch and length itself, so the form asks for its arguments and its ranks only.
+const SCRIPT = "script";  // the "What to train" choice for a script
+
+// Words as a shell splits them: quotes keep spaces ('--title "a b"' is two words).
+function splitArgs(text) {
+  const words = text.match(/(?:"[^"]*"|'[^']*'|[^\s"'])+/g) || [];
+  return words.map((w) => w.replace(/"([^"]*)"|'([^']*)'/g, "$1$2"));
+}
+
+// The name POST /scripts accepts: letters, digits, _ . - (not first), ending in .py.
+function scriptFileName(name) {
+  const stem = name.replace(/\.py$/, "").replace(/[^A-Za-z0-9_.-]+/g, "_").replace(/^[^A-Za-z0-9]+/, "");
+  return `${(stem || "train").slice(0, 60)}.py`;
+}
+
+function kindChoice(onchange) {
+  const choice = (value, label) => h("label", {},
+    h("input", { type: "radio", name: "kind", value, checked: value !== SCRIPT, onchange }), ` ${label}`);
+  return h("fieldset", { class: "field" }, h("legend", {}, "What to train"),
+    choice("zoo", "a zoo workload"), choice(SCRIPT, "your own training script"));
+}
+
+function scriptFields() {
+  return [
+    field("script", "Training script", h("input", { type: "file", accept: ".py,text/x-python" }),
+          "a torchrun script (e.g. DDP over gloo), run unchanged on every rank in your job's cgroups"),
+    field("args", "Script arguments", h("input", { placeholder: "--epochs 3" }), "its command line after the file; quotes keep spaces"),
+    field("initial_shape.workers.count", "Ranks", h("input", { type: "number", min: 1, value: 1 }), "to start with; empty: the policy chooses"),
+    field("initial_shape.workers.cpu", "CPU per rank", h("input", { value: "1" }), "e.g. 1 or 500m"),
+    field("initial_shape.workers.memory", "Memory per rank", h("input", { value: "1Gi" }), "e.g. 1Gi"),
+  ];
+}
+
+// The file first (its errors land by its own field, as a workload file's do), then the job.
+async function scriptJobFromForm(form) {
+  const value = (name) => form.elements[name].value.trim();
+  const file = form.elements.script.files[0];
+  if (!file) throw new ApiError(422, [{ loc: ["body", "script"], msg: "choose your training script (a .py file)" }]);
+  const upload = { name: scriptFileName(file.name), source: await file.text() };
+  const { script } = await api("POST", "/scripts", upload);
+  const ranks = value("initial_shape.workers.count");
+  const rank = { count: Number(ranks), cpu: value("initial_shape.workers.cpu"), memory: value("initial_shape.workers.memory") };
+  return {
+    name: value("name"), script, args: splitArgs(value("args")),
+    budget: { cpu: value("budget.cpu"), memory: value("budget.memory") },
+    initial_shape: ranks ? { workers: rank } : "auto", policy: { name: value("policy.name") },
+  };
 }
 
 async function submitPage() {
@@ -340,39 +421,61 @@ async function submitPage() {
       showErrors(cloudForm, exc.detail !== undefined ? exc.detail : exc.message);
     }
   }
+  const zooOnly = [], scriptOnly = [];
+  const showKind = () => {
+    const own = form.elements.kind.value === SCRIPT;
+    zooOnly.forEach((group) => { group.hidden = own; });
+    scriptOnly.forEach((group) => { group.hidden = !own; });
+    form.elements["policy.name"].value = own ? "goodput" : "nearchus+";
+    clearErrors(form);
+    result.replaceChildren();
+  };
+  const group = (list, hidden, ...fields) => {  // fields shown for one choice only
+    const g = h("div", { class: "fields", hidden }, fields);
+    list.push(g);
+    return g;
+  };
   const form = h("form", { class: "job", novalidate: true },
     h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
+    kindChoice(showKind),
     field("name", "Job name", h("input", { value: "my-job", required: true })),
-    field("workload", "Workload", workload),
-    field("dataset", "Dataset", dataset),
-    uploadFields,
-    field("options", "Model options", h("input", { placeholder: '{"width": 2}' }), "JSON, optional"),
-    field("dataset_size", "Dataset size", h("input", { type: "number", min: 1, value: 20000 }), "samples (synthetic data)"),
-    field("batch_size", "Batch per worker", h("input", { type: "number", min: 1, value: 512 }), "samples per step"),
-    field("length_kind", "Train for", lengthKind),
-    field("length_count", "How many", h("input", { type: "number", min: 1, value: 1 }), "epochs or steps"),
-    field("strategy", "Strategy", h("select", {}, choices.strategies.map((s) => h("option", { value: s }, s)))),
+    group(scriptOnly, true, scriptFields()),
+    group(zooOnly, false,
+      field("workload", "Workload", workload),
+      field("dataset", "Dataset", dataset),
+      uploadFields,
+      field("options", "Model options", h("input", { placeholder: '{"width": 2}' }), "JSON, optional"),
+      field("dataset_size", "Dataset size", h("input", { type: "number", min: 1, value: 20000 }), "samples (synthetic data)"),
+      field("batch_size", "Batch per worker", h("input", { type: "number", min: 1, value: 512 }), "samples per step"),
+      field("length_kind", "Train for", lengthKind),
+      field("length_count", "How many", h("input", { type: "number", min: 1, value: 1 }), "epochs or steps"),
+      field("strategy", "Strategy", h("select", {}, choices.strategies.map((s) => h("option", { value: s }, s))))),
     field("budget.cpu", "CPU budget", h("input", { value: "2" }), "cores the job may hold at most, e.g. 2 or 1500m"),
     field("budget.memory", "Memory budget", h("input", { value: "4Gi" }), "e.g. 4Gi"),
     field("policy.name", "Policy", h("select", {}, choices.policies.map((p) => h("option", { value: p, selected: p === "nearchus+" }, p)))),
-    field("constraints.deadline", "Deadline", h("input", { placeholder: "2h" }), "optional, for plans"),
-    field("constraints.budget", "Dollar budget", h("input", { placeholder: "$30" }), "optional, for plans"),
+    group(zooOnly, false,
+      field("constraints.deadline", "Deadline", h("input", { placeholder: "2h" }), "optional, for plans"),
+      field("constraints.budget", "Dollar budget", h("input", { placeholder: "$30" }), "optional, for plans")),
     h("div", { class: "actions" },
       h("button", { type: "button", id: "preview-button", onclick: () => send("/jobs/preview") }, "Preview"),
       h("button", { type: "submit", class: "primary" }, "Submit")));
   form.addEventListener("submit", (event) => { event.preventDefault(); send("/jobs"); });
   fillDatasets();
+  async function zooJob() {
+    const job = jobFromForm(form);
+    if (workload.value === UPLOAD) {  // the file first: its errors land by its own fields
+      const file = uploadFile.files[0];
+      if (!file) throw new ApiError(422, [{ loc: ["body", "source"], msg: "choose the workload file" }]);
+      const name = file.name.replace(/\.py$/, "").toLowerCase().replace(/[^a-z0-9_]+/g, "_").replace(/^[^a-z]+/, "") || "workload";
+      const body = { name: name.slice(0, 40), source: await file.text(), factory: form.elements.factory.value.trim() };
+      job.workload = (await api("POST", "/workloads", body)).workload;
+      delete job.dataset;
+    }
+    return job;
+  }
   async function send(path) {
     try {
-      const job = jobFromForm(form);
-      if (workload.value === UPLOAD) {  // the file first: its errors land by its own fields
-        const file = uploadFile.files[0];
-        if (!file) throw new ApiError(422, [{ loc: ["body", "source"], msg: "choose the workload file" }]);
-        const name = file.name.replace(/\.py$/, "").toLowerCase().replace(/[^a-z0-9_]+/g, "_").replace(/^[^a-z]+/, "") || "workload";
-        const body = { name: name.slice(0, 40), source: await file.text(), factory: form.elements.factory.value.trim() };
-        job.workload = (await api("POST", "/workloads", body)).workload;
-        delete job.dataset;
-      }
+      const job = form.elements.kind.value === SCRIPT ? await scriptJobFromForm(form) : await zooJob();
       const answer = await api("POST", path, job);
       clearErrors(form);
       if (path === "/jobs") location.hash = `#/jobs/${encodeURIComponent(answer.name)}`;
@@ -382,10 +485,10 @@ async function submitPage() {
       showErrors(form, exc.detail !== undefined ? exc.detail : exc.message);
     }
   }
-  main.replaceChildren(h("h1", {}, "Submit a job"), form, result,
+  main.replaceChildren(h("h1", {}, "Submit a job"), form, result, group(zooOnly, false,
     h("h2", {}, "Where it would run in a cloud"),
     h("p", { class: "muted" }, "Srift's and FC2's recommendations for the workload above, with its deadline and dollar budget."),
-    cloudForm, recommendations);
+    cloudForm, recommendations));
 }
 
 // -- one run ------------------------------------------------------------------------------
@@ -455,6 +558,7 @@ function describeShape(shape) {
 }
 
 function accountingText(accounting) {
+  if (accounting && !accounting.checked && accounting.data) return accounting.data;  // a script's own sampler
   if (!accounting || !accounting.checked) return "not checked yet";
   return accounting.exactly_once ? "every sample trained exactly once per epoch" : "NOT exactly once: see the report";
 }
@@ -477,6 +581,29 @@ async function downloadReport(name) {
   link.remove();
 }
 
+// What the job trains: a workload and dataset, or a script and its arguments.
+function programFacts(job) {
+  const script = scriptOf(job);
+  if (!script) return [h("dt", {}, "workload"), h("dd", {}, `${job.workload} on ${job.dataset}, batch ${job.batch_size}, ${job.policy}`)];
+  return [h("dt", {}, "script"), h("dd", { id: "script" }, script.name, script.hash ? h("span", { class: "muted" }, ` (text ${script.hash})`) : null),
+          h("dt", {}, "arguments"), h("dd", { id: "args" }, job.dataset || "none"),
+          h("dt", {}, "policy"), h("dd", {}, job.policy)];
+}
+
+function movesTable(moves) {
+  if (!moves.length) return h("p", { class: "muted", id: "moves" }, "none: no plan after the launch");
+  return h("div", { class: "table-wrap" }, h("table", { id: "moves" },
+    h("thead", {}, h("tr", {}, ["at", "action", "taken", "reason"].map((t) => h("th", {}, t)))),
+    h("tbody", {}, moves.map((m) => h("tr", {},
+      h("td", {}, `${m.time_s.toFixed(1)} s`), h("td", {}, m.action), h("td", {}, m.taken ? "yes" : "no"), h("td", {}, m.reason))))));
+}
+
+// A script job's report's moves: each plan after the launch, taken or not, and why.
+async function movesSection(path) {
+  const report = await api("GET", `${path}/report`).catch(() => null);
+  return report && Array.isArray(report.moves) ? [h("h2", {}, "Moves"), movesTable(report.moves)] : [];
+}
+
 async function runPage(name) {
   const path = `/jobs/${encodeURIComponent(name)}`;
   let samples = [];
@@ -488,9 +615,10 @@ async function runPage(name) {
     chartBox("chart-network", "Network per node"));
   const nodes = h("div", {});
   const timeline = h("div", {});
+  const moves = h("div", {});
   main.replaceChildren(h("h1", {}, name), header, h("h2", {}, "Charts"), charts,
-                       h("h2", {}, "Nodes now"), nodes, h("h2", {}, "Timeline of shapes"), timeline);
-  let done = false;
+                       h("h2", {}, "Nodes now"), nodes, h("h2", {}, "Timeline of shapes"), timeline, moves);
+  let done = false, movesAsked = false;
   const refresh = async () => {
     const detail = await api("GET", path);
     const fresh = await api("GET", `${path}/samples?after=${samples.length ? samples[samples.length - 1].seq : 0}`);
@@ -506,7 +634,7 @@ async function runPage(name) {
     const latest = samples[samples.length - 1];
     header.replaceChildren(h("div", { class: "panel" }, h("dl", { class: "facts" },
       h("dt", {}, "phase"), h("dd", { id: "phase" }, phaseBadge(job.phase)),
-      h("dt", {}, "workload"), h("dd", {}, `${job.workload} on ${job.dataset}, batch ${job.batch_size}, ${job.policy}`),
+      programFacts(job),
       h("dt", {}, "budget"), h("dd", {}, budgetText(job.budget)),
       h("dt", {}, "started"), h("dd", {}, `${when(job.started_at)}${job.launch_source ? ` from ${job.launch_source}: ${job.launch_note}` : ""}`),
       h("dt", {}, "throughput now"), h("dd", { id: "throughput-now" }, rate(latest && latest.samples_per_s)),
@@ -520,6 +648,10 @@ async function runPage(name) {
     drawRunCharts(charts, samples);
     nodes.replaceChildren(latestNodesTable(latest));
     timeline.replaceChildren(timelineTable(detail.shapes));
+    if (!movesAsked && scriptOf(job) && HAS_REPORT.has(job.phase)) {
+      movesAsked = true;
+      moves.replaceChildren(...await movesSection(path));
+    }
   };
   await refresh();
   const timer = setInterval(() => { if (!done) refresh().catch(() => {}); }, POLL_MS);
@@ -560,7 +692,7 @@ async function runsPage() {
         h("td", {}, h("input", { type: "checkbox", "aria-label": `compare ${j.name}`, checked: chosen.has(j.name),
           onchange: (e) => { e.target.checked ? chosen.add(j.name) : chosen.delete(j.name); compare.disabled = chosen.size < 2; } })),
         h("td", {}, h("a", { href: `#/jobs/${encodeURIComponent(j.name)}` }, j.name)),
-        h("td", {}, phaseBadge(j.phase)), h("td", {}, `${j.workload} / ${j.dataset}`), h("td", {}, j.policy),
+        h("td", {}, phaseBadge(j.phase)), h("td", {}, programText(j)), h("td", {}, j.policy),
         h("td", {}, when(j.finished_at)), h("td", { class: "num" }, duration(j.measured_time_s)),
         h("td", { class: "num" }, rate(j.best_samples_per_s)), h("td", { class: "num" }, coreHours(j.measured_core_h)))))));
   };
