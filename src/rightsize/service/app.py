@@ -65,7 +65,9 @@ def job_choices() -> dict[str, Any]:
     from rightsize.workloads.registry import WorkloadRegistry
 
     return {**WorkloadRegistry().listing(), "policies": policy_names(),
-            "strategies": [str(s) for s in Strategy]}  # fmt: skip
+            "strategies": [str(s) for s in Strategy],
+            # what may size each strategy's jobs (a script's ranks are allreduce)
+            "policies_by_strategy": {str(s): policy_names(s) for s in Strategy}}  # fmt: skip
 
 
 def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None = None,

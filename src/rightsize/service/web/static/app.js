@@ -736,7 +736,7 @@ async function simulationsPage() {
                       h("option", { value: "upload" }, "a CSV of my own"));
   const file = h("input", { type: "file", accept: ".csv,text/csv" });
   const policies = h("fieldset", { class: "field", "data-field": "policies" }, h("legend", {}, "Policies"),
-    choices.policies.map((p) => h("label", {}, h("input", { type: "checkbox", name: "policy", value: p, checked: defaults.has(p) }), ` ${p}`)),
+    choices.policies_by_strategy.ps.map((p) => h("label", {}, h("input", { type: "checkbox", name: "policy", value: p, checked: defaults.has(p) }), ` ${p}`)),
     h("p", { class: "error", id: "error-policies", role: "alert" }));
   const form = h("form", { class: "job", novalidate: true },
     h("p", { class: "error", id: "error-form", role: "alert", tabindex: "-1", style: "grid-column: 1 / -1" }),
