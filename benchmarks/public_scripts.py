@@ -159,7 +159,8 @@ def plain(case: dict) -> dict:
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=case["dir"], capture_output=True, text=True, timeout=1800)
     return {"wall_s": time.monotonic() - t0, "code": done.returncode,
-            "iter_ms": iteration_ms(done.stdout)}  # fmt: skip
+            "iter_ms": iteration_ms(done.stdout),
+            "aborted_at_exit": "terminate called without an active exception" in done.stderr}  # fmt: skip
 
 
 def ours(case: dict, options: list[str], kill_after_save: bool = False) -> dict:
@@ -208,10 +209,11 @@ def overhead(case: dict, repeats: int) -> dict:
     for _ in range(repeats):
         a = plain(case)
         b = ours(case, ["--nproc-per-node", "2", "--cpu-per-proc", "1", "--policy", "static"])
-        if a["code"] or b["code"]:
+        if b["code"]:  # (plain torchrun may fail after its last step: gloo's teardown abort)
             raise SystemExit(f"a run failed: {b['stderr']}")
         row = {"plain_wall_s": a["wall_s"], "rightsize_wall_s": b["wall_s"],
-               "wall_ratio": b["wall_s"] / a["wall_s"]}  # fmt: skip
+               "wall_ratio": b["wall_s"] / a["wall_s"], "plain_exit": a["code"],
+               "plain_aborted_at_exit": a["aborted_at_exit"]}  # fmt: skip
         if a["iter_ms"] and b["iter_ms"]:
             row["plain_iter_ms"] = statistics.median(a["iter_ms"])
             row["rightsize_iter_ms"] = statistics.median(b["iter_ms"])
@@ -228,7 +230,10 @@ def grown(case: dict, policy: str) -> dict:
              "--max-nproc", "2"]  # fmt: skip
     kept = ours(case, [*start, "--policy", "static"])
     moved = ours(case, [*start, "--policy", policy])
-    report = moved["report"] or {}
+    for run in (kept, moved):
+        if run["code"] or run["report"] is None:
+            raise SystemExit(f"a run failed ({run['code']}): {run['stderr']}")
+    report = moved["report"]
     return {"policy": policy, "code": moved["code"], "static_jct_s": kept["report"]["wall_time_s"],
             "jct_s": report.get("wall_time_s"), "final_shape": report.get("final_shape"),
             "moves": [{k: m[k] for k in ("time_s", "action", "taken", "reason", "restart_s",

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=float, default=1.0, help="each rank's cpu")
     parser.add_argument("--out", default="benchmarks/results/torchrun_restarts.json")
     args = parser.parse_args(argv)
+    out = Path(args.out).resolve()  # the run happens in a folder of its own
     worlds = [int(w) for w in args.worlds.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         data = {"name": "restarts", "script": str(Path(args.script).resolve()),
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "moves": report["moves"], "wall_time_s": report["wall_time_s"],
         "load": [before, load_note()],
     }  # fmt: skip
-    write_report(args.out, result)
+    write_report(out, result)
     for row in rows:
         parts = ", ".join(f"{k} {row[k]:.2f}" for k in PARTS if row.get(k) is not None)
         print(f"{row['from']} -> {row['to']} ranks: {parts}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ class Case:
     script: Path
     args: str
     why: str
+    cwd: Path | None = None  # a script that reads its data from where it runs (nanoGPT)
+    state: tuple[str, ...] = ()  # what it leaves in cwd that the next run must not find
 
 
 CASES = {
@@ -60,7 +63,10 @@ def shape_options(n: int, cpu: float) -> list[str]:
 
 def run_once(case: Case, options: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:  # the script's snapshots stay in here
-        run, report = rightsize_torchrun(case.script, shlex.split(case.args), options, Path(tmp),
+        cwd = case.cwd or Path(tmp)
+        for name in case.state:
+            shutil.rmtree(cwd / name, ignore_errors=True)
+        run, report = rightsize_torchrun(case.script, shlex.split(case.args), options, cwd,
                                          name=case.name)  # fmt: skip
     if run.returncode or report is None:
         raise SystemExit(f"{case.name} {options} failed:\n{run.output[-3000:]}")
@@ -101,10 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args", default="", help="its arguments, one string")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--quick", action="store_true", help="two static shapes: checks it works")
+    parser.add_argument("--public", metavar="DIR", help="also the public scripts prepared in DIR "
+                        "by benchmarks/public_scripts.py --prepare (nanoGPT)")
     parser.add_argument("--out", default="benchmarks/results/torchrun_rightsizing.json")
     args = parser.parse_args(argv)
     cases = ([Case(Path(args.script).stem, Path(args.script).resolve(), args.args, "--script")]
-             if args.script else [CASES[c] for c in args.cases.split(",")])  # fmt: skip
+             if args.script else [CASES[c] for c in args.cases.split(",") if c])  # fmt: skip
+    if args.public:
+        from public_scripts import NANOGPT_ARGS
+
+        nano = Path(args.public).resolve() / "nanogpt"
+        cases.append(Case("nanogpt", nano / "train.py", " ".join(
+            [*NANOGPT_ARGS, "--max_iters=3000", "--lr_decay_iters=3000"]),
+            "karpathy/nanoGPT train.py: DDP, gradient accumulation, np.memmap batches",
+            cwd=nano, state=("out-synthetic", "checkpoints")))  # fmt: skip
     shapes = STATIC_SHAPES[:2] if args.quick else STATIC_SHAPES
     results = []
     for case in cases:

@@ -129,6 +129,30 @@ def test_local_backend_limits_and_resizes_a_process_in_place(tmp_path):
 
 
 @pytest.mark.integration
+def test_a_burst_quota_keeps_its_average_and_lets_a_period_s_worth_through(tmp_path):
+    backend = LocalBackend(Isolation.AUTO, tmp_path / "logs", warn=print, cpu_burst=True)
+    try:
+        if backend.cgroups is None:
+            pytest.skip("no cgroups here")
+        node = NodeSpec("w", NodeRole.WORKER, Resources(0.3, GI))
+        backend.launch(node, [sys.executable, "-c", BUSY], {})
+        cpu_dir = backend.procs["w"].cgroup._dir("cpu")
+        burst = cpu_dir / ("cpu.max.burst" if backend.cgroups.hierarchy.version == 2
+                           else "cpu.cfs_burst_us")  # fmt: skip
+        if not burst.exists():
+            pytest.skip("this kernel has no CFS burst")
+        assert int(burst.read_text()) == 30_000  # one period's quota
+        time.sleep(0.5)
+        assert _cpu_rate(backend, "w", window_s=3.0) < 0.3 * 1.15  # the average holds
+        backend.resize("w", Resources(0.5, GI))
+        assert int(burst.read_text()) == 50_000
+        backend.resize("w", Resources(0.2, GI))  # below the old burst: the kernel allows it
+        assert int(burst.read_text()) == 20_000
+    finally:
+        backend.close()
+
+
+@pytest.mark.integration
 def test_affinity_fallback_pins_and_measures(tmp_path):
     backend = LocalBackend(Isolation.AFFINITY, tmp_path / "logs", warn=print)
     try:

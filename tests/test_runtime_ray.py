@@ -57,6 +57,14 @@ def ray_job(tmp_path, cluster, **fields):
     return job_spec(tmp_path, runtime=runtime, **fields)
 
 
+def remove_then_add() -> list:
+    """A scripted policy's steps: worker-1 removed, then a worker of 0.6 cpu added (each a
+    restart of an allreduce group)."""
+    return [(Action.REMOVE_WORKER, lambda s: s.without_node("worker-1")),
+            (Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER,
+                                                             Resources(0.6, GI)))]  # fmt: skip
+
+
 def add_spare_node(cluster) -> None:
     """One more 1-CPU Ray node: the only one with room for a node that must move."""
     cluster.add_node(num_cpus=1, memory=3 * GI, object_store_memory=80 * MI)
@@ -146,10 +154,7 @@ def test_an_allreduce_group_meets_at_the_master_s_store_across_ray_nodes(tmp_pat
     spec = ray_job(tmp_path, cluster, strategy="allreduce", epochs=60,
                    initial_shape={"workers": {"count": 2, "cpu": 0.6, "memory": "1Gi"}},
                    training={"optimizer": "sgd", "lr": 0.05, "momentum": 0.9})  # fmt: skip
-    steps = [(Action.REMOVE_WORKER, lambda s: s.without_node("worker-1")),
-             (Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER,
-                                                              Resources(0.6, GI)))]  # fmt: skip
-    master = Master(spec, Script(steps, every_s=2))
+    master = Master(spec, Script(remove_then_add(), every_s=2))
     report = master.run()
     assert [t["action"] for t in report["timeline"] if t["applied"]] == [
         "launch", "remove_worker", "add_worker"]
@@ -172,10 +177,7 @@ def test_a_torchrun_script_s_ranks_meet_across_ray_nodes_exactly_once(tmp_path, 
         "initial_shape": spec.initial_shape.model_copy(update={
             "workers": spec.initial_shape.workers.model_copy(update={"cpu": 0.6})}),
     })  # fmt: skip
-    steps = [(Action.REMOVE_WORKER, lambda s: s.without_node("worker-1")),
-             (Action.ADD_WORKER, lambda s: s.with_node_added(NodeRole.WORKER,
-                                                              Resources(0.6, GI)))]  # fmt: skip
-    master = Master(spec, Script(steps, every_s=3))
+    master = Master(spec, Script(remove_then_add(), every_s=3))
     report = master.run()
     assert [t["action"] for t in report["timeline"] if t["applied"]] == [
         "launch", "remove_worker", "add_worker"]

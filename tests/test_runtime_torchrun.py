@@ -49,6 +49,16 @@ def wait_for(predicate, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def killed_once_saved(run: subprocess.Popen, saved: Path) -> str:
+    """SIGKILL rank 1 once the script has saved ``saved``; the run's stderr when it ends."""
+    try:
+        wait_for(saved.exists)
+        os.kill(node_processes(run.pid)["worker-1"], signal.SIGKILL)
+        return run.communicate(timeout=240)[1]
+    finally:
+        run.kill()
+
+
 def log_of(tmp_path: Path, name: str, node: str) -> str:
     return (tmp_path / "checkpoints" / name / "logs" / f"{node}.log").read_text()
 
@@ -73,12 +83,7 @@ def test_the_ranks_see_what_torchrun_sets(tmp_path):
 def test_a_ddp_script_is_measured_and_survives_a_killed_rank_from_its_snapshot(tmp_path):
     run = start(tmp_path, "--nproc-per-node", "2", "--max-restarts", "2", DDP_SCRIPT,
                 "--epochs", "10", "--samples", "16384")  # fmt: skip
-    try:  # kill rank 1 once the script has saved its first snapshot
-        wait_for(lambda: (tmp_path / "snapshot.pt").exists())
-        os.kill(node_processes(run.pid)["worker-1"], signal.SIGKILL)
-        out, err = run.communicate(timeout=240)
-    finally:
-        run.kill()
+    err = killed_once_saved(run, tmp_path / "snapshot.pt")
     assert run.returncode == 0, err
     rep = report(tmp_path, "train_ddp")
     assert rep["script"]["failed_restarts"] == 1 and len(rep["script"]["groups"]) == 2
@@ -98,12 +103,7 @@ def test_a_rank_with_dataloader_workers_is_killed_whole_and_restarted(tmp_path):
     go with it (a cgroup with a process inside cannot be removed), and the group restarts."""
     run = start(tmp_path, "--nproc-per-node", "2", "--max-restarts", "1", SCRIPTS / "slow_data.py",
                 "--epochs", "6", "--workers", "2")  # fmt: skip
-    try:
-        wait_for(lambda: (tmp_path / "slow.pt").exists())
-        os.kill(node_processes(run.pid)["worker-1"], signal.SIGKILL)
-        out, err = run.communicate(timeout=240)
-    finally:
-        run.kill()
+    err = killed_once_saved(run, tmp_path / "slow.pt")
     assert run.returncode == 0, err
     assert report(tmp_path, "slow_data")["script"]["failed_restarts"] == 1
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rightsize.cli.args import bounded, ignored_unless
+from rightsize.cli.args import bounded, forbid_together, ignored_unless
 from rightsize.cli.output import format_table, print_json, progress_printer
 from rightsize.cli.profiles import add_profile_arguments, resolve_profiles
 from rightsize.cli.skypilot_export import (
@@ -88,6 +88,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--history-fit", choices=[f.value for f in HistoryFit], default=HistoryFit.INTERPOLATE,
         help="how past runs replace a type's prediction: interpolate the measured throughput "
         "between measured batches (default), or scale the profile's curve by one factor"
+    )  # fmt: skip
+    parser.add_argument(
+        "--script", metavar="PATH", help="your own training script instead of a workload: "
+        "planned from what its stored runs measured (rightsize torchrun --instance-type TYPE), "
+        "on the types they ran on; the job is --iterations x --global-batch samples"
+    )  # fmt: skip
+    parser.add_argument(
+        "--script-args", default="", metavar="ARGS",
+        help="the script's arguments, as its runs had them (one string)"
     )  # fmt: skip
     add_skypilot_arguments(parser)
     parser.set_defaults(run=run)  # fmt: skip
@@ -202,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
     market = Market.of(load_catalogs(args.cloud or ["aws"]), args.instances, spot=args.spot,
                        region=args.region, device=device_choice(args))  # fmt: skip
     request = request_from(args)
+    if args.script:
+        return _run_script(args, market, request)
     notes: list[str] = []
     comm = comm_model(args.comm_model, notes)
     history = history_store(args)
@@ -225,6 +236,49 @@ def run(args: argparse.Namespace) -> int:
         shape = task_shape(exported, instances, args.spot, best)
         write_task(args.skypilot_yaml, shape, command, args.spot)
     return status
+
+
+def _run_script(args: argparse.Namespace, market: Market, request: PlanRequest) -> int:
+    """``--script``: the types its stored runs measured, one VM each at the measured speed."""
+    import shlex
+
+    from rightsize.core.spec import parse_job_spec
+    from rightsize.planning.measured_script import measured_plans
+    from rightsize.runtime.script_check import check_script
+    from rightsize.service.history import script_speeds
+    from rightsize.service.store import Store
+
+    forbid_together(args, "script", ["profile", "workload", "dataset", "option"],
+                    "a script is planned from its runs, not from a profile")  # fmt: skip
+    spec = parse_job_spec({"script": args.script, "args": shlex.split(args.script_args),
+                           "budget": {"cpu": 1, "memory": "1Gi"}}, "--script")  # fmt: skip
+    check_script(spec)
+    url = history_store(args)
+    if url is None:
+        raise SpecError("--script: no store of past runs here; run the script with "
+                        "rightsize torchrun --instance-type TYPE first")  # fmt: skip
+    store = Store(url)
+    try:
+        speeds = script_speeds(store, spec)
+    finally:
+        store.close()
+    if not speeds:
+        raise SpecError(f"--script: no finished run of {args.script} with these arguments "
+                        "declared its instance type (rightsize torchrun --instance-type TYPE)")  # fmt: skip
+    samples = request.global_batch * request.iterations
+    plans = measured_plans(speeds, market.instance, samples, request.constraints,
+                           request.objective, market.spot)  # fmt: skip
+    if args.json:
+        print_json([p.to_dict() for p in plans[: args.top]])
+        return 0
+    print(f"{samples:,} samples of {args.script}, from its measured runs (one VM of each type "
+          "they ran on; other types need a profile)")  # fmt: skip
+    rows = [(p.instance_type, p.vms, f"{p.samples_per_s:.4g}", format_duration(p.time_s),
+             format_money(p.cost_usd), ", ".join(p.measured_by)
+             + (f" (scaled from {p.scaled_from_cores:g} cores)" if p.scaled_from_cores else ""))
+            for p in plans[: args.top]]  # fmt: skip
+    print(format_table(("type", "VMs", "samples/s", "time", "cost", "measured by"), rows))
+    return 0 if plans else 1
 
 
 def history_store(args: argparse.Namespace) -> str | None:

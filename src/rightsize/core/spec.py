@@ -337,6 +337,13 @@ class RuntimeSpec(_Spec):
         default=False,
         description="allow nodes, shapes and budgets larger than this machine",
     )
+    cpu_burst: bool | None = Field(
+        default=None,
+        description="a node may spend CPU quota it left unused in earlier periods, up to one "
+        "period's worth (its average stays within its quota): a rank's communication threads "
+        "run beside its compute without being throttled; none: on for a script's ranks, off "
+        "for a workload's nodes",
+    )
     restart_payback: bool = Field(
         default=True,
         description="a plan that restarts a script's ranks (a new world size) is carried out "

@@ -250,7 +250,9 @@ class Master:
     def _open(self) -> None:
         self.zmq = JobContext().secure(self.keys)
         self.store = StateStore(self.spec.state_path)
-        self.backend = open_backend(self.spec.runtime, self.log_dir, self.warn)
+        burst = self.spec.runtime.cpu_burst
+        self.backend = open_backend(self.spec.runtime, self.log_dir, self.warn,
+                                    self.spec.is_script if burst is None else burst)  # fmt: skip
         self.server = Server(self.zmq, Counters(), host=self.backend.bind_host)
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,

@@ -48,9 +48,10 @@ def rank_order(shape: ClusterShape) -> list:
     return sorted(shape.workers, key=lambda n: int(n.name.rsplit("-", 1)[-1]))
 
 
-def start_group(master: Master, shape: ClusterShape, begun_at: float, stop_s: float = 0.0,
-                lost_s: float = 0.0) -> GroupStart:  # fmt: skip
-    """Launch ``shape``'s ranks as one group at a fresh store; returns its (running) timing."""
+def start_group(master: Master, shape: ClusterShape, begun_at: float, restart: bool = False,
+                stop_s: float = 0.0, lost_s: float = 0.0) -> GroupStart:  # fmt: skip
+    """Launch ``shape``'s ranks as one group at a fresh store; returns its (running) timing
+    (``restart``: a group was stopped for it, ``stop_s`` ago, throwing ``lost_s`` away)."""
     from rightsize.runtime import lifecycle
 
     job, script = master.job, master.job.script
@@ -59,7 +60,7 @@ def start_group(master: Master, shape: ClusterShape, begun_at: float, stop_s: fl
     script.exits.clear()
     script.ended_late.clear()
     script.ledger.new_group(job.generation, len(ranks))
-    start = GroupStart(job.generation, len(ranks), begun_at, stop_s, lost_s=lost_s)
+    start = GroupStart(job.generation, len(ranks), begun_at, restart, stop_s, lost_s=lost_s)
     script.starts.append(start)
     run_id = f"{master.spec.name}-{master.run_token}"
     configs = [
@@ -121,7 +122,7 @@ def restart(master: Master, shape: ClusterShape, reason: str, planned: bool,
     lifecycle.bump_generation(master)
     job.shape = shape
     job.move_to(Phase.LAUNCHING)
-    start = start_group(master, shape, stopped_at, stop_s, lost_s)
+    start = start_group(master, shape, stopped_at, True, stop_s, lost_s)
     job.move_to(Phase.TRAINING)
     wait_first_steps(master)
     details = start.details() | {"waited_for_save_s": stopped_at - t0}

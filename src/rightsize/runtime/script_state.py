@@ -26,6 +26,7 @@ class GroupStart:
     generation: int
     world: int
     begun_at: float  # master clock: the stop (a restart) or the launch began
+    restart: bool = False  # a group stopped for it (else the job's launch, or a resume)
     stop_s: float = 0.0
     launch_s: float = 0.0  # processes started until every rank registered
     first_step_s: float | None = None  # the launch began until every rank took a step
@@ -94,7 +95,7 @@ class ScriptState:
     def restart_cost(self) -> RestartCost | None:
         """The measured cost of the last restart (or, before any, of the first launch)."""
         measured = [s for s in self.starts if s.restart_s is not None]
-        restarts = [s for s in measured if s.stop_s > 0]
+        restarts = [s for s in measured if s.restart]
         last = (restarts or measured or [None])[-1]
         if last is None:
             return None

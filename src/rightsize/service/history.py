@@ -94,6 +94,21 @@ def measured_speeds(store: Store, workload: str, dataset: str, options: dict,
     return found[:MAX_RUNS]
 
 
+def script_speeds(store: Store, spec: JobSpec) -> list[MeasuredSpeed]:
+    """The fastest shape of each finished run of ``spec``'s script (the same text and
+    arguments) whose host declared its instance type, in samples/s: what ``plan --script``
+    plans from (planning/measured_script.py)."""
+    found = []
+    for run in similar(spec, store.finished_runs(workload_of(spec), dataset_of(spec))):
+        shapes = records(store, run, 1)  # a script's batch is its own: samples/s
+        if run.instance_type is None or not shapes:
+            continue
+        best = max(shapes, key=lambda r: r.steps_per_s)
+        found.append(MeasuredSpeed(run.name, run.instance_type, 1, best.steps_per_s,
+                                   best.shape.total().cpu_cores))  # fmt: skip
+    return found
+
+
 def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
                 free: Resources) -> Plan | None:  # fmt: skip
     """Start at the fastest shape measured, within ``budget``; None if it does not fit ``free``."""

@@ -56,13 +56,15 @@ class NodeBackend(Protocol):
     def placements(self) -> list[dict]: ...
 
 
-def open_backend(runtime: RuntimeSpec, log_dir: Path, warn: Callable[[str], None]) -> NodeBackend:
-    """The backend ``runtime.backend`` names, ready to launch nodes."""
+def open_backend(runtime: RuntimeSpec, log_dir: Path, warn: Callable[[str], None],
+                 cpu_burst: bool = False) -> NodeBackend:  # fmt: skip
+    """The backend ``runtime.backend`` names, ready to launch nodes (their CPU quotas with a
+    period's burst if ``cpu_burst``: :meth:`cgroups.NodeCgroup.set_cpu`)."""
     if runtime.backend == Backend.RAY:
         from rightsize.runtime.backends.ray import RayBackend  # Ray is an optional extra
 
-        return RayBackend(runtime.ray_address, runtime.isolation, log_dir, warn)
-    return LocalBackend(runtime.isolation, log_dir, warn)
+        return RayBackend(runtime.ray_address, runtime.isolation, log_dir, warn, cpu_burst)
+    return LocalBackend(runtime.isolation, log_dir, warn, cpu_burst)
 
 
 def capacity_of(runtime: RuntimeSpec) -> Capacity:

@@ -121,13 +121,23 @@ class NodeCgroup:
     def _dir(self, controller: str) -> Path:
         return self.dirs["unified"] if self.version == 2 else self.dirs[controller]
 
-    def set_cpu(self, cores: float) -> None:
+    def set_cpu(self, cores: float, burst: bool = False) -> None:
+        """A CFS quota of ``cores``; with ``burst``, the node may also spend quota it left
+        unused in earlier periods, up to one period's worth (``cpu.cfs_burst_us``, Linux
+        5.14+; ignored where the kernel has none): its average stays within ``cores``."""
         quota = max(MIN_QUOTA_US, round(cores * CFS_PERIOD_US))
+        cpu = self._dir("cpu")
+        burst_file = cpu / ("cpu.max.burst" if self.version == 2 else "cpu.cfs_burst_us")
+        has_burst = burst_file.exists()
+        if has_burst:  # the kernel refuses a quota below the burst: shrink the burst first
+            burst_file.write_text("0")
         if self.version == 2:
-            (self._dir("cpu") / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
+            (cpu / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
         else:
-            (self._dir("cpu") / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
-            (self._dir("cpu") / "cpu.cfs_quota_us").write_text(str(quota))
+            (cpu / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (cpu / "cpu.cfs_quota_us").write_text(str(quota))
+        if has_burst and burst:
+            burst_file.write_text(str(quota))
 
     def set_memory(self, limit_bytes: int) -> None:
         """Raises OSError (EBUSY) if the cgroup cannot be shrunk below what it uses."""

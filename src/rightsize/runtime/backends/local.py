@@ -90,8 +90,10 @@ class LocalBackend:
     #: every node is on this machine: servers listen on loopback only
     bind_host = "127.0.0.1"
 
-    def __init__(self, isolation: Isolation, log_dir: Path, warn: Callable[[str], None]) -> None:
+    def __init__(self, isolation: Isolation, log_dir: Path, warn: Callable[[str], None],
+                 cpu_burst: bool = False) -> None:  # fmt: skip
         self.log_dir = log_dir
+        self.cpu_burst = cpu_burst  # quotas may burst by a period's worth (cgroups.set_cpu)
         self.machine = machine_resources()
         self.cpus = sorted(os.sched_getaffinity(0))
         self.procs: dict[str, _Process] = {}
@@ -158,7 +160,7 @@ class LocalBackend:
         proc = self.procs[name]
         proc.node = NodeSpec(proc.node.name, proc.node.role, resources)
         if proc.cgroup is not None:
-            proc.cgroup.set_cpu(resources.cpu_cores)
+            proc.cgroup.set_cpu(resources.cpu_cores, self.cpu_burst)
             proc.cgroup.set_memory(resources.memory_bytes)
         else:
             self._pin(proc)
@@ -223,7 +225,7 @@ class LocalBackend:
         if self.cgroups is None:
             return None
         cgroup = self.cgroups.node(node.name)
-        cgroup.set_cpu(node.resources.cpu_cores)
+        cgroup.set_cpu(node.resources.cpu_cores, self.cpu_burst)
         cgroup.set_memory(node.resources.memory_bytes)
         return cgroup
 

@@ -134,10 +134,11 @@ class RayBackend:
     """Launches, resizes, measures and stops node processes on a Ray cluster."""
 
     def __init__(self, address: str, isolation: Isolation, log_dir: Path,
-                 warn: Callable[[str], None]) -> None:  # fmt: skip
+                 warn: Callable[[str], None], cpu_burst: bool = False) -> None:  # fmt: skip
         self.ray = _ray()
         connect(address)
         self.isolation, self.log_dir, self.warn = isolation, log_dir, warn
+        self.cpu_burst = cpu_burst
         self.token = uuid.uuid4().hex[:8]
         self.nodes: dict[str, _Placed] = {}
         self._placements: list[dict] = []
@@ -184,7 +185,8 @@ class RayBackend:
         strategy = NodeAffinitySchedulingStrategy(ray_node, soft=False)
         actor = self.host_class.options(
             num_cpus=0, max_concurrency=8, scheduling_strategy=strategy, max_restarts=0,
-        ).remote(node.name, str(self.isolation), str(self.log_dir), host)  # fmt: skip
+        ).remote(node.name, str(self.isolation), str(self.log_dir), host,
+                  self.cpu_burst)  # fmt: skip
         try:
             info = self.ray.get(actor.start.remote(node, argv, env), timeout=CALL_TIMEOUT_S)
         except Exception:

@@ -39,10 +39,12 @@ EXIT_POLL_S = 0.05
 class NodeHost:
     """One node's process on this host, confined by the local backend."""
 
-    def __init__(self, name: str, isolation: str, log_dir: str, host: str) -> None:
+    def __init__(self, name: str, isolation: str, log_dir: str, host: str,
+                 cpu_burst: bool = False) -> None:  # fmt: skip
         self.name, self.host = name, host
         self.warnings: list[str] = []
-        self.local = LocalBackend(Isolation(isolation), Path(log_dir), self.warnings.append)
+        self.local = LocalBackend(Isolation(isolation), Path(log_dir), self.warnings.append,
+                                  cpu_burst)  # fmt: skip
         self.ended: Exit | None = None
         self.lock = threading.Lock()  # the exit watcher and the driver's calls share the backend
 
