@@ -13,8 +13,9 @@ pin CUDA or NCCL — the same lines docs/runtime.md lists — and generates thei
   ``eval_interval`` iterations; it resumes from it through its own ``configurator.py``
   (a one-line config file, ``init_from = 'resume' if ... else 'scratch'``), not by an edit.
 
-For each, with its own timings where it prints them (nanoGPT's per-iteration ms), else
-wall times:
+For each, timed by the script itself (nanoGPT prints each logged iteration's ms) or by
+when its own progress lines appear (the DDP tutorial prints each epoch's start, untimed:
+seconds per epoch between its second and last epoch lines, read as they are written):
 
 1. **overhead**: plain ``torchrun --standalone`` against ``rightsize torchrun --policy
    static``, 2 ranks of 1 cpu, alternating, ``--repeats`` pairs;
@@ -38,6 +39,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -152,15 +154,73 @@ def reset(case: dict) -> None:
     shutil.rmtree(case["dir"] / "checkpoints", ignore_errors=True)
 
 
+class LineClock:
+    """When each line of a growing file (or a pipe) was first seen: the script's own progress
+    lines, timed from outside (the DDP tutorial prints its epochs but not their times)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+
+    def follow_pipe(self, pipe) -> threading.Thread:
+        def read() -> None:
+            for line in pipe:
+                self.seen.append((time.monotonic(), line))
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        return thread
+
+    def follow_file(self, path: Path) -> threading.Thread:
+        def poll() -> None:
+            offset = 0
+            while not self._stop.is_set():
+                if path.exists():
+                    with open(path, errors="replace") as f:
+                        f.seek(offset)
+                        chunk = f.read()
+                        offset = f.tell()
+                    now = time.monotonic()
+                    self.seen += [(now, line) for line in chunk.splitlines()]
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def epoch_s(self) -> float | None:
+        """Seconds per epoch between the second and the last epoch line of rank 0 (the DDP
+        tutorial's ``[GPU0] Epoch N | ...``)."""
+        marks = [(t, int(m.group(1))) for t, line in self.seen
+                 if (m := TUTORIAL_EPOCH.search(line))]  # fmt: skip
+        if len(marks) < 3:
+            return None
+        (t1, e1), (t2, e2) = marks[1], marks[-1]
+        return (t2 - t1) / (e2 - e1)
+
+
+TUTORIAL_EPOCH = re.compile(r"\[GPU0\] Epoch (\d+) \|")
+
+
 def plain(case: dict) -> dict:
     reset(case)
     argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", case["script"],
             *case["args"]]  # fmt: skip
     t0 = time.monotonic()
-    done = subprocess.run(argv, cwd=case["dir"], capture_output=True, text=True, timeout=1800)
-    return {"wall_s": time.monotonic() - t0, "code": done.returncode,
-            "iter_ms": iteration_ms(done.stdout),
-            "aborted_at_exit": "terminate called without an active exception" in done.stderr}  # fmt: skip
+    run = subprocess.Popen(argv, cwd=case["dir"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    clock = LineClock()
+    reader = clock.follow_pipe(run.stdout)
+    err = run.stderr.read()
+    run.wait(timeout=1800)
+    reader.join(timeout=5)
+    text = "".join(line for _, line in clock.seen)
+    return {"wall_s": time.monotonic() - t0, "code": run.returncode,
+            "iter_ms": iteration_ms(text), "epoch_s": clock.epoch_s(),
+            "aborted_at_exit": "terminate called without an active exception" in err}  # fmt: skip
 
 
 def ours(case: dict, options: list[str], kill_after_save: bool = False) -> dict:
@@ -168,20 +228,24 @@ def ours(case: dict, options: list[str], kill_after_save: bool = False) -> dict:
     argv = [str(BIN / "rightsize"), "torchrun", "--quiet", "--fresh", "--database",
             str(case["dir"] / "store.db"), *options, case["script"], *case["args"]]  # fmt: skip
     t0 = time.monotonic()
+    name = Path(case["script"]).stem
+    clock = LineClock()
+    clock.follow_file(case["dir"] / "checkpoints" / name / "logs" / "worker-0.log")
     run = subprocess.Popen(argv, cwd=case["dir"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     killed = None
     if kill_after_save:
         killed = kill_rank_after(case, run)
     out, err = run.communicate(timeout=1800)
-    name = Path(case["script"]).stem
+    time.sleep(0.1)
+    clock.stop()
     report_path = case["dir"] / "checkpoints" / f"{name}-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     log = case["dir"] / "checkpoints" / name / "logs" / "worker-0.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     return {"wall_s": time.monotonic() - t0, "code": run.returncode, "stderr": err[-500:],
             "report": report, "rank0_log": text, "killed_at_s": killed,
-            "iter_ms": iteration_ms(text)}  # fmt: skip
+            "iter_ms": iteration_ms(text), "epoch_s": clock.epoch_s()}  # fmt: skip
 
 
 def kill_rank_after(case: dict, run: subprocess.Popen) -> float | None:
@@ -218,8 +282,12 @@ def overhead(case: dict, repeats: int) -> dict:
             row["plain_iter_ms"] = statistics.median(a["iter_ms"])
             row["rightsize_iter_ms"] = statistics.median(b["iter_ms"])
             row["iter_ratio"] = row["rightsize_iter_ms"] / row["plain_iter_ms"]
+        if a["epoch_s"] and b["epoch_s"]:
+            row["plain_epoch_s"], row["rightsize_epoch_s"] = a["epoch_s"], b["epoch_s"]
+            row["epoch_ratio"] = b["epoch_s"] / a["epoch_s"]
         pairs.append(row)
-    key = "iter_ratio" if all("iter_ratio" in p for p in pairs) else "wall_ratio"
+    key = next((k for k in ("iter_ratio", "epoch_ratio") if all(k in p for p in pairs)),
+               "wall_ratio")  # fmt: skip
     ratios = [p[key] for p in pairs]
     return {"pairs": pairs, "measure": key, "overhead_median": statistics.median(ratios) - 1,
             "overhead_range": [min(ratios) - 1, max(ratios) - 1]}  # fmt: skip
@@ -264,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--policy", default="goodput")
     parser.add_argument("--iters", type=int, default=3000, help="nanoGPT's max_iters")
-    parser.add_argument("--epochs", type=int, default=40, help="the tutorial's epochs")
+    parser.add_argument("--epochs", type=int, default=100, help="the tutorial's epochs")
     parser.add_argument("--out", default="benchmarks/results/public_scripts.json")
     args = parser.parse_args(argv)
     root = Path(args.dir).resolve()

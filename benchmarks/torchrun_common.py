@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +56,7 @@ def rightsize_torchrun(script: Path, args: list[str], options: list[str], cwd: P
     0's log) and its report."""
     argv = [str(BIN / "rightsize"), "torchrun", "--quiet", "--fresh", "--name", name,
             "--database", str(cwd / "store.db"), *options, str(script), *args]  # fmt: skip
+    shutil.rmtree(cwd / "checkpoints" / name, ignore_errors=True)  # logs are appended to
     started = time.monotonic()
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
     wall = time.monotonic() - started

@@ -31,7 +31,7 @@ from rightsize.scaling.api import Action, Plan, Policy
 from torchrun_common import ROOT, load_note
 
 SCRIPT = ROOT / "examples" / "torchrun" / "train_ddp.py"
-ARGS = "--epochs 40 --samples 8192 --width 256"
+ARGS = "--epochs 200 --samples 8192 --width 256"
 PARTS = ("waited_for_save_s", "stop_s", "launch_s", "rendezvous_s", "reloaded_s",
          "first_step_s", "restart_s", "lost_s")  # fmt: skip
 

@@ -51,14 +51,16 @@ STEADY = [0.0, 5.0, 10.0, 10.0, 10.0]  # a start-up sample and a warming one, th
 
 def test_a_saturated_rank_grows_in_place_within_the_budget():
     plan = GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY))
-    assert plan.action == Action.SCALE_UP and plan.shape == ranks(1, 1.0)
+    assert plan.action == Action.SCALE_UP and plan.shape == ranks(1, 2.0)  # the whole budget
     assert plan.details == {"move": "grow", "from_speed": 10.0}
-    plan = GoodputPolicy().decide(observe(ranks(1, 1.5), 1.45, STEADY))
+    plan = GoodputPolicy(growth=2).decide(observe(ranks(1, 0.5), 0.49, STEADY))
+    assert plan.shape == ranks(1, 1.0)  # at most twice
+    plan = GoodputPolicy(growth=2).decide(observe(ranks(1, 1.5), 1.45, STEADY))
     assert plan.shape == ranks(1, 2.0)  # 1.5 x 2 = 3, but the budget leaves 0.5
 
 
 def test_nothing_is_judged_before_the_settled_samples():
-    assert GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY[:4])) is None
+    assert GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY[:3])) is None
 
 
 def test_a_growth_that_did_not_help_is_given_back_and_not_tried_again():

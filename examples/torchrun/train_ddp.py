@@ -73,7 +73,7 @@ class Trainer:
             started = time.time()
             loss = self._run_epoch(epoch)
             if dist.get_rank() == 0:
-                print(f"Epoch {epoch} | loss {loss:.4f} | {time.time() - started:.1f}s", flush=True)
+                print(f"Epoch {epoch} | loss {loss:.4f} | {time.time() - started:.3f}s", flush=True)
                 if (epoch + 1) % self.save_every == 0:
                     self._save_snapshot(epoch)
 

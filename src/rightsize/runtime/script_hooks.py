@@ -38,7 +38,7 @@ class Probe(Protocol):
     """What the hooks tell (the launcher, :mod:`script_rank`)."""
 
     def on_step(self, optimizer: torch.optim.Optimizer) -> None: ...
-    def on_forward(self, batch: int) -> None: ...
+    def on_forward(self, args: Any) -> None: ...
     def on_batch(self, loader_iter: Any, batch: Any) -> None: ...
     def on_backward(self, loss: torch.Tensor) -> None: ...
     def on_ddp(self, model: torch.nn.Module) -> None: ...
@@ -199,9 +199,7 @@ def _install_distributed(probe: Probe) -> Callable[[], None]:
 
 def _forward_batch(probe: Probe) -> Callable:
     def hook(_module, args):
-        if torch.is_grad_enabled():
-            n = batch_length(args)
-            if n:
-                probe.on_forward(n)
+        if torch.is_grad_enabled():  # a training forward: its batch is counted at backward
+            probe.on_forward(args)
 
     return hook

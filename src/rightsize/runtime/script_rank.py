@@ -79,8 +79,10 @@ class Launcher:
         ctx.apply_threads = self._defer_threads
         self.step_counts: dict[int, int] = {}  # optimizer id -> steps
         self.last_step_at: float | None = None
-        self.forward_batch = 0  # samples of the last training forward of a DDP model
-        self.fetched_batch = 0  # samples of the last batch a DataLoader returned
+        # the last training forward's inputs (a DDP model's) and the last batch a DataLoader
+        # returned: kept as they are, measured once a backward counts them
+        self.forward_args: Any = None
+        self.fetched: Any = None
         self.pending_samples = 0  # counted at backward, applied at the next step
         self.losses: deque[torch.Tensor] = deque()  # backward()'s losses since the last report
         self.ring_bytes = 0  # a DDP step's estimated bytes each way
@@ -144,11 +146,11 @@ class Launcher:
         self.applied = {s: dict(e) for s, e in self.consumed.items()}
         self._apply_threads()
 
-    def on_forward(self, batch: int) -> None:
-        self.forward_batch = batch
+    def on_forward(self, args: Any) -> None:
+        self.forward_args = args
 
     def on_batch(self, loader_iter: Any, batch: Any) -> None:
-        self.fetched_batch = script_hooks.batch_length(batch)
+        self.fetched = batch
         sampler = getattr(loader_iter, "_index_sampler", None)
         take = getattr(sampler, "take", None)
         if take is not None:
@@ -159,9 +161,11 @@ class Launcher:
         self._apply_threads()
 
     def on_backward(self, loss: torch.Tensor) -> None:
-        self.pending_samples += self.forward_batch or self.fetched_batch
-        self.forward_batch = self.fetched_batch = 0
-        self.losses.append(loss.detach().reshape(()))
+        if self.forward_args is not None or self.fetched is not None:
+            self.pending_samples += (script_hooks.batch_length(self.forward_args)
+                                     or script_hooks.batch_length(self.fetched))  # fmt: skip
+            self.forward_args = self.fetched = None
+        self.losses.append(loss.detach())
 
     def on_ddp(self, model: torch.nn.Module) -> None:
         grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters()

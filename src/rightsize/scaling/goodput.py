@@ -11,10 +11,10 @@ the rules, tried in order on the window since the last move:
    every shape: the median of the samples after ``settle_samples``);
 2. **keep what helped**: a growth in place that gained less than ``min_gain`` is given
    back (the CPU was not what held the ranks back);
-3. **grow in place**: ranks using at least ``saturation`` of their quota get ``growth``
-   times more, as far as the budget and the node limit allow (DLRover's sampling stage
-   measures ``ŵ`` on ``C_max`` for the same reason: a rank held back by its quota hides
-   what it needs);
+3. **grow in place**: ranks using at least ``saturation`` of their quota get as much as
+   the budget and the node limit allow (``growth``: at most that factor more), in one move:
+   DLRover's sampling stage runs a worker on ``C_max`` for the same reason — a rank held
+   back by its quota hides what it needs — and rule 2 gives back what did not help;
 4. **as many ranks as the CPU keeps busy**: ranks using less than ``saturation`` of their
    quota reveal ``ŵ``, and DLRover's eq. 10 without servers, ``N_w = C_total / ⌈ŵ⌉``, gives
    the world size whose ranks use what they get — proposed if it differs, was not
@@ -50,24 +50,29 @@ class GoodputParams:
     Attributes:
         saturation: ranks using this share of their CPU quota are held back by it (0.9, as
             DLRover's PS threshold).
-        growth: a saturated rank's CPU grows by this factor (2, as DLRover's PS growth).
+        growth: a saturated rank's CPU grows by at most this factor (none: to what the
+            budget and node limit allow, DLRover's ``C_max`` sampling; 2 is DLRover's PS
+            growth, measured beside it in benchmarks/torchrun_rightsizing.py).
         min_gain: a move must make the job this much faster to be kept (0.05, NEARCHUS's
             stability bound).
-        settle_samples: samples after a move left out (the ranks start, load, warm up).
+        settle_samples: samples after a move left out (the ranks start, load, warm up; the
+            median of the judged samples absorbs one more that is still warming).
         judge_samples: samples a shape's speed is read from, after those.
         core_step: CPU is planned in whole multiples of this many cores.
     """
 
     saturation: float = 0.9
-    growth: float = 2.0
+    growth: float | None = None
     min_gain: float = 0.05
-    settle_samples: int = 2
+    settle_samples: int = 1
     judge_samples: int = 3
     core_step: float = 0.1
 
     def __post_init__(self) -> None:
-        if not 0 < self.saturation <= 1 or self.growth <= 1 or not 0 <= self.min_gain < 1:
-            raise SpecError("goodput needs 0 < saturation <= 1, growth > 1, 0 <= min_gain < 1")
+        growth_ok = self.growth is None or self.growth > 1
+        if not 0 < self.saturation <= 1 or not growth_ok or not 0 <= self.min_gain < 1:
+            raise SpecError("goodput needs 0 < saturation <= 1, growth > 1 (or none), "
+                            "0 <= min_gain < 1")  # fmt: skip
         if self.settle_samples < 0 or self.judge_samples < 1 or self.core_step <= 0:
             raise SpecError("goodput needs settle_samples >= 0, judge_samples >= 1, "
                             "core_step > 0")  # fmt: skip
@@ -153,7 +158,8 @@ class GoodputPolicy(Policy):
             return None
         limit = obs.node_limit.cpu_cores if obs.node_limit else math.inf
         room = obs.headroom.cpu_cores / obs.shape.n_workers
-        cores = self.steps(min(quota * p.growth, quota + room, limit))
+        factor = math.inf if p.growth is None else p.growth
+        cores = self.steps(min(quota * factor, quota + room, limit))
         if cores < quota + p.core_step:
             return None
         shape = self.ranks(obs, obs.shape.n_workers, cores)
