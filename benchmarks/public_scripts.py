@@ -39,6 +39,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -210,7 +211,9 @@ def plain(case: dict) -> dict:
     argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", case["script"],
             *case["args"]]  # fmt: skip
     t0 = time.monotonic()
-    run = subprocess.Popen(argv, cwd=case["dir"], stdout=subprocess.PIPE,
+    # unbuffered, as rightsize's ranks are: each line is timed when it is printed
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen(argv, cwd=case["dir"], stdout=subprocess.PIPE, env=env,
                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     clock = LineClock()
     reader = clock.follow_pipe(run.stdout)
@@ -350,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{g['policy']}: {g['jct_s']:.1f}s against {g['static_jct_s']:.1f}s kept at 0.5 cpu, "
               f"{sum(m['taken'] for m in g['moves'])} moves; killed rank: exit {k['code']}, "
               f"resumed from its checkpoint: {k['resumed_from_its_checkpoint']}", flush=True)
-    write_report(args.out, {"command": "python benchmarks/public_scripts.py " + " ".join(argv or []),
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    write_report(args.out, {"command": "python benchmarks/public_scripts.py " + command,
                             "commits": {"pytorch/examples": EXAMPLES_COMMIT,
                                         "karpathy/nanoGPT": NANOGPT_COMMIT},
                             "results": results, "load": load_note()})  # fmt: skip

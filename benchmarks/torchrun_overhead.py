@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(load_note())
     overheads = [p["overhead"] for p in pairs]
     result = {
-        "command": "python benchmarks/torchrun_overhead.py " + " ".join(argv or []),
+        "command": "python benchmarks/torchrun_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "script": str(SCRIPT.relative_to(ROOT)), "nproc": args.nproc,
         "cpu_per_proc": cpu, "script_args": script_args, "pairs": pairs,
         "overhead_median": statistics.median(overheads),

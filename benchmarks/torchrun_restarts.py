@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
              "to": t["details"]["world"], **{k: t["details"].get(k) for k in PARTS}}
             for t in report["timeline"][1:] if t["applied"]]  # fmt: skip
     result = {
-        "command": "python benchmarks/torchrun_restarts.py " + " ".join(argv or []),
+        "command": "python benchmarks/torchrun_restarts.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "script": args.script, "args": args.args, "every_s": args.every, "cpu": args.cpu,
         "restarts": rows, "launch": report["script"]["groups"][0],
         "median": {k: statistics.median(r[k] for r in rows if r.get(k) is not None)

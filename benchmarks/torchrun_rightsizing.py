@@ -18,6 +18,8 @@ Every run happens in a directory of its own (no snapshot leaks between runs).
 
     python benchmarks/torchrun_rightsizing.py --out benchmarks/results/torchrun_rightsizing.json
     python benchmarks/torchrun_rightsizing.py --cases slow-data --policies goodput --quick
+    python benchmarks/torchrun_rightsizing.py --rounds-from benchmarks/results/torchrun_rightsizing.json \
+        --public /tmp/public --cases nanogpt --rounds 3 --out benchmarks/results/torchrun_rightsizing_rounds.json
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,12 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--again-only", metavar="FILE",
                         help="only run each case's best static shape again, into a copy of "
                              "FILE's results (for results measured before this was built in)")
+    parser.add_argument("--rounds-from", metavar="FILE",
+                        help="no sweep: FILE's best static shape of each case, and in each of "
+                             "--rounds rounds it and every policy in turn (the JCT ratio "
+                             "within a round, so that the host's drift cancels)")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--public", metavar="DIR", help="also the public scripts prepared in DIR "
                         "by benchmarks/public_scripts.py --prepare (nanoGPT)")
     parser.add_argument("--out", default="benchmarks/results/torchrun_rightsizing.json")
     args = parser.parse_args(argv)
     if args.again_only:
         return again_only(Path(args.again_only), args, argv)
+    if args.rounds_from:
+        return rounds(Path(args.rounds_from), args, argv)
     cases = ([Case(Path(args.script).stem, Path(args.script).resolve(), args.args, "--script")]
              if args.script else [CASES[c] for c in args.cases.split(",") if c])  # fmt: skip
     if args.public:
@@ -165,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"case": case.name, "script": str(case.script), "args": case.args,
                         "why": case.why, "sweep": sweep, "best_static": best,
                         "start": {"ranks": START[0], "cpu": START[1]}, "policies": rows})  # fmt: skip
-    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py "
-                            + " ".join(argv or []), "results": results, "load": load_note()})
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
+                            "results": results, "load": load_note()})
     return 0
 
 
@@ -186,8 +197,52 @@ def again_only(path: Path, args: argparse.Namespace, argv: list[str] | None) -> 
             row["jct_over_best"] = row["jct_s"] / oracle
             print(f"{case.name}: {row['policy']} {row['jct_s']:.1f}s = {row['jct_over_best']:.2f} "
                   f"x best static ({best['jct_s']:.1f}s, again {best['jct_again_s']:.1f}s)")
-    data["again_command"] = "python benchmarks/torchrun_rightsizing.py " + " ".join(argv or [])
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    data["again_command"] = "python benchmarks/torchrun_rightsizing.py " + command
     write_report(args.out, data)
+    return 0
+
+
+def rounds(path: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Each case's best static shape (from a finished sweep) and every policy from the
+    too-small start, in turn, ``--rounds`` times: each policy's JCT over the static one's of
+    the same round, a median over rounds."""
+    import json
+    import statistics
+
+    swept = {r["case"]: r["best_static"] for r in json.loads(path.read_text())["results"]}
+    known = {**CASES, **({"nanogpt": nanogpt_case(Path(args.public))} if args.public else {})}
+    policies = args.policies.split(",")
+    results = []
+    for name in [c for c in args.cases.split(",") if c]:
+        case, best = known[name], swept[name]
+        static = [*shape_options(best["ranks"], best["cpu"]), "--policy", "static"]
+        runs = []
+        for i in range(args.rounds):
+            row = {"static_jct_s": run_once(case, static)["wall_time_s"]}
+            for policy in policies:
+                found = policy_row(case, policy)
+                row[policy] = {"jct_s": found["jct_s"], "moves": found["moves"],
+                               "declined": found["declined"],
+                               "over_static": found["jct_s"] / row["static_jct_s"]}  # fmt: skip
+            runs.append(row)
+            print(f"{name} round {i + 1}: static {best['ranks']} x {best['cpu']:g} "
+                  f"{row['static_jct_s']:.1f}s; " + ", ".join(
+                      f"{p} {row[p]['jct_s']:.1f}s ({row[p]['over_static']:.2f})"
+                      for p in policies), flush=True)  # fmt: skip
+        summary = {}
+        for policy in policies:
+            ratios = [r[policy]["over_static"] for r in runs]
+            summary[policy] = {"over_static_median": statistics.median(ratios),
+                               "over_static_range": [min(ratios), max(ratios)],
+                               "moves_that_did_not_pay": sum(
+                                   m["paid"] is False for r in runs for m in r[policy]["moves"])}
+        results.append({"case": name, "best_static": best, "rounds": runs,
+                        "summary": summary})  # fmt: skip
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
+                            "sweep_from": str(path), "results": results,
+                            "load": load_note()})  # fmt: skip
     return 0
 
 

@@ -187,6 +187,22 @@ def test_a_waiting_rank_is_joined_by_more_ranks_when_the_restart_pays(tmp_path):
     assert [n["name"] for n in rep["final_shape"]["nodes"]] == ["worker-0", "worker-1"]
 
 
+def test_a_restart_with_nothing_left_to_pay_it_back_is_declined_and_reported(tmp_path):
+    """The same waiting rank, but the job says it is one optimizer step long (``--steps 1``):
+    whatever eq. 10 asks for has no work left to win back the measured restart, so the group
+    is never restarted, and the report's moves say why."""
+    done = torchrun(tmp_path, "--nproc-per-node", "1", "--cpu-per-proc", "1", "--budget-cpu",
+                    "2", "--max-nproc", "2", "--policy", "goodput", "--steps", "1",
+                    SCRIPTS / "slow_data.py", "--epochs", "14")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rep = report(tmp_path, "slow_data")
+    asked = [m for m in rep["moves"] if m["action"] == "add_worker"]
+    assert asked and not any(m["taken"] for m in asked), rep["moves"]
+    assert "not taken" in asked[0]["reason"] and "restart" in asked[0]["reason"], asked[0]
+    assert len(rep["script"]["groups"]) == 1
+    assert [n["name"] for n in rep["final_shape"]["nodes"]] == ["worker-0"]
+
+
 def test_a_job_file_with_a_script_runs_through_rightsize_run(tmp_path):
     (tmp_path / "job.yaml").write_text(
         f"name: from-file\nscript: {DDP_SCRIPT}\nargs: [--epochs, '2']\n"
