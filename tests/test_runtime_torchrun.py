@@ -203,6 +203,23 @@ def test_a_restart_with_nothing_left_to_pay_it_back_is_declined_and_reported(tmp
     assert [n["name"] for n in rep["final_shape"]["nodes"]] == ["worker-0"]
 
 
+def test_without_nproc_a_script_starts_from_the_shape_its_last_run_measured(tmp_path):
+    """Issue 37 item 8 from the command line: a run of 2 ranks of 0.5 cpu is stored; the same
+    script and arguments again, without --nproc-per-node, launches that shape from history
+    instead of one rank."""
+    store = ["--database", tmp_path / "store.db", "--budget-cpu", "2"]
+    args = [DDP_SCRIPT, "--epochs", "10", "--samples", "8192"]  # sampled past the settling
+    first = torchrun(tmp_path, *store, "--name", "first", "--nproc-per-node", "2",
+                     "--cpu-per-proc", "0.5", *args)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    os.remove(tmp_path / "snapshot.pt")  # the second run trains from the start
+    again = torchrun(tmp_path, *store, "--name", "again", *args)
+    assert again.returncode == 0, again.stderr
+    launch = report(tmp_path, "again")["timeline"][0]
+    assert launch["reason"].startswith("history: first ran"), launch
+    assert [n["cpu"] for n in launch["shape"]["nodes"]] == [0.5, 0.5]
+
+
 def test_a_job_file_with_a_script_runs_through_rightsize_run(tmp_path):
     (tmp_path / "job.yaml").write_text(
         f"name: from-file\nscript: {DDP_SCRIPT}\nargs: [--epochs, '2']\n"

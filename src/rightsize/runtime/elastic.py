@@ -149,7 +149,9 @@ def _resize(master: Master, pairs: tuple[tuple[NodeSpec, NodeSpec], ...], detail
             else:
                 node.spec, node.startup = new, None  # a plan's size replaces a start-up allowance
                 node.commands.append(Threads(threads))
-                master.wait_until(lambda n=node: not n.commands,
+                # a rank whose script ends meanwhile never reads the command: its exit ends
+                # the wait (a failure is the wait's to raise, a clean exit the job's end)
+                master.wait_until(lambda n=node: not n.commands or not n.alive,
                                   master.spec.runtime.startup_timeout_s,
                                   f"{new.name} taking its new size")  # fmt: skip
                 details[f"resize {new.name}_s"] = master.clock.now() - t0

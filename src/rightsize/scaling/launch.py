@@ -17,7 +17,7 @@ from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy
 
 #: The reason of an explicit start's plan (the runtime's timeline shows it).
-INITIAL_SHAPE_REASON = "initial_shape of the job file"
+INITIAL_SHAPE_REASON = "the shape asked for (initial_shape, or --nproc-per-node)"
 
 
 def launch_plan(
