@@ -232,8 +232,9 @@ def ours(case: dict, options: list[str], kill_after_save: bool = False) -> dict:
             str(case["dir"] / "store.db"), *options, case["script"], *case["args"]]  # fmt: skip
     t0 = time.monotonic()
     name = Path(case["script"]).stem
+    log = case["dir"] / "checkpoints" / name / "logs" / "worker-0.log"
     clock = LineClock()
-    clock.follow_file(case["dir"] / "checkpoints" / name / "logs" / "worker-0.log")
+    clock.follow_file(log)
     run = subprocess.Popen(argv, cwd=case["dir"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     killed = None
@@ -244,7 +245,6 @@ def ours(case: dict, options: list[str], kill_after_save: bool = False) -> dict:
     clock.stop()
     report_path = case["dir"] / "checkpoints" / f"{name}-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
-    log = case["dir"] / "checkpoints" / name / "logs" / "worker-0.log"
     text = log.read_text(errors="replace") if log.exists() else ""
     return {"wall_s": time.monotonic() - t0, "code": run.returncode, "stderr": err[-500:],
             "report": report, "rank0_log": text, "killed_at_s": killed,
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{g['policy']}: {g['jct_s']:.1f}s against {g['static_jct_s']:.1f}s kept at 0.5 cpu, "
               f"{sum(m['taken'] for m in g['moves'])} moves; killed rank: exit {k['code']}, "
               f"resumed from its checkpoint: {k['resumed_from_its_checkpoint']}", flush=True)
-    command = " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(argv or sys.argv[1:])
     write_report(args.out, {"command": "python benchmarks/public_scripts.py " + command,
                             "commits": {"pytorch/examples": EXAMPLES_COMMIT,
                                         "karpathy/nanoGPT": NANOGPT_COMMIT},

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         hooked.append(step_us(args.steps))
         remove()
     extra = [h - p for p, h in zip(plain, hooked, strict=True)]
-    result = {"command": "python benchmarks/torchrun_hooks.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": "python benchmarks/torchrun_hooks.py " + " ".join(argv or sys.argv[1:]),
               "plain_us": plain, "hooked_us": hooked, "extra_us": extra,
               "plain_us_median": statistics.median(plain),
               "hooked_us_median": statistics.median(hooked),

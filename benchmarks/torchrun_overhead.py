@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(load_note())
     overheads = [p["overhead"] for p in pairs]
     result = {
-        "command": "python benchmarks/torchrun_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/torchrun_overhead.py " + " ".join(argv or sys.argv[1:]),
         "script": str(SCRIPT.relative_to(ROOT)), "nproc": args.nproc,
         "cpu_per_proc": cpu, "script_args": script_args, "pairs": pairs,
         "overhead_median": statistics.median(overheads),

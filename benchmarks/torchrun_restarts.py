@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
              "to": t["details"]["world"], **{k: t["details"].get(k) for k in PARTS}}
             for t in report["timeline"][1:] if t["applied"]]  # fmt: skip
     result = {
-        "command": "python benchmarks/torchrun_restarts.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/torchrun_restarts.py " + " ".join(argv or sys.argv[1:]),
         "script": args.script, "args": args.args, "every_s": args.every, "cpu": args.cpu,
         "restarts": rows, "launch": report["script"]["groups"][0],
         "median": {k: statistics.median(r[k] for r in rows if r.get(k) is not None)

@@ -74,6 +74,11 @@ def nanogpt_case(public: Path) -> Case:
         cwd=nano, state=("out-synthetic", "checkpoints"))  # fmt: skip
 
 
+def known_cases(public: str | None) -> dict[str, Case]:
+    """``CASES``, and nanoGPT where ``--public`` names its prepared copy."""
+    return {**CASES, **({"nanogpt": nanogpt_case(Path(public))} if public else {})}
+
+
 def shape_options(n: int, cpu: float) -> list[str]:
     return ["--nproc-per-node", str(n), "--cpu-per-proc", f"{cpu:g}", "--budget-cpu", "2",
             "--max-nproc", "2"]  # fmt: skip
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"case": case.name, "script": str(case.script), "args": case.args,
                         "why": case.why, "sweep": sweep, "best_static": best,
                         "start": {"ranks": START[0], "cpu": START[1]}, "policies": rows})  # fmt: skip
-    command = " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(argv or sys.argv[1:])
     write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
                             "results": results, "load": load_note()})
     return 0
@@ -187,7 +192,7 @@ def again_only(path: Path, args: argparse.Namespace, argv: list[str] | None) -> 
     import json
 
     data = json.loads(path.read_text())
-    known = {**CASES, **({"nanogpt": nanogpt_case(Path(args.public))} if args.public else {})}
+    known = known_cases(args.public)
     for result in data["results"]:
         case, best = known[result["case"]], result["best_static"]
         options = [*shape_options(best["ranks"], best["cpu"]), "--policy", "static"]
@@ -197,7 +202,7 @@ def again_only(path: Path, args: argparse.Namespace, argv: list[str] | None) -> 
             row["jct_over_best"] = row["jct_s"] / oracle
             print(f"{case.name}: {row['policy']} {row['jct_s']:.1f}s = {row['jct_over_best']:.2f} "
                   f"x best static ({best['jct_s']:.1f}s, again {best['jct_again_s']:.1f}s)")
-    command = " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(argv or sys.argv[1:])
     data["again_command"] = "python benchmarks/torchrun_rightsizing.py " + command
     write_report(args.out, data)
     return 0
@@ -211,7 +216,7 @@ def rounds(path: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
     import statistics
 
     swept = {r["case"]: r["best_static"] for r in json.loads(path.read_text())["results"]}
-    known = {**CASES, **({"nanogpt": nanogpt_case(Path(args.public))} if args.public else {})}
+    known = known_cases(args.public)
     policies = args.policies.split(",")
     results = []
     for name in [c for c in args.cases.split(",") if c]:
@@ -239,7 +244,7 @@ def rounds(path: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
                                    m["paid"] is False for r in runs for m in r[policy]["moves"])}
         results.append({"case": name, "best_static": best, "rounds": runs,
                         "summary": summary})  # fmt: skip
-    command = " ".join(sys.argv[1:] if argv is None else argv)
+    command = " ".join(argv or sys.argv[1:])
     write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
                             "sweep_from": str(path), "results": results,
                             "load": load_note()})  # fmt: skip
