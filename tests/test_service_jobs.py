@@ -119,7 +119,8 @@ def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
     env = {**os.environ, "RIGHTSIZE_SERVER": f"http://127.0.0.1:{port}",
            "RIGHTSIZE_TOKEN": token}  # fmt: skip
     job_file = tmp_path / "job.json"  # JSON is YAML
-    job_file.write_text(json.dumps(job("survivor", 600, 0.6)))
+    steps = 3000  # MLP-3 runs ~200 steps/s on a quiet host: long enough to be killed midway
+    job_file.write_text(json.dumps(job("survivor", steps, 0.6)))
     service = serve(database, port, log)
     try:
         wait_for(lambda: cli("jobs", env=env).returncode == 0, 60)
@@ -133,6 +134,8 @@ def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
 
         wait_for(checkpointed, 240, every_s=1.0)
         time.sleep(3)  # past a checkpoint interval
+        at_kill = json.loads(cli("job", name, "--json", env=env).stdout)["latest"]["steps_done"]
+        assert at_kill < steps - 200, f"the job was nearly done ({at_kill}) before the kill"
         service.send_signal(signal.SIGKILL)
         service.wait(30)
         service = serve(database, port, log)
@@ -153,7 +156,7 @@ def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
     assert any(s["action"] == "resume" for s in shown["shapes"]), shown["shapes"]
     report = store.report(view["id"])
     assert report["restarts"]["masters"] >= 1
-    assert report["steps"] == 600
+    assert report["steps"] == steps
     store.close()
 
 
