@@ -21,17 +21,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The main job on its embedded defaults: profile a zoo model on this machine,
-# print its Srift compute model, plan its training on the AWS catalog, then run a
-# real elastic parameter-server job (Wide&Deep, 2 PS + 2 workers in cgroups).
+# The main job on its embedded defaults: the service (src/rightsize/service/demo.py)
+# on a fresh SQLite store, three real jobs submitted to it — one mis-sized and grown,
+# one queued behind it, one started from the first one's measured history.
 demo: $(STAMP)
-	$(BIN)/rightsize profile resnet18 --dataset synthetic-cifar --memory-limit 1Gi \
-		--out demo-output/resnet18-synthetic-cifar-cpu.json
-	$(BIN)/rightsize predict demo-output/resnet18-synthetic-cifar-cpu.json --batches 8,32,128
-	$(BIN)/rightsize plan --profile demo-output/resnet18-synthetic-cifar-cpu.json \
-		--global-batch 1024 --iterations 20000 --deadline 1h --cloud aws --top 5
-	$(BIN)/rightsize run examples/wide-deep-ps.yaml --fresh \
-		--report demo-output/wide-deep-ps-report.json
+	$(BIN)/python -m rightsize.service.demo --dir demo-output
 
 # The tests also need the optional extras the default install leaves out (Ray, for the
 # Ray backend's tests on a cluster they start on this host; Optuna, for its driver's).

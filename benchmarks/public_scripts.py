@@ -336,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="goodput")
     parser.add_argument("--iters", type=int, default=3000, help="nanoGPT's max_iters")
     parser.add_argument("--epochs", type=int, default=100, help="the tutorial's epochs")
+    parser.add_argument("--parts", default="overhead,grown,killed",
+                        help="which of overhead, grown and killed to run (comma-separated)")
     parser.add_argument("--out", default="benchmarks/results/public_scripts.json")
     args = parser.parse_args(argv)
     root = Path(args.dir).resolve()
@@ -344,15 +346,22 @@ def main(argv: list[str] | None = None) -> int:
     table = cases(root, args.iters, args.epochs)
     results = {}
     for name in args.cases.split(","):
-        case = table[name]
-        row = {"overhead": overhead(case, args.repeats), "grown": grown(case, args.policy),
-               "killed": killed(case)}  # fmt: skip
+        case, parts = table[name], args.parts.split(",")
+        row = {}
+        if "overhead" in parts:
+            o = row["overhead"] = overhead(case, args.repeats)
+            print(f"{name}: overhead {o['overhead_median']:+.1%} ({o['measure']}, median of "
+                  f"{len(o['pairs'])} pairs)", flush=True)  # fmt: skip
+        if "grown" in parts:
+            g = row["grown"] = grown(case, args.policy)
+            print(f"{name}: grown by {g['policy']}: {g['jct_s']:.1f}s against "
+                  f"{g['static_jct_s']:.1f}s kept at 0.5 cpu, "
+                  f"{sum(m['taken'] for m in g['moves'])} moves", flush=True)  # fmt: skip
+        if "killed" in parts:
+            k = row["killed"] = killed(case)
+            print(f"{name}: killed rank: exit {k['code']}, resumed from its checkpoint: "
+                  f"{k['resumed_from_its_checkpoint']}", flush=True)  # fmt: skip
         results[name] = row
-        o, g, k = row["overhead"], row["grown"], row["killed"]
-        print(f"{name}: overhead {o['overhead_median']:+.1%} ({o['measure']}); grown by "
-              f"{g['policy']}: {g['jct_s']:.1f}s against {g['static_jct_s']:.1f}s kept at 0.5 cpu, "
-              f"{sum(m['taken'] for m in g['moves'])} moves; killed rank: exit {k['code']}, "
-              f"resumed from its checkpoint: {k['resumed_from_its_checkpoint']}", flush=True)
     command = " ".join(argv or sys.argv[1:])
     write_report(args.out, {"command": "python benchmarks/public_scripts.py " + command,
                             "commits": {"pytorch/examples": EXAMPLES_COMMIT,

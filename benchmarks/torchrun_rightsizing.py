@@ -107,8 +107,15 @@ def paid(move: dict, end_s: float, next_s: float | None) -> dict:
     return {"paid": net > 0, "net_s": net}
 
 
+def policy_options(label: str) -> list[str]:
+    """``goodput`` or ``goodput:grow_after_samples=3:growth=2`` (a policy with parameters,
+    measured beside its defaults) as ``rightsize torchrun`` options."""
+    name, *params = label.split(":")
+    return ["--policy", name, *(f"--policy-param={p}" for p in params)]
+
+
 def policy_row(case: Case, policy: str) -> dict:
-    report = run_once(case, [*shape_options(*START), "--policy", policy])
+    report = run_once(case, [*shape_options(*START), *policy_options(policy)])
     taken = [m for m in report["moves"] if m["taken"]]
     moves = []
     for i, move in enumerate(taken):
@@ -128,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help=f"of {', '.join(CASES)}")
     parser.add_argument("--script", help="a script of your own (with --args) instead")
     parser.add_argument("--args", default="", help="its arguments, one string")
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help="comma-separated; NAME:KEY=VALUE sets a parameter "
+                             "(goodput:grow_after_samples=3)")
     parser.add_argument("--quick", action="store_true", help="two static shapes: checks it works")
     parser.add_argument("--with-start", action="store_true",
                         help="also sweep the start shape (1 rank of 0.5 cpu), kept static")

@@ -44,31 +44,13 @@ def held_cpu_cores(masters: set[int]) -> float | None:
     """The CPU quotas the kernel enforces now on the node cgroups (with a live process) of
     the jobs whose masters are the processes ``masters`` — what is applied, not what the
     books say; other jobs on the machine are not counted. None without cgroups."""
-    from rightsize.runtime.backends.cgroups import CgroupUnavailable, detect
+    from rightsize.runtime.backends.cgroups import CgroupUnavailable, detect, held_by_masters
 
     try:
         hierarchy = detect()
     except CgroupUnavailable:
         return None
-    base = hierarchy.bases.get("cpu") or hierarchy.bases.get("unified")
-    total = 0.0
-    for node in (base / "rightsize").glob("*/*") if (base / "rightsize").is_dir() else []:
-        owner = node.parent.name.split("-", 1)[0]  # rightsize/<master pid>-<token>/<node>
-        if not owner.isdigit() or int(owner) not in masters:
-            continue
-        try:
-            if not (node / "cgroup.procs").read_text().split():
-                continue
-            if hierarchy.version == 2:
-                quota, period = (node / "cpu.max").read_text().split()
-                total += 0.0 if quota == "max" else int(quota) / int(period)
-            else:
-                quota = int((node / "cpu.cfs_quota_us").read_text())
-                period = int((node / "cpu.cfs_period_us").read_text())
-                total += 0.0 if quota < 0 else quota / period
-        except (OSError, ValueError):
-            continue  # removed while read
-    return total
+    return sum(cores for pid, (cores, _) in held_by_masters(hierarchy).items() if pid in masters)
 
 
 def free_port() -> int:

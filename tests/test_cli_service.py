@@ -103,3 +103,10 @@ def test_run_refuses_a_bad_database_before_training(tmp_path, capsys):
     code, _, err = call(capsys, "run", job, "--database", "nosuch://x")
     assert code == 2 and err.startswith("error: --database")
     assert not Path(tmp_path / "c").exists()  # nothing was trained or written
+
+
+def test_jobs_prints_the_budget_in_units_a_person_reads():
+    from rightsize.cli.jobs_cmd import _budget
+
+    assert _budget({"cpu": 2.0, "memory": 6 * 2**30}) == "2 cpu, 6Gi"  # not 6442450944
+    assert _budget({"cpu": 1.5, "memory": 512 * 2**20}) == "1.5 cpu, 512Mi"

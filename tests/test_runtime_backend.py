@@ -228,7 +228,11 @@ def test_state_store_round_trip(tmp_path):
     # the launch shape is there before any node starts: a master killed now can be resumed
     assert store.current_shape() == shape and store.timeline()[0]["transition_s"] is None
     store.set_transition(seq, 1.5, {"x": 1}, "why (done)")
+    assert not store.repeats_last("add_ps", "no", ClusterShape())  # the last row was applied
     store.record_shape(5.0, "add_ps", "no", ClusterShape(), False)
+    assert store.repeats_last("add_ps", "no", ClusterShape())  # the same declined plan again
+    assert not store.repeats_last("add_ps", "no, again", ClusterShape())
+    assert not store.repeats_last("add_ps", "no", shape)
     assert store.current_shape() == shape and store.timeline()[0]["notes"] == {"note": "n"}
     assert store.timeline()[0]["transition_s"] == 1.5 and store.timeline()[0]["reason"] == "why (done)"
     for v in (1, 2, 3):

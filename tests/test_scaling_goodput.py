@@ -60,7 +60,20 @@ def test_a_saturated_rank_grows_in_place_within_the_budget():
 
 
 def test_nothing_is_judged_before_the_settled_samples():
-    assert GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY[:3])) is None
+    assert GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY[:1])) is None
+    waits = GoodputPolicy(grow_after_samples=3)  # the first version: grows once judged
+    assert waits.decide(observe(ranks(1, 0.5), 0.49, STEADY[:3])) is None
+    assert waits.decide(observe(ranks(1, 0.5), 0.49, STEADY)).shape == ranks(1, 2.0)
+
+
+def test_a_saturated_rank_grows_after_one_settled_sample_and_nothing_else_moves_so_soon():
+    plan = GoodputPolicy().decide(observe(ranks(1, 0.5), 0.49, STEADY[:2]))
+    assert plan.shape == ranks(1, 2.0) and plan.details == {"move": "grow", "from_speed": 5.0}
+    # a rank below its quota waits for judge_samples before eq. 10 sets the world size
+    assert GoodputPolicy().decide(observe(ranks(1, 2.0), 0.9, STEADY[:3])) is None
+    assert GoodputPolicy().decide(observe(ranks(1, 2.0), 0.9, STEADY)).shape == ranks(2, 1.0)
+    with pytest.raises(SpecError, match="grow_after_samples"):
+        GoodputPolicy(grow_after_samples=4)
 
 
 def test_a_growth_that_did_not_help_is_given_back_and_not_tried_again():
@@ -82,6 +95,15 @@ def test_ranks_below_their_quota_set_the_world_size_by_eq10():
     assert "eq. 10" in plan.reason
     capped = observe(ranks(1, 2.0), 0.45, STEADY, worker_range=WorkerRange(1, 3))
     assert GoodputPolicy().decide(capped).shape.n_workers == 3  # 2 / 0.5 = 4, at most 3
+
+
+def test_a_few_slow_samples_late_in_a_shape_do_not_send_it_back():
+    # nanoGPT's evaluation pass: a few samples with few optimizer steps, long after the growth
+    launch = Plan(ranks(1, 0.5), Action.LAUNCH, "launch")
+    grew = Plan(ranks(1, 2.0), Action.SCALE_UP, "grow", {"move": "grow", "from_speed": 10.0})
+    speeds = [0.0] + [30.0] * 30 + [2.0, 1.0, 2.0, 1.0]
+    plan = GoodputPolicy().decide(observe(ranks(1, 2.0), 1.0, speeds, plans=(launch, grew)))
+    assert plan is None or plan.details["move"] != "revert", plan
 
 
 def test_a_slower_shape_goes_back_to_the_fastest_measured():

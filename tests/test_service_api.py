@@ -6,6 +6,7 @@ The allocator is never started here, so nothing launches: submitted jobs wait.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,38 @@ def test_every_route_needs_a_token(service):
         assert getattr(client, method)(path).status_code == 401
         assert getattr(client, method)(path, headers=auth("rs_wrong")).status_code == 401
     assert client.get("/jobs", headers=auth(tokens["alice"])).status_code == 200
+
+
+def test_the_open_routes_are_the_documented_ones(service):
+    from fastapi.routing import APIRoute
+
+    client, _, _ = service
+    open_routes = set()
+    for route in client.app.routes:
+        needs = isinstance(route, APIRoute) and any(
+            d.call.__name__ == "_owner" for d in route.dependant.dependencies)
+        if not needs:
+            open_routes.add(route.path)
+    assert open_routes == {"/", "/ui", "/openapi.json", "/docs", "/docs/oauth2-redirect",
+                           "/redoc"}, open_routes  # fmt: skip
+    documented = (Path(__file__).parents[1] / "docs" / "service.md").read_text()
+    for path in ("`GET /`", "`GET /ui/...`", "`GET /openapi.json`", "`GET /docs`",
+                 "`GET /redoc`"):  # fmt: skip
+        assert path in documented
+
+
+def test_a_huge_request_is_refused_without_being_echoed(service):
+    client, tokens, allocator = service
+    from rightsize.service.limits import MAX_BODY_BYTES
+
+    huge = client.post("/jobs", json={**JOB, "name": "x" * (MAX_BODY_BYTES + 1)},
+                       headers=auth(tokens["alice"]))  # fmt: skip
+    assert huge.status_code == 413 and "16 MiB" in huge.json()["detail"]
+    name = "x" * 10**6  # under the limit, and not a plain name: 422 without the input
+    answer = client.post("/jobs", json={**JOB, "name": name}, headers=auth(tokens["alice"]))
+    assert answer.status_code == 422 and len(answer.content) < 2000, len(answer.content)
+    assert answer.json()["detail"][0]["loc"] == ["body", "name"]
+    assert allocator.scheduler.waiting == []
 
 
 def test_submit_queues_and_a_token_sees_only_its_own(service):
@@ -155,6 +188,10 @@ def test_recommendations_from_the_services_profile(service, tmp_path):
     assert plans and all("device model" in json.dumps(p["models"]) for p in plans)
     assert {p["policy"] for p in found["srift"]["baselines"]} <= {"cap", "tap"}
     assert [p["policy"] for p in found["fc2"]["plans"]] == ["cost-opt", "time-opt", "scala-opt"]
+    # each says what it picks by: "cost-opt" is the cheapest per hour, not the cheapest job
+    said = {p["policy"]: p["optimises"] for p in found["fc2"]["plans"] + plans}
+    assert "not the lowest total cost" in said["cost-opt"] and said["srift"]
+    assert all(p["total_cost"] > 0 and p["price_per_hour"] > 0 for p in found["fc2"]["plans"])
     for change, field in ((("instances", "g4dn.xlarg"), "instances"),
                           (("workload", "pkg.mod:factory"), "workload"),
                           (("dataset", "no-such-data"), "workload"),
@@ -171,10 +208,13 @@ def test_a_simulation_is_checked_before_it_runs(service):
     for body, field in (({"cluster": "Z"}, "cluster"), ({"policies": ["nearchos"]}, "policies"),
                         ({"trace": "upload"}, "trace_csv"), ({"trace": "nope"}, "trace"),
                         ({"trace": "upload", "trace_csv": "arrival,duration\n0,1h\n"},
-                         "trace_csv")):  # fmt: skip
+                         "trace_csv"), ({"cluster": "cpu=4"}, "cluster"),
+                        ({"cluster": "cpu=4,net_gbps=0"}, "cluster"),
+                        ({"cluster": "cpu=1,net_gbps=1"}, "trace")):  # fmt: skip
         answer = client.post("/simulations", json=body, headers=alice)
         assert answer.status_code == 422, (body, answer.text)
         assert answer.json()["detail"][0]["loc"] == ["body", field], answer.text
+        assert "--" not in answer.json()["detail"][0]["msg"], answer.text  # a form has no flags
         assert str(allocator.workdir) not in answer.text  # no paths on the server
     assert client.get("/simulations", headers=alice).json() == []
     assert client.get("/simulations/1", headers=alice).status_code == 404

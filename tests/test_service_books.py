@@ -24,7 +24,9 @@ GI = 2**30
 @pytest.fixture
 def books(tmp_path):
     store = Store(str(tmp_path / "s.db"))
-    allocator = Allocator(store, Resources(2.0, 8 * GI), tmp_path / "work")
+    # the host read as empty: what other rightsize jobs hold is the last tests' subject
+    allocator = Allocator(store, Resources(2.0, 8 * GI), tmp_path / "work",
+                          beside=lambda own: Resources())  # fmt: skip
     yield allocator
     store.close()
 
@@ -107,3 +109,52 @@ def test_a_failing_turn_is_printed_and_the_loop_goes_on(books, capsys, monkeypat
     books.turn()
     books.turn()
     assert len(calls) == 2 and "a bug in a turn" in capsys.readouterr().err
+
+
+def test_what_other_rightsize_jobs_on_the_host_hold_is_not_the_services(tmp_path):
+    store = Store(str(tmp_path / "s.db"))
+    outside = {"now": Resources(1.5, 2 * GI)}
+    books = Allocator(store, Resources(2.0, 8 * GI), tmp_path / "work",
+                      beside=lambda own: outside["now"])  # fmt: skip
+    books.turn()  # a turn reads the host
+    assert books.scheduler.free() == Resources(0.5, 6 * GI)
+    running(books, "a", Resources(0.5, GI))
+    why = books.reserve("a", Resources(1.0, GI))  # 0.5 more, but a standalone run holds 1.5
+    assert why and "capacity" in why
+    outside["now"] = Resources()  # it ended
+    books.turn()
+    assert books.reserve("a", Resources(1.0, GI)) is None
+    store.close()
+
+
+def test_the_host_is_read_from_the_kernel(tmp_path):
+    """A process in a cgroup laid out as a master's node (rightsize/<pid>-<token>/<node>),
+    with a quota and a limit: counted beside the service unless it is one of its own."""
+    import subprocess
+    import sys
+
+    from rightsize.runtime.backends.cgroups import CgroupUnavailable, NodeCgroup, detect
+    from rightsize.service.host import held_beside
+
+    try:
+        hierarchy = detect()
+    except CgroupUnavailable:
+        pytest.skip("no cgroups here")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    node = NodeCgroup(hierarchy, Path("rightsize") / f"{sleeper.pid}-test" / "worker-0")
+    try:
+        node.create()
+        node.set_cpu(0.7)
+        node.set_memory(GI)
+        for procs in node.procs_files:
+            procs.write_text(str(sleeper.pid))
+        before = held_beside(set())
+        assert before.cpu_cores >= 0.69 and before.memory_bytes >= GI
+        mine = held_beside({sleeper.pid})  # a service's own runner is not "beside" it
+        assert before.cpu_cores - mine.cpu_cores == pytest.approx(0.7, abs=0.01)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        node.remove()
+        node_parent = NodeCgroup(hierarchy, Path("rightsize") / f"{sleeper.pid}-test")
+        node_parent.remove()

@@ -107,9 +107,9 @@ def test_jobs_queue_run_and_are_recorded_within_capacity(tmp_path):
     store.close()
 
 
-def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+def cli(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rightsize", *args], capture_output=True,
-                          text=True, env=env, timeout=120)  # fmt: skip
+                          text=True, env=env, timeout=timeout)  # fmt: skip
 
 
 def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
@@ -141,19 +141,24 @@ def test_a_killed_service_resumes_its_jobs_exactly_once(tmp_path):
         service = serve(database, port, log)
         wait_for(lambda: cli("jobs", env=env).returncode == 0, 60)
 
-        def finished() -> bool:
-            listed = json.loads(cli("jobs", "--json", env=env).stdout)
-            return JobPhase(listed[0]["phase"]).done
-
-        wait_for(finished, 300, every_s=1.0)
+        # followed to its end over the restarted service's event stream
+        followed = cli("job", name, "--follow", "--json", env=env, timeout=300)
+        assert followed.returncode == 0, followed.stderr
+        events = [json.loads(line) for line in followed.stdout.splitlines()]
         shown = json.loads(cli("job", name, "--json", env=env).stdout)
     finally:
         service.send_signal(signal.SIGTERM)
-        service.wait(90)
+        stopped = service.wait(90)
     view = shown["job"]
     assert view["phase"] == "finished", (view["error"], log.read_text()[-2000:])
     assert view["accounting"]["exactly_once"] is True
     assert any(s["action"] == "resume" for s in shown["shapes"]), shown["shapes"]
+    assert events[-1]["event"] == "end" and events[-1]["data"]["phase"] == "finished"
+    seqs = [e["data"]["seq"] for e in events if e["event"] == "sample"]
+    assert seqs and seqs == sorted(set(seqs)), seqs  # every sample once, in order
+    assert any(e["event"] == "shape" and e["data"]["action"] == "resume" for e in events)
+    # SIGTERM is how a service is told to stop: status 0 and no error line
+    assert stopped == 0 and "error:" not in log.read_text(), log.read_text()[-2000:]
     report = store.report(view["id"])
     assert report["restarts"]["masters"] >= 1
     assert report["steps"] == steps

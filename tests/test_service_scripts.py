@@ -86,6 +86,7 @@ def test_a_script_is_uploaded_run_stored_and_its_fastest_shape_starts_the_next(t
     then = shown_again["job"]
     assert then["phase"] == "finished", then["error"]
     assert then["launch_source"] == "history", then
+    assert then["launch_note"].startswith(f"{view['name']} ran "), then  # not "history: history:"
     first_shape = store.shapes(shown_again["job"]["id"])[0]
     assert len(first_shape.shape["nodes"]) == 2  # started from the first run's fastest shape
     store.close()

@@ -179,6 +179,7 @@ def test_cloud_recommendations_wait_for_the_profile_then_show_the_models(page, s
         expect(fc2.nth(row)).to_contain_text(name)
     expect(fc2.nth(3)).to_contain_text("g5.xlarge")
     expect(page.locator("#fc2-plans")).to_contain_text("dlrover-eq1")
+    expect(page.locator("#fc2-plans")).to_contain_text("not the lowest total cost")
     shot(page, "recommendations")
 
 
@@ -233,7 +234,9 @@ def test_a_packed_hyperband_study(page, service, tmp_path):
     bad.write_text(json.dumps({"workload": "mlp3"}))
     page.get_by_label("Search report").set_input_files(str(bad))
     page.get_by_role("button", name="Keep the study").click()
-    expect(page.locator('[data-field="report"] .error')).to_contain_text("required")
+    said = page.locator('[data-field="report"] .error')
+    expect(said).to_contain_text("rungs: Field required")  # each missing field by its name
+    expect(said).not_to_contain_text("; Field required")
     page.get_by_label("Study name").fill("small-space")
     page.get_by_label("Search report").set_input_files(str(report))
     page.get_by_role("button", name="Keep the study").click()
@@ -376,6 +379,13 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
         page.get_by_role("button", name="Submit").click()
         expect(page.get_by_role("heading", name=name)).to_be_visible()
     expect(page.locator("#phase")).to_have_text("waiting")
+    expect(page.locator("#no-samples")).to_contain_text("No metric samples yet")
+    expect(page.locator("#chart-throughput")).to_be_hidden()  # not five empty charts
+    page.once("dialog", lambda dialog: dialog.dismiss())  # asked first: "no" keeps it
+    page.get_by_role("button", name="Cancel").click()
+    page.wait_for_timeout(1000)
+    expect(page.locator("#phase")).to_have_text("waiting")
+    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#phase")).to_have_text("cancelled", timeout=60_000)
     # live: the watched job's charts gain points and NEARCHUS+ grows it on the timeline

@@ -6,7 +6,7 @@ import argparse
 
 from rightsize.cli.client_args import add_client_options, client_of
 from rightsize.cli.output import format_table, print_json
-from rightsize.core.units import format_duration
+from rightsize.core.units import format_bytes, format_duration
 
 PHASES = ("waiting", "running", "finished", "failed", "cancelled")
 
@@ -36,4 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _budget(budget: dict) -> str:
-    return f"{budget.get('cpu', '?')} cpu, {budget.get('memory', '?')}"
+    """``2 cpu, 6 GiB``: the API gives memory in bytes (a number a person cannot read)."""
+    cpu, memory = budget.get("cpu"), budget.get("memory")
+    cores = "?" if cpu is None else f"{cpu:g}"
+    return f"{cores} cpu, {'?' if memory is None else format_bytes(memory)}"

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
 
 from rightsize.cli.store_args import add_store_arguments, open_store
+from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.units import parse_cpu, parse_memory
 
 DEFAULT_PORT = 8765
+#: Seconds `serve --background` waits for the service to answer (imports, migrations).
+BACKGROUND_START_S = 60.0
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +40,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=("fcfs", "sjf"),
         default="fcfs",
         help="queue order: first come or shortest job (fewest samples) first",
+    )
+    parser.add_argument(
+        "--background", action="store_true",
+        help="start the service in the background, return once it answers, and print its "
+        "URL, process id and log file",
     )
     parser.add_argument(
         "--workdir",
@@ -78,7 +87,22 @@ def capacity(cpu: str | None, memory: str | None) -> Resources:
     return Resources(min(cores, machine.cpu_cores), min(memory_bytes, machine.memory_bytes))
 
 
+def _check_port_free(host: str, port: int) -> None:
+    """Before anything starts: a port another process listens on is one line, not a traceback
+    from the server after the store was opened."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SpecError(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); "
+                            "is a service already running? Choose another --port") from None
+
+
 def serve(args: argparse.Namespace) -> int:
+    _check_port_free(args.host, args.port)
+    if args.background:
+        return _in_background(args)
     import uvicorn
 
     from rightsize.service.allocator import Allocator
@@ -100,11 +124,58 @@ def serve(args: argparse.Namespace) -> int:
     try:
         uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
                                       log_level="warning")).run()  # fmt: skip
+    except KeyboardInterrupt:
+        # uvicorn stops on SIGINT/SIGTERM, then raises the signal again: for a service that
+        # is how it is told to stop, not an error (its jobs resume on the next start)
+        print("rightsize serve: stopped; running jobs resume when it starts again",
+              file=sys.stderr)  # fmt: skip
     finally:
         simulations.stop()
         profiles.stop()
         allocator.stop()
         store.close()
+    return 0
+
+
+def _in_background(args: argparse.Namespace) -> int:
+    """The same service in a process of its own (its own session: it outlives this shell's
+    job control), answered once it serves; its output goes to ``WORKDIR/serve.log``."""
+    import subprocess
+    import time
+    import urllib.request
+
+    store = open_store(args)  # a bad store fails here, in one line
+    workdir = args.workdir or _default_workdir(store)
+    store.close()
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "rightsize", "serve", "--host", args.host, "--port",
+            str(args.port), "--order", args.order, "--workdir", str(workdir)]  # fmt: skip
+    for flag, value in (("--database", args.database), ("--cpu", args.cpu),
+                        ("--memory", args.memory), ("--instance-type", args.instance_type)):  # fmt: skip
+        if value:
+            argv += [flag, str(value)]
+    log = workdir / "serve.log"
+    with open(log, "ab") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    url = f"http://{host}:{args.port}"
+    deadline = time.monotonic() + BACKGROUND_START_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise SpecError(f"the service stopped at once (status {child.returncode}): "
+                            f"{tail[0]} (log {log})")  # fmt: skip
+        try:
+            with urllib.request.urlopen(f"{url}/openapi.json", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        child.terminate()
+        raise SpecError(f"the service did not answer within {BACKGROUND_START_S:.0f} s (log {log})")
+    print(f"rightsize serve: {url} (web pages at {url}/ui/), process {child.pid}, log {log}; "
+          f"stop it with: kill {child.pid}")  # fmt: skip
     return 0
 
 

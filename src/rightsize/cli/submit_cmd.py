@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(job)
     else:
-        print(f"{job['name']}: {job['phase']} (rightsize job {job['name']} to follow it)")
+        print(f"{job['name']}: {job['phase']} (rightsize job {job['name']} --follow to follow it)")
     return 0
 
 

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rightsize.cli.args import bounded
+from rightsize.cli.args import bounded, parse_options
 from rightsize.cli.run_cmd import run_job
 from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.errors import SpecError
@@ -87,6 +87,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     own.add_argument("--policy", default=None,
                      help=f"who sizes the job ({', '.join(policy_names())}; default "
                           f"{DEFAULT_POLICY}: the shape you give, measured)")
+    own.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                     help="a parameter of the policy, e.g. growth=2 (repeatable; "
+                          "docs/runtime.md lists them)")
     own.add_argument("--budget-cpu", default=None, metavar="CPU",
                      help="the most CPU the job may hold (default: this machine's CPUs)")
     own.add_argument("--budget-memory", default=None, metavar="MEM",
@@ -186,7 +189,8 @@ def job_from_args(args: argparse.Namespace, machine: Any = None) -> JobSpec:
         "budget": {"cpu": budget_cpu, "memory": budget_memory},
         "initial_shape": {"workers": {"count": nproc, "cpu": cpu, "memory": memory}},
         "policy": {"name": args.policy or DEFAULT_POLICY, "min_workers": low,
-                   "max_workers": high},  # fmt: skip
+                   "max_workers": high,
+                   "params": parse_options(args.policy_param, "--policy-param")},  # fmt: skip
         "runtime": runtime,
         "checkpoint": {"dir": args.checkpoint_dir},
     }

@@ -54,8 +54,10 @@ CLUSTER_CPU = Bound(0, 10**6, low_open=True)
 NET_GBPS = Bound(0, 10**4, low_open=True)
 
 
-def parse_cluster(text: str) -> ClusterSpec:
+def parse_cluster(text: str, flag: str = "--cluster") -> ClusterSpec:
     """``A``, ``B``, or ``cpu=N,net_gbps=G[,server_cores=C,memory=M,server_memory=M,servers=S]``.
+
+    ``flag`` is what errors call the value (the service's form has fields, not flags: "").
 
     Raises:
         UnknownNameError: an unknown cluster name.
@@ -73,25 +75,32 @@ def parse_cluster(text: str) -> ClusterSpec:
         fields[key.strip()] = value.strip()
     for needed in ("cpu", "net_gbps"):
         if needed not in fields:
-            raise SpecError(f"--cluster {text!r}: give {needed}=..., e.g. cpu=200,net_gbps=10")
-    return _custom(text, fields)
+            raise SpecError(f"{_named(flag, repr(text))}: give {needed}=..., e.g. "
+                            "cpu=200,net_gbps=10")  # fmt: skip
+    return _custom(text, fields, flag)
 
 
-def _custom(text: str, fields: dict[str, str]) -> ClusterSpec:
-    cpu = CLUSTER_CPU.check(parse_cpu(fields["cpu"], "--cluster cpu"), "--cluster cpu")
+def _named(flag: str, what: str) -> str:
+    return f"{flag} {what}" if flag else what
+
+
+def _custom(text: str, fields: dict[str, str], flag: str) -> ClusterSpec:
+    cpu = CLUSTER_CPU.check(parse_cpu(fields["cpu"], _named(flag, "cpu")), _named(flag, "cpu"))
     server_cores = int(parse_cpu(fields.get("server_cores", "32"), "cluster server_cores"))
     try:
         gbps = float(fields["net_gbps"])
     except ValueError:
-        raise SpecError(f"--cluster net_gbps={fields['net_gbps']!r} must be a number") from None
-    NET_GBPS.check(gbps, "--cluster net_gbps")
+        raise SpecError(f"{_named(flag, 'net_gbps=' + repr(fields['net_gbps']))} must be a "
+                        "number") from None  # fmt: skip
+    NET_GBPS.check(gbps, _named(flag, "net_gbps"))
     memory = parse_memory(fields.get("memory", f"{int(cpu * 4)}Gi"), "cluster memory")
     server_memory = parse_memory(fields.get("server_memory", f"{server_cores * 4}Gi"))
     if cpu <= 0 or gbps <= 0 or server_cores < 1 or memory <= 0:
-        raise SpecError(f"--cluster {text!r}: cpu, net_gbps, server_cores and memory must be > 0")
+        raise SpecError(f"{_named(flag, repr(text))}: cpu, net_gbps, server_cores and memory "
+                        "must be > 0")  # fmt: skip
     servers = fields.get("servers", str(math.ceil(cpu / server_cores)))
     if not servers.isdigit() or int(servers) < 1:
-        raise SpecError(f"--cluster servers={servers!r} must be a whole number >= 1")
+        raise SpecError(f"{_named(flag, 'servers=' + repr(servers))} must be a whole number >= 1")
     return ClusterSpec(
         "custom", cpu, memory, server_cores, server_memory, gbps * GBPS, text, int(servers)
     )

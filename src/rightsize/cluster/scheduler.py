@@ -61,6 +61,12 @@ class Scheduler(Generic[J]):
         if self.order not in ORDERS:
             raise unknown_name("scheduling order", self.order, ORDERS)
 
+    def set_capacity(self, capacity: Resources) -> None:
+        """What all running jobs may hold from now on (a service's capacity less what runs
+        beside it on the host); jobs already running keep what they hold."""
+        if capacity != self.capacity:
+            self.capacity, self._free = capacity, None
+
     def free(self) -> Resources:
         """What no job holds (never negative); remembered until an allocation changes."""
         used = self.allocated

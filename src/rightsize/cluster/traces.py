@@ -170,7 +170,8 @@ def _number(path: Path, line: int, column: str, text: str) -> float:
     return value
 
 
-def check_fits(trace: Trace, capacity: Resources, cluster: str) -> None:
+def check_fits(trace: Trace, capacity: Resources, cluster: str,
+               flag: str = "--cluster") -> None:  # fmt: skip
     """Refuse a job whose budget exceeds the whole cluster: it could never hold it, and the
     policies' searches grow with the budget (a row of 1e30 vCPU would never finish).
 
@@ -186,7 +187,7 @@ def check_fits(trace: Trace, capacity: Resources, cluster: str) -> None:
             if asked > held:
                 raise SpecError(
                     f"{where}: {field} {show(asked)} is more than cluster {cluster} holds "
-                    f"({show(held)}); lower it or simulate a larger --cluster"
+                    f"({show(held)}); lower it or simulate a larger {flag}"
                 )
 
 

@@ -114,11 +114,33 @@ def read_text(path: str | Path, what: str) -> str:
         ) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last
+    silently, so a job file that says ``steps: 100`` and later ``steps: 5`` would run 5."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # ``<<: *anchor`` merges are YAML's own way to repeat keys
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path, what: str) -> Any:
-    """A user's YAML file, parsed; a syntax error is one line with its line number."""
+    """A user's YAML file, parsed; a syntax error or a key given twice in one mapping is one
+    line with its line number."""
     text = read_text(path, what)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise SpecError(f"{what} {path} is not valid YAML ({yaml_error_text(exc)})") from None
 

@@ -70,6 +70,13 @@ def _plain_name(name: str) -> str:
     return name
 
 
+def _not_a_directory(path: Path | None) -> Path | None:
+    if path is not None and path.is_dir():
+        raise ValueError(f"{str(path)!r} is a directory; name a file inside it, e.g. "
+                         f"{str(path / 'job.sqlite')!r}")  # fmt: skip
+    return path
+
+
 class Objective(StrEnum):
     """What a plan minimises: total dollars, or total wall time."""
 
@@ -288,7 +295,9 @@ class RuntimeSpec(_Spec):
     )
     ps_bandwidth: Memory | None = Field(
         default=None,
-        description="cap each parameter server's sends at this many bytes/s, e.g. 20Mi",
+        gt=0,
+        description="cap each parameter server's sends at this many bytes/s, e.g. 20Mi "
+        "(none: no cap)",
     )
     overlap: bool = Field(
         default=True,
@@ -349,7 +358,7 @@ class RuntimeSpec(_Spec):
         description="a plan that restarts a script's ranks (a new world size) is carried out "
         "only if its predicted gain pays back the measured restart cost; false: always",
     )
-    state: Path | None = Field(
+    state: Annotated[Path | None, AfterValidator(_not_a_directory)] = Field(
         default=None,
         description="the master's SQLite state file; none means CHECKPOINT_DIR/NAME.sqlite",
     )

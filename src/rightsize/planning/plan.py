@@ -49,6 +49,20 @@ class Config:
         return " + ".join(str(s) for s in self.slots)
 
 
+#: What each planner picks by, in a user's words: a recommender's name says less than it
+#: seems ("Cost-Opt" takes the cheapest price per hour, which need not be the cheapest job).
+OPTIMISES = {
+    "srift": "the objective asked (total cost or total time) within the deadline or budget",
+    "cap": "cheapest instances per hour first, filled greedily (Srift's CAP baseline)",
+    "tap": "fastest instances first, filled greedily (Srift's TAP baseline)",
+    "cost-opt": "the lowest price per hour per worker (FC2 §5.2.2), not the lowest total cost",
+    "time-opt": "the highest price per hour per worker, as a stand-in for the fastest (FC2)",
+    "scala-opt": "as many workers as the parameter server's link carries, of the type needing "
+                 "fewest (FC2)",
+    "scala-opt-m": "Scala-Opt's worker count for the worker type you chose (FC2)",
+}
+
+
 @dataclass(frozen=True)
 class CloudPlan:
     """A configuration with its predicted iteration time, total time and total cost.
@@ -95,6 +109,7 @@ class CloudPlan:
             "total_cost": self.total_cost,
             "price_per_hour": self.price_per_hour,
             "policy": self.policy,
+            "optimises": OPTIMISES.get(self.policy),
             "models": dict(self.models),
             "total_seconds_interval": self.interval(self.total_seconds),
             "total_cost_interval": self.interval(self.total_cost),

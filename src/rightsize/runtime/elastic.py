@@ -57,7 +57,9 @@ def apply_plan(master: Master, plan: Plan) -> Transition:
         why = master.lease.reserve(plan.shape.total())
     if why or change.empty:
         reason = f"{plan.reason} (rejected: {why})" if why else f"{plan.reason} (no change)"
-        master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape, False)
+        if not master.store.repeats_last(str(plan.action), reason, plan.shape):
+            master.store.record_shape(master.time_s(), str(plan.action), reason, plan.shape,
+                                      False)  # fmt: skip
         return Transition(False)
     t0, details = master.clock.now(), {}
     try:

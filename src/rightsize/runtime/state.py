@@ -176,6 +176,15 @@ class StateStore:
         )  # fmt: skip
         return cursor.lastrowid
 
+    def repeats_last(self, action: str, reason: str, shape: ClusterShape) -> bool:
+        """Whether the latest timeline row is this same plan, declined: a policy that asks for
+        the same thing every interval is one row, not one per metric sample."""
+        row = self.db.execute(
+            "SELECT action, reason, shape, applied FROM timeline ORDER BY seq DESC LIMIT 1"
+        ).fetchone()  # fmt: skip
+        return (row is not None and not row[3] and (row[0], row[1]) == (action, reason)
+                and row[2] == json.dumps(shape.to_dict()))  # fmt: skip
+
     def set_transition(self, seq: int, transition_s: float, details: dict, reason: str) -> None:
         """Fill in a row written before its change was carried out."""
         self.db.execute(

@@ -14,7 +14,10 @@ the rules, tried in order on the window since the last move:
 3. **grow in place**: ranks using at least ``saturation`` of their quota get as much as
    the budget and the node limit allow (``growth``: at most that factor more), in one move:
    DLRover's sampling stage runs a worker on ``C_max`` for the same reason — a rank held
-   back by its quota hides what it needs — and rule 2 gives back what did not help;
+   back by its quota hides what it needs — and rule 2 gives back what did not help. This
+   rule alone is tried from ``grow_after_samples`` settled samples on, before the others
+   have their ``judge_samples``: a quota change costs no restart, and every second at a
+   quarter of the speed it wants costs the job three quarters of a second;
 4. **as many ranks as the CPU keeps busy**: ranks using less than ``saturation`` of their
    quota reveal ``ŵ``, and DLRover's eq. 10 without servers, ``N_w = C_total / ⌈ŵ⌉``, gives
    the world size whose ranks use what they get — proposed if it differs, was not
@@ -57,7 +60,12 @@ class GoodputParams:
             stability bound).
         settle_samples: samples after a move left out (the ranks start, load, warm up; the
             median of the judged samples absorbs one more that is still warming).
-        judge_samples: samples a shape's speed is read from, after those.
+        judge_samples: settled samples the rules wait for before they judge a shape (its
+            speed: the median of all its settled samples).
+        grow_after_samples: settled samples after which a saturated rank grows in place
+            (rule 3), before the other rules judge (1: at once, as DLRover's sampling stage
+            does; ``judge_samples`` waits for them, the first version, measured beside it
+            in benchmarks/torchrun_rightsizing.py).
         core_step: CPU is planned in whole multiples of this many cores.
     """
 
@@ -66,6 +74,7 @@ class GoodputParams:
     min_gain: float = 0.05
     settle_samples: int = 1
     judge_samples: int = 3
+    grow_after_samples: int = 1
     core_step: float = 0.1
 
     def __post_init__(self) -> None:
@@ -73,9 +82,10 @@ class GoodputParams:
         if not 0 < self.saturation <= 1 or not growth_ok or not 0 <= self.min_gain < 1:
             raise SpecError("goodput needs 0 < saturation <= 1, growth > 1 (or none), "
                             "0 <= min_gain < 1")  # fmt: skip
-        if self.settle_samples < 0 or self.judge_samples < 1 or self.core_step <= 0:
+        if (self.settle_samples < 0 or self.judge_samples < 1 or self.core_step <= 0
+                or not 1 <= self.grow_after_samples <= self.judge_samples):
             raise SpecError("goodput needs settle_samples >= 0, judge_samples >= 1, "
-                            "core_step > 0")  # fmt: skip
+                            "1 <= grow_after_samples <= judge_samples, core_step > 0")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,12 +123,15 @@ class GoodputPolicy(Policy):
         if obs.events or obs.shape.n_ps or not obs.shape.workers:
             return None  # failures are the mechanism's; parameter servers another policy's
         steady = [s for s in obs.window[p.settle_samples:] if s.steps_per_s > 0]
-        if len(steady) < p.judge_samples:
+        if len(steady) < p.grow_after_samples:
             return None
-        speed = statistics.median(s.steps_per_s for s in steady[-p.judge_samples:])
+        # the median of every settled sample since the last move: a few slow ones (a script's
+        # evaluation pass, a checkpoint) do not make a shape look slower than one before it
+        speed = statistics.median(s.steps_per_s for s in steady)
         measured = self.measured(obs, speed)
-        for rule in (self.back_to_fastest, self.keep_what_helped, self.grow_in_place,
-                     self.eq10_world):  # fmt: skip
+        rules = (self.back_to_fastest, self.keep_what_helped, self.grow_in_place,
+                 self.eq10_world) if len(steady) >= p.judge_samples else (self.grow_in_place,)
+        for rule in rules:
             plan = rule(obs, speed, measured, steady)
             if plan is not None:
                 return plan

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeReco
 from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
 from rightsize.scaling.registry import make_policy, require_strategy
 from rightsize.service import history
+from rightsize.service.host import held_beside
 from rightsize.service.lease import serve_lease
 from rightsize.service.models import JobPhase, Source
 from rightsize.service.schemas import JobView, LaunchPreview, RunSummary
@@ -106,8 +108,10 @@ class Allocator:
     """
 
     def __init__(self, store: Store, capacity: Resources, workdir: Path, order: str = "fcfs",
-                 poll_s: float = 1.0) -> None:  # fmt: skip
+                 poll_s: float = 1.0,
+                 beside: Callable[[set[int]], Resources] = held_beside) -> None:  # fmt: skip
         self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
+        self.beside = beside  # what other rightsize jobs on the host hold (service/host.py)
         self.uploads = Uploads(workdir / "uploads")
         self.scheduler: Scheduler[QueuedJob] = Scheduler(capacity, order)
         self.lock = threading.RLock()
@@ -307,6 +311,7 @@ class Allocator:
     def _turn(self) -> None:
         with self.lock:
             self._reap()
+            self._count_what_is_beside()
             for job in self.scheduler.admit(self._admission, SLACK_CORES):
                 try:
                     self._spawn(job)
@@ -340,6 +345,14 @@ class Allocator:
             with self.lock:
                 self.scheduler.submit(QueuedJob(row.name, row.submitted_at, samples_of(spec), row.id,
                                                 spec, held))  # fmt: skip
+
+    def _count_what_is_beside(self) -> None:
+        """The scheduler's capacity this turn: the service's, less what rightsize jobs it does
+        not run hold on this host (a standalone run's quotas are the kernel's too)."""
+        outside = self.beside({runner.popen.pid for runner in self.runners.values()})
+        self.scheduler.set_capacity(Resources(
+            max(0.0, self.capacity.cpu_cores - outside.cpu_cores),
+            max(0, self.capacity.memory_bytes - outside.memory_bytes), self.capacity.gpus))  # fmt: skip
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
         """What ``job`` takes if it starts now, or None (it and those behind it wait). A job
@@ -427,7 +440,7 @@ class Allocator:
         fields = {"phase": str(JobPhase.RUNNING)}
         if job.plan is not None:
             fields.update(started_at=time.time(), launch_source=job.source,
-                          launch_note=job.plan.reason)  # fmt: skip
+                          launch_note=job.plan.reason.removeprefix(f"{job.source}: "))  # fmt: skip
             expected = _expected(job.plan, job.spec)
             if expected is not None:
                 fields.update(predicted_time_s=expected.time_s, predicted_core_h=expected.core_h,

@@ -1,7 +1,7 @@
 """The REST API (FastAPI): submit, list, follow and cancel jobs, each behind a bearer token.
 
-Every route needs ``Authorization: Bearer TOKEN`` (401 without, or with a token the
-store does not know); a token sees and cancels only its own jobs (404 for anyone
+Every API route needs ``Authorization: Bearer TOKEN`` (401 without, or with a token the
+store does not know; the pages and the API's description are open, docs/service.md); a token sees and cancels only its own jobs (404 for anyone
 else's, so a job's existence is not told either). A job file is validated by the same
 pydantic model ``rightsize run`` uses (core/spec.py), and what the service checks
 beyond it (the budget against its capacity, the policy, the zoo's names) fails with
@@ -15,13 +15,13 @@ import re
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rightsize import __version__
 from rightsize.core.errors import RightsizeError
 from rightsize.core.spec import JobSpec, Strategy
-from rightsize.service import web
+from rightsize.service import limits, live, web
 from rightsize.service.allocator import Allocator
 from rightsize.service.models import JobPhase
 from rightsize.service.profiles import ProfileBook, ProfilingPhase, ProfilingState
@@ -81,6 +81,7 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
                   description="Submit training jobs, follow them, and read past runs.")  # fmt: skip
 
     app.state.store = store
+    limits.install(app)
 
     def own_job(name: str, owner_id: int) -> JobView:
         job = store.job(name, owner_id)
@@ -90,7 +91,7 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
 
     @app.exception_handler(RightsizeError)
     async def refused(_request: Request, exc: RightsizeError) -> JSONResponse:
-        message = str(exc)
+        message = limits.short(str(exc))
         head = message.split(":", 1)[0]
         field = head if ":" in message and _FIELD.fullmatch(head) else None
         loc, msg = (["body"], message)
@@ -205,15 +206,23 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
     @app.get("/jobs/{name}", response_model=JobDetail, summary="a job, its shapes, its last sample")
     def job(name: str, owner_id: Owner) -> JobDetail:
         view = own_job(name, owner_id)
-        samples = store.samples(view.id, after_seq=0)
         return JobDetail(job=view, shapes=store.shapes(view.id),
-                         latest=samples[-1] if samples else None)  # fmt: skip
+                         latest=store.latest_samples([view.id]).get(view.id))  # fmt: skip
 
     @app.get("/jobs/{name}/samples", response_model=list[SampleView],
              summary="a job's metric samples after a sequence number")  # fmt: skip
     def samples(name: str, owner_id: Owner,
                 after: Annotated[int, Query(ge=0, le=2**62)] = 0) -> list[SampleView]:  # fmt: skip
         return store.samples(own_job(name, owner_id).id, after)
+
+    @app.get("/jobs/{name}/events", response_class=StreamingResponse,
+             summary="the job as it changes: server-sent events job, shape, sample and end "
+                     "(service/live.py)")  # fmt: skip
+    def events(name: str, owner_id: Owner,
+               after: Annotated[int, Query(ge=0, le=2**62)] = 0) -> StreamingResponse:  # fmt: skip
+        view = own_job(name, owner_id)
+        return StreamingResponse(live.stream(store, view.id, after), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
 
     @app.get("/jobs/{name}/report", summary="a finished job's report")
     def report(name: str, owner_id: Owner) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,30 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ServiceRefused(f"--server: cannot reach {self.server}: {reason}") from None
+
+    def events(self, path: str) -> Iterator[tuple[str, Any]]:
+        """A server-sent event stream at ``path``: each event's name and JSON, until the
+        server closes it (comment lines, its heartbeats, are skipped)."""
+        request = urllib.request.Request(self.server + path, headers={
+            "Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+                name, data = "message", []
+                for raw in answer:
+                    line = raw.decode().rstrip("\r\n")
+                    if not line:  # a blank line ends an event
+                        if data:
+                            yield name, json.loads("\n".join(data))
+                        name, data = "message", []
+                    elif line.startswith("event:"):
+                        name = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].strip())
+        except urllib.error.HTTPError as exc:
+            raise ServiceRefused(_why(exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServiceRefused(f"--server: lost {self.server}: {reason}") from None
 
     def quoted(self, name: str) -> str:
         return urllib.parse.quote(name, safe="")

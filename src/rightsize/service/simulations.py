@@ -78,7 +78,7 @@ class Simulations:
             SpecError: a field that cannot be simulated, named.
         """
         try:
-            cluster = parse_cluster(request.cluster)
+            cluster = parse_cluster(request.cluster, flag="")
         except RightsizeError as exc:
             raise SpecError(f"cluster: {exc}") from None
         try:
@@ -90,7 +90,7 @@ class Simulations:
         trace_arg, field = self._trace(request, home)
         try:
             trace = load_trace(trace_arg, seed=request.seed)
-            check_fits(trace, cluster.capacity, cluster.name)
+            check_fits(trace, cluster.capacity, cluster.name, flag="cluster")
         except RightsizeError as exc:  # the upload's path on this machine is not the user's
             raise SpecError(f"{field}: {str(exc).replace(trace_arg, 'the CSV')}") from None
         view = self.store.add_simulation(owner_id, trace.name,

@@ -68,6 +68,40 @@ def detect(proc: Path = Path("/proc/self")) -> Hierarchy:
     raise CgroupUnavailable("no cgroup v1 cpu/cpuacct/memory or v2 cpu+memory hierarchy mounted")
 
 
+def held_by_masters(hierarchy: Hierarchy) -> dict[int, tuple[float, int]]:
+    """What the kernel enforces now on every rightsize job's node cgroups beside this
+    process's (``rightsize/<master pid>-<token>/<node>``, each with a live process): CPU
+    quota in cores and memory limit in bytes, summed by master pid. What is applied, read
+    from the kernel, whoever started it (a service's jobs, a standalone ``rightsize run``)."""
+    cpu_base = hierarchy.bases.get("cpu") or hierarchy.bases.get("unified")
+    memory_base = hierarchy.bases.get("memory") or hierarchy.bases.get("unified")
+    held: dict[int, tuple[float, int]] = {}
+    root = cpu_base / "rightsize" if cpu_base else None
+    for node in root.glob("*/*") if root is not None and root.is_dir() else []:
+        owner = node.parent.name.split("-", 1)[0]
+        if not owner.isdigit():
+            continue  # a service runner's own cgroup (job-N), not a master's
+        relative = node.relative_to(cpu_base)
+        try:
+            if not (node / "cgroup.procs").read_text().split():
+                continue
+            if hierarchy.version == 2:
+                quota, period = (node / "cpu.max").read_text().split()
+                cores = 0.0 if quota == "max" else int(quota) / int(period)
+                limit = (memory_base / relative / "memory.max").read_text().strip()
+                memory = 0 if limit == "max" else int(limit)
+            else:
+                quota = int((node / "cpu.cfs_quota_us").read_text())
+                cores = 0.0 if quota < 0 else quota / int((node / "cpu.cfs_period_us").read_text())
+                memory = int((memory_base / relative / "memory.limit_in_bytes").read_text())
+                memory = 0 if memory >= 2**62 else memory  # v1's "no limit"
+        except (OSError, ValueError):
+            continue  # removed while read
+        before = held.get(int(owner), (0.0, 0))
+        held[int(owner)] = (before[0] + cores, before[1] + memory)
+    return held
+
+
 def _mounts(path: Path) -> list[tuple[Path, str, str, str]]:
     result = []
     for line in _read(path, "").splitlines():

@@ -254,10 +254,15 @@ function showErrors(form, detail) {
   let first = null;
   for (const item of errorItems(detail)) {
     let target = null;
-    for (let n = item.loc.length; n > 0 && !target; n -= 1) target = fieldNamed(form, item.loc.slice(0, n).join("."));
+    let n = item.loc.length;
+    for (; n > 0 && !target; n -= 1) target = fieldNamed(form, item.loc.slice(0, n).join("."));
     const box = target ? target.querySelector(".error") : general;
     if (target) target.classList.add("invalid");
-    box.textContent = box.textContent ? `${box.textContent}; ${item.msg}` : item.msg;
+    // what the field shown does not name is said (a study's "rungs: Field required", not
+    // "Field required" six times under the report's field)
+    const rest = item.loc.slice(target ? n + 1 : 0);
+    const said = rest.length ? `${rest.join(".")}: ${item.msg}` : item.msg;
+    box.textContent = box.textContent ? `${box.textContent}; ${said}` : said;
     first = first || (target && target.querySelector("input, select, textarea"));
   }
   (first || general).focus();
@@ -285,9 +290,9 @@ function interval(range, format) {
 
 function cloudTable(id, plans) {
   return h("div", { class: "table-wrap" }, h("table", { id },
-    h("thead", {}, h("tr", {}, ["policy", "configuration", "time per step", "total time", "total cost", "price", "models behind the prediction"].map((t) => h("th", {}, t)))),
+    h("thead", {}, h("tr", {}, ["policy", "what it picks by", "configuration", "time per step", "total time", "total cost", "price", "models behind the prediction"].map((t) => h("th", {}, t)))),
     h("tbody", {}, plans.map((p) => h("tr", {},
-      h("td", {}, p.policy), h("td", {}, p.config),
+      h("td", {}, p.policy), h("td", { class: "optimises" }, p.optimises || "–"), h("td", {}, p.config),
       h("td", { class: "num" }, `${formatNumber(p.seconds_per_iter * 1000)} ms`),
       h("td", { class: "num" }, duration(p.total_seconds), interval(p.total_seconds_interval, duration)),
       h("td", { class: "num" }, money(p.total_cost), interval(p.total_cost_interval, money)),
@@ -604,9 +609,50 @@ async function movesSection(path) {
   return report && Array.isArray(report.moves) ? [h("h2", {}, "Moves"), movesTable(report.moves)] : [];
 }
 
+// A job's server-sent events (service/live.py) read with fetch, which can send the token
+// (EventSource cannot); a broken stream is opened again after the last sample it gave.
+function followEvents(url, onEvent, finished) {
+  const controller = new AbortController();
+  let stopped = false;
+  const dispatch = (block) => {
+    let name = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) name = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+    }
+    if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+  };
+  (async () => {
+    while (!stopped && !finished()) {
+      try {
+        const response = await fetch(url(), { signal: controller.signal, headers: {
+          Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}`, Accept: "text/event-stream" } });
+        if (response.status === 401) { signOut("Your token was not accepted: sign in again."); return; }
+        if (!response.ok) throw new ApiError(response.status, "the event stream was refused");
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          for (let cut = buffer.indexOf("\n\n"); cut >= 0; cut = buffer.indexOf("\n\n")) {
+            dispatch(buffer.slice(0, cut));
+            buffer = buffer.slice(cut + 2);
+          }
+        }
+      } catch (exc) {
+        if (stopped) return;
+      }
+      if (!stopped && !finished()) await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  })();
+  return () => { stopped = true; controller.abort(); };
+}
+
 async function runPage(name) {
   const path = `/jobs/${encodeURIComponent(name)}`;
-  let samples = [];
   const header = h("div", {});
   const charts = h("div", { class: "charts" },
     chartBox("chart-throughput", "Throughput"), chartBox("chart-loss", "Loss"),
@@ -616,19 +662,24 @@ async function runPage(name) {
   const nodes = h("div", {});
   const timeline = h("div", {});
   const moves = h("div", {});
-  main.replaceChildren(h("h1", {}, name), header, h("h2", {}, "Charts"), charts,
+  const noSamples = h("p", { class: "muted", id: "no-samples", hidden: true });
+  main.replaceChildren(h("h1", {}, name), header, h("h2", {}, "Charts"), noSamples, charts,
                        h("h2", {}, "Nodes now"), nodes, h("h2", {}, "Timeline of shapes"), timeline, moves);
-  let done = false, movesAsked = false;
-  const refresh = async () => {
-    const detail = await api("GET", path);
-    const fresh = await api("GET", `${path}/samples?after=${samples.length ? samples[samples.length - 1].seq : 0}`);
-    samples = samples.concat(fresh);
-    const job = detail.job;
-    done = DONE.has(job.phase);
+  // the page's state: the job, its timeline rows by seq, its samples in order
+  const detail = await api("GET", path);
+  let job = detail.job;
+  const shapes = new Map(detail.shapes.map((s) => [s.seq, s]));
+  const samples = await api("GET", `${path}/samples`);
+  let movesAsked = false;
+  const done = () => DONE.has(job.phase);
+  const render = async () => {
     const actions = h("div", { class: "actions" });
-    if (!done) actions.append(h("button", { class: "danger", id: "cancel", type: "button", onclick: async () => {
-      await api("POST", `${path}/cancel`);
-      refresh();
+    if (!done()) actions.append(h("button", { class: "danger", id: "cancel", type: "button", onclick: async () => {
+      // a cancel stops the job for good (a running one checkpoints first): asked once more
+      const what = job.phase === "running" ? "It checkpoints and stops; it cannot be resumed." : "It leaves the queue.";
+      if (!window.confirm(`Cancel ${name}? ${what}`)) return;
+      job = await api("POST", `${path}/cancel`);  // the stream says the rest
+      render();
     } }, "Cancel"));
     if (HAS_REPORT.has(job.phase)) actions.append(h("button", { type: "button", id: "download", onclick: () => downloadReport(name) }, "Download report JSON"));
     const latest = samples[samples.length - 1];
@@ -645,17 +696,29 @@ async function runPage(name) {
       h("dt", {}, "prediction rests on"), h("dd", {}, job.predicted_note || "–"),
       h("dt", {}, "exactly once"), h("dd", { id: "accounting" }, accountingText(job.accounting)),
       job.error ? [h("dt", {}, "error"), h("dd", { class: "error" }, job.error)] : []), actions));
-    drawRunCharts(charts, samples);
+    // no samples yet (waiting) or ever (cancelled before it ran): one line, not five empty charts
+    charts.hidden = samples.length === 0;
+    noSamples.hidden = samples.length > 0;
+    noSamples.textContent = done() ? "It ended before its first metric sample." : "No metric samples yet: they start once the job runs.";
+    if (samples.length) drawRunCharts(charts, samples);
     nodes.replaceChildren(latestNodesTable(latest));
-    timeline.replaceChildren(timelineTable(detail.shapes));
+    timeline.replaceChildren(timelineTable([...shapes.values()].sort((a, b) => a.seq - b.seq)));
     if (!movesAsked && scriptOf(job) && HAS_REPORT.has(job.phase)) {
       movesAsked = true;
       moves.replaceChildren(...await movesSection(path));
     }
   };
-  await refresh();
-  const timer = setInterval(() => { if (!done) refresh().catch(() => {}); }, POLL_MS);
-  stopPage = () => clearInterval(timer);
+  await render();
+  let pending = null;  // events come in bursts (a sample, then a move): one render for each burst
+  const later = () => { pending = pending || setTimeout(() => { pending = null; render().catch(() => {}); }, 200); };
+  const stop = followEvents(() => `${path}/events?after=${samples.length ? samples[samples.length - 1].seq : 0}`,
+    (event, data) => {
+      if (event === "sample") samples.push(data);
+      else if (event === "shape") shapes.set(data.seq, data);
+      else if (event === "job" || event === "end") job = data;
+      later();
+    }, done);
+  stopPage = () => { stop(); clearTimeout(pending); };
 }
 
 // -- past runs and comparing them ---------------------------------------------------------
