@@ -5,7 +5,9 @@ store's write rate for metric samples (issue 38 item 3).
 (MLP-3 on digits, static, each a PS and a worker of 0.25 cpu: they train and the service
 copies their state files into the store every 2 s while the clients call). Then for each
 client count (``--clients``, default 10 and 50), that many threads, each with its own
-keep-alive connection (as a browser tab holds one), call in a loop for ``--seconds``:
+keep-alive connection (as a browser tab holds one), call for ``--seconds``, first paced
+(one call every ``--pace`` seconds each, as a page that polls: 50 clients, 50 calls/s),
+then flat out (each call as soon as the last one answered: the service's ceiling):
 
 - ``status``: ``GET /jobs/{name}`` (what ``rightsize job`` and the run page ask first);
 - ``samples``: ``GET /jobs/{name}/samples?after=N`` for the newest ~10 samples (the run
@@ -92,8 +94,21 @@ def percentiles(seconds: list[float]) -> dict:
             "p99_ms": round(at(0.99), 2), "max_ms": round(ms[-1], 2)}  # fmt: skip
 
 
-def read_load(port: int, token: str, names: list[str], clients: int, seconds: float) -> dict:
-    """``clients`` threads calling status, samples and queue in turn for ``seconds``."""
+def in_threads(client, clients: int) -> float:
+    """``client(i)`` on ``clients`` threads at once; the seconds until the last one ended."""
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.monotonic() - t0
+
+
+def read_load(port: int, token: str, names: list[str], clients: int, seconds: float,
+              pace_s: float = 0.0) -> dict:  # fmt: skip
+    """``clients`` threads calling status, samples and queue in turn for ``seconds``: each a
+    call every ``pace_s`` (a page that polls), or back to back with 0 (flat out)."""
     kinds = ("status", "samples", "queue")
     found: dict[str, list[float]] = {k: [] for k in kinds}
     errors: list[str] = []
@@ -105,7 +120,11 @@ def read_load(port: int, token: str, names: list[str], clients: int, seconds: fl
         name = names[i % len(names)]
         mine: dict[str, list[float]] = {k: [] for k in kinds}
         n = 0
+        due = time.monotonic() + pace_s * i / clients  # paced clients start spread out
         while time.monotonic() < stop_at:
+            if pace_s:
+                time.sleep(max(0.0, due - time.monotonic()))
+                due += pace_s
             kind = kinds[n % len(kinds)]
             n += 1
             try:
@@ -130,15 +149,10 @@ def read_load(port: int, token: str, names: list[str], clients: int, seconds: fl
             for kind in kinds:
                 found[kind] += mine[kind]
 
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.monotonic() - t0
+    wall = in_threads(client, clients)
     calls = sum(len(v) for v in found.values())
-    return {"clients": clients, "seconds": round(wall, 2), "requests_per_s": round(calls / wall, 1),
+    return {"clients": clients, "pace_s": pace_s or None, "seconds": round(wall, 2),
+            "requests_per_s": round(calls / wall, 1),
             "errors": len(errors), "first_errors": errors[:5],
             **{kind: percentiles(found[kind]) for kind in kinds}}  # fmt: skip
 
@@ -162,13 +176,7 @@ def submit_load(port: int, token: str, clients: int, per_client: int) -> dict:
                 else:
                     errors.append(f"{status}: {body[:200]!r}")
 
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.monotonic() - t0
+    wall = in_threads(client, clients)
     api = Api(port, token)
     for name in names:
         api.call("POST", f"/jobs/{name}/cancel")
@@ -213,16 +221,18 @@ def api_latency(args: argparse.Namespace, home: Path) -> dict:
                 break
             time.sleep(1)
         reads = []
-        for clients in args.clients:
-            print(f"{clients} clients reading for {args.seconds:g} s...", flush=True)
-            reads.append(read_load(port, token, names, clients, args.seconds))
-            print(json.dumps({k: reads[-1][k] for k in ("requests_per_s", "status", "errors")}),
-                  flush=True)  # fmt: skip
+        for pace_s in (args.pace, 0.0):
+            for clients in args.clients:
+                how = f"a call every {pace_s:g} s each" if pace_s else "flat out"
+                print(f"{clients} clients reading for {args.seconds:g} s, {how}...", flush=True)
+                reads.append(read_load(port, token, names, clients, args.seconds, pace_s))
+                print(json.dumps({k: reads[-1][k] for k in ("requests_per_s", "status",
+                                                            "errors")}), flush=True)  # fmt: skip
         submits = []
         for clients in args.clients:
             print(f"{clients} clients submitting...", flush=True)
             submits.append(submit_load(port, token, clients, max(1, args.submits // clients)))
-        rows = json.loads(api.call("GET", "/queue")[1])
+        rows = json.loads(Api(port, token).call("GET", "/queue")[1])  # (idle ones close)
         still_running = [r["job"]["name"] for r in rows if r["job"]["phase"] == "running"]
         return {"jobs_running_throughout": sorted(still_running) == sorted(names),
                 "reads": reads, "submits": submits}  # fmt: skip
@@ -274,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=lambda t: [int(x) for x in t.split(",")],
                         default=[10, 50], help="client counts, comma-separated (default 10,50)")
     parser.add_argument("--seconds", type=float, default=20.0, help="per client count")
+    parser.add_argument("--pace", type=float, default=1.0,
+                        help="seconds between a paced client's calls (a page polling; the "
+                             "flat-out run follows)")
     parser.add_argument("--submits", type=int, default=200, help="jobs submitted per count")
     parser.add_argument("--steps", type=int, default=200_000, help="the running jobs' steps")
     parser.add_argument("--samples", type=int, default=3000)

@@ -5,8 +5,8 @@ submits three real jobs to it through the API, as ``rightsize submit`` does:
 
 1. **mis-sized**: Wide & Deep on two parameter servers' worth of work, started at a tenth
    of its budget on each node; NEARCHUS+ grows it while it trains;
-2. **queued**: an MLP submitted right behind it, which waits in the queue until the first
-   job's budget is free (the service never holds more than the machine);
+2. **queued**: an MLP submitted once the first has grown, which waits in the queue until
+   the first job's CPU is free (the service never holds more than the machine);
 3. **from history**: the first job again with ``initial_shape: auto``, submitted once the
    first has finished: the service starts it from the shape the first run measured
    fastest (DLRover §4.3) instead of from the mis-sized start.
@@ -39,14 +39,14 @@ from rightsize.service.models import JobPhase
 #: The first job: examples/wide-deep-missized.yaml, shorter (the demo's minutes are few).
 MISSIZED: dict[str, Any] = {
     "name": "missized", "workload": "wide-deep", "options": {"embed_dim": 8, "hidden": [64, 32]},
-    "dataset": "synthetic-criteo", "dataset_size": 50000, "batch_size": 512, "epochs": 6,
+    "dataset": "synthetic-criteo", "dataset_size": 50000, "batch_size": 512, "epochs": 16,
     "strategy": "ps", "budget": {"cpu": 2, "memory": "6Gi"},
     "initial_shape": {"ps": {"count": 1, "cpu": 0.2, "memory": "1Gi"},
                       "workers": {"count": 2, "cpu": 0.2, "memory": "1Gi"}},
     "checkpoint": {"interval": "20s"}, "training": {"optimizer": "adagrad", "lr": 0.05},
     "policy": {"name": "nearchus+"},
 }  # fmt: skip
-#: The second: small, static, and waiting for the first one's CPU.
+#: The second: small, static, submitted once the first has grown: it waits for its CPU.
 QUEUED: dict[str, Any] = {
     "name": "queued", "workload": "mlp3", "options": {"hidden": 64}, "dataset": "digits",
     "batch_size": 64, "steps": 1500, "strategy": "ps", "budget": {"cpu": 1, "memory": "2Gi"},
@@ -121,13 +121,16 @@ class Demo:
         self.said_phase[view["name"]] = view["phase"]
         return view["name"]
 
-    def watch(self, names: list[str], until: list[str]) -> None:
-        """Say what changes for ``names`` until every job in ``until`` is done."""
+    def watch(self, names: list[str], until: list[str], moved: str | None = None) -> None:
+        """Say what changes for ``names`` until every job in ``until`` is done (or, with
+        ``moved``, until that job has made its first move)."""
         assert self.client is not None
         while True:
             rows = {r["job"]["name"]: r for r in self.client.call("GET", "/queue")}
             for name in names:
                 self.news(name, rows[name])
+            if moved is not None and self.said_moves.get(moved, 0):
+                return
             if all(JobPhase(rows[n]["job"]["phase"]).done for n in until):
                 return
             if time.monotonic() - self.last_progress >= PROGRESS_EVERY_S:
@@ -219,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         demo.start()
         first = demo.submit(MISSIZED, "mis-sized: a tenth of its budget on each node, nearchus+")
-        second = demo.submit(QUEUED, "behind it: waits for the CPU the first one holds")
+        demo.watch([first], until=[first], moved=first)
+        second = demo.submit(QUEUED, "it needs 1 cpu: waits for the CPU the first one grew into")
         demo.watch([first, second], until=[first])
         third = demo.submit(AGAIN, "the first job again, initial_shape: auto")
         demo.watch([first, second, third], until=[second, third])
