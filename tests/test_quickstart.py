@@ -56,3 +56,5 @@ def test_the_readmes_service_commands_work_as_printed(tmp_path):
     assert "every sample trained exactly once per epoch: yes" in out
     assert re.search(r"wide-deep-ps\s+finished\s+wide-deep", out), out[-2000:]  # `jobs`
     assert "6Gi" in out  # the budget's memory in units, not 6442450944
+    # one time, the launch shown within it
+    assert re.search(r"measured: \S+, \S+ CPU core-hours \(launch \S+ of it\)", out), out[-2000:]

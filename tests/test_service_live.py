@@ -104,3 +104,29 @@ def test_the_events_route_is_the_owners_and_starts_after_a_sample(tmp_path):
     assert client.get("/jobs/job/events").status_code == 401
     state.close()
     store.close()
+
+
+def test_the_queue_stream_sends_the_rows_again_when_they_change(tmp_path):
+    store = Store(str(tmp_path / "store.db"))
+    owner = store.owner(store.create_token("alice"))
+    job, state, _ = running_job(store, tmp_path, samples=2, owner_id=owner)
+    state.close()
+
+    async def first_two():
+        events = []
+        stream = live.queue_stream(store, owner, poll_s=0.05, heartbeat_s=0.1)
+        async for text in stream:
+            if text.startswith("event: queue"):
+                events.append(json.loads(text.split("data: ", 1)[1]))
+                if len(events) == 1:  # the job ends: the rows change, and are sent again
+                    await asyncio.to_thread(store.finish, job.id, JobPhase.FINISHED,
+                                            {"wall_time_s": 2.0})  # fmt: skip
+                if len(events) == 2:
+                    await stream.aclose()
+                    return events
+        return events
+
+    events = asyncio.run(asyncio.wait_for(first_two(), 30))
+    assert [[r["job"]["phase"] for r in rows] for rows in events] == [["running"], ["finished"]]
+    assert events[0][0]["latest"]["seq"] == 2
+    store.close()

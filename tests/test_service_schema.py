@@ -25,7 +25,9 @@ _home = Path(tempfile.mkdtemp(prefix="rightsize-schema-"))
 _store = Store(str(_home / "store.db"))
 _token = _store.create_token("fuzzer")
 _app = create_app(_store, Allocator(_store, Resources(2, 4 * 2**30), _home / "work"))
-schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
+# the event streams answer until their job ends (a queued job's never, here): their
+# checks are tests/test_service_live.py's
+schema = schemathesis.openapi.from_asgi("/openapi.json", _app).exclude(path_regex=r"/events$")
 
 
 @schema.parametrize()

@@ -419,6 +419,7 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     expect(page.locator("#phase")).to_have_text("finished", timeout=300_000)
     expect(page.locator("#accounting")).to_have_text("every sample trained exactly once per epoch")
     expect(page.locator("#time-compare")).to_contain_text("measured")
+    expect(page.locator("#time-compare")).to_contain_text("of it")  # the launch, shown within
     with page.expect_download() as download:
         page.get_by_role("button", name="Download report JSON").click()
     report = json.loads(Path(download.value.path()).read_text())

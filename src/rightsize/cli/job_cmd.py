@@ -73,11 +73,14 @@ def show(detail: dict) -> None:
         print(f"  started from {job['launch_source']}: {job['launch_note']}")
     if latest:
         print(f"  {sample_line(latest)}")
+    launch = next((s for s in detail["shapes"] if s["action"] == "launch" and s["applied"]), None)
     for label in ("predicted", "measured"):
         time_s, core_h = job[f"{label}_time_s"], job[f"{label}_core_h"]
         if time_s is not None:
             cores = "" if core_h is None else f", {core_h:.4g} CPU core-hours"
             note = job["predicted_note"] if label == "predicted" else None
+            if label == "measured" and launch and launch["transition_s"] is not None:
+                note = f"launch {format_duration(launch['transition_s'])} of it"
             print(f"  {label}: {format_duration(time_s)}{cores}" + (f" ({note})" if note else ""))
     accounting = job["accounting"]
     if accounting and accounting.get("checked"):

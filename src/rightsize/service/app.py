@@ -203,6 +203,13 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
         latest = store.latest_samples([v.id for v in views])
         return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
 
+    @app.get("/queue/events", response_class=StreamingResponse,
+             summary="your queue as it changes: server-sent `queue` events with GET /queue's "
+                     "rows (service/live.py)")  # fmt: skip
+    def queue_events(owner_id: Owner) -> StreamingResponse:
+        return StreamingResponse(live.queue_stream(store, owner_id), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+
     @app.get("/jobs/{name}", response_model=JobDetail, summary="a job, its shapes, its last sample")
     def job(name: str, owner_id: Owner) -> JobDetail:
         view = own_job(name, owner_id)

@@ -8,6 +8,9 @@ with the same JSON the other routes give for it:
     event: sample    data: SampleView   (each metric sample after ``after``, in order)
     event: end       data: JobView      (the job is done; the stream closes)
 
+and ``GET /queue/events`` one event, ``queue`` with ``GET /queue``'s list, whenever any of
+the owner's jobs or their newest samples change (it never ends; the page closes it).
+
 The store is the one source (the service copies each job's state file into it as the job
 runs), so the stream reads it every ``poll_s`` and sends only what is new; a comment line
 every ``heartbeat_s`` keeps proxies and the client's read timeout from closing a quiet
@@ -18,6 +21,7 @@ following client holds no thread while nothing changes.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +30,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from rightsize.service.models import JobPhase
-from rightsize.service.schemas import JobView, SampleView, ShapeView
+from rightsize.service.schemas import JobView, QueueRow, SampleView, ShapeView
 from rightsize.service.store import Store
 
 #: How often the store is read for changes (the metric interval is 1-2 s).
@@ -88,4 +92,28 @@ async def stream(store: Store, job_id: int, after: int = 0, poll_s: float = POLL
             if seen.job is not None:
                 yield event("end", seen.job)
             return
+        await asyncio.sleep(poll_s)
+
+
+def queue_rows(store: Store, owner_id: int) -> list[QueueRow]:
+    """``GET /queue``'s answer: the owner's jobs with their newest samples, oldest first."""
+    views = store.jobs(owner_id)
+    latest = store.latest_samples([v.id for v in views])
+    return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
+
+
+async def queue_stream(store: Store, owner_id: int, poll_s: float = POLL_S,
+                       heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
+    """The owner's queue each time it changes, until the client goes away."""
+    sent, quiet_since = None, time.monotonic()
+    while True:
+        rows = await run_in_threadpool(queue_rows, store, owner_id)
+        text = json.dumps([row.model_dump(mode="json") for row in rows])
+        now = time.monotonic()
+        if text != sent:
+            sent, quiet_since = text, now
+            yield f"event: queue\ndata: {text}\n\n"
+        elif now - quiet_since >= heartbeat_s:
+            yield ": still here\n\n"
+            quiet_since = now
         await asyncio.sleep(poll_s)

@@ -74,9 +74,18 @@ function programText(job) {
   return script ? [script.name, job.dataset].filter(Boolean).join(" ") : `${job.workload} / ${job.dataset}`;
 }
 
+// One time for a job: while it runs, since it started; once it has ended, its measured time
+// (the same clock: from its launch to its last step), never a second figure beside it.
 function elapsed(job) {
+  if (DONE.has(job.phase) && job.measured_time_s !== null && job.measured_time_s !== undefined) return job.measured_time_s;
   if (!job.started_at) return null;
   return (job.finished_at || Date.now() / 1000) - job.started_at;
+}
+
+// "(launch 3.1 s of it)": the first timeline row's transition, when it is known.
+function launchPart(shapes) {
+  const launch = shapes.find((s) => s.action === "launch" && s.applied);
+  return launch && launch.transition_s !== null ? ` (launch ${duration(launch.transition_s)} of it)` : "";
 }
 
 function timeLeft(job, latest) {
@@ -170,8 +179,7 @@ const QUEUE_COLUMNS = [
 async function queuePage() {
   const body = h("div", {});
   main.replaceChildren(h("h1", {}, "Queue"), body);
-  const refresh = async () => {
-    const rows = await api("GET", "/queue");
+  const render = (rows) => {
     const groups = [["Running", (p) => p === "running"], ["Waiting", (p) => p === "waiting"],
                     ["Finished", (p) => DONE.has(p)]];
     body.replaceChildren(...groups.map(([title, test]) => {
@@ -181,9 +189,9 @@ async function queuePage() {
         mine.length ? queueTable(mine, QUEUE_COLUMNS) : h("p", { class: "muted" }, "none"));
     }));
   };
-  await refresh();
-  const timer = setInterval(() => refresh().catch(() => {}), POLL_MS);
-  stopPage = () => clearInterval(timer);
+  render(await api("GET", "/queue"));
+  // then live: the queue's event stream sends the rows again whenever they change
+  stopPage = followEvents(() => "/queue/events", (event, rows) => { if (event === "queue") render(rows); }, () => false);
 }
 
 // -- submit -------------------------------------------------------------------------------
@@ -691,7 +699,7 @@ async function runPage(name) {
       h("dt", {}, "throughput now"), h("dd", { id: "throughput-now" }, rate(latest && latest.samples_per_s)),
       h("dt", {}, "elapsed"), h("dd", {}, duration(elapsed(job))),
       h("dt", {}, "predicted left"), h("dd", {}, duration(timeLeft(job, latest))),
-      h("dt", {}, "time"), h("dd", { id: "time-compare" }, `predicted ${duration(job.predicted_time_s)}, measured ${duration(job.measured_time_s)}`),
+      h("dt", {}, "time, launch included"), h("dd", { id: "time-compare" }, `predicted ${duration(job.predicted_time_s)}, measured ${duration(job.measured_time_s)}${job.measured_time_s === null ? "" : launchPart([...shapes.values()])}`),
       h("dt", {}, "cost"), h("dd", {}, `predicted ${coreHours(job.predicted_core_h)}, measured ${coreHours(job.measured_core_h)}`),
       h("dt", {}, "prediction rests on"), h("dd", {}, job.predicted_note || "–"),
       h("dt", {}, "exactly once"), h("dd", { id: "accounting" }, accountingText(job.accounting)),
