@@ -110,3 +110,16 @@ def test_jobs_prints_the_budget_in_units_a_person_reads():
 
     assert _budget({"cpu": 2.0, "memory": 6 * 2**30}) == "2 cpu, 6Gi"  # not 6442450944
     assert _budget({"cpu": 1.5, "memory": 512 * 2**20}) == "1.5 cpu, 512Mi"
+
+
+def test_serve_on_a_port_in_use_is_one_line_before_anything_starts(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        database = tmp_path / "s.db"
+        code, _, err = call(capsys, "serve", "--port", port, "--database", database, "--background")
+    assert code == 2 and err.startswith(f"error: --port {port}") and err.count("\n") == 1
+    assert not database.exists()  # refused before the store was opened

@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         demo.stop()
     token = (home / "token").read_text().strip()
     print(f"\nTo look at these jobs in the web pages again:\n"
-          f"  rightsize serve --database {home / 'store.db'} --workdir {home / 'work'} &\n"
+          f"  .venv/bin/rightsize serve --background --database {home / 'store.db'} "
+          f"--workdir {home / 'work'}\n"
           f"  open http://127.0.0.1:8765/ui/ and sign in with {token}")  # fmt: skip
     return 0
 
