@@ -48,6 +48,17 @@ def test_every_route_needs_a_token(service):
     assert client.get("/jobs", headers=auth(tokens["alice"])).status_code == 200
 
 
+def test_choices_say_the_capacity_a_forms_defaults_must_fit(service):
+    client, tokens, _ = service
+    found = client.get("/choices", headers=auth(tokens["alice"])).json()
+    assert found["capacity"] == {"cpu": 1.5, "memory": 8 * GI}
+    # the page's defaults at this capacity: 1.5 CPU and dlrover, which the service accepts
+    job = {**JOB, "budget": {"cpu": 1.5, "memory": "4Gi"}, "policy": {"name": "dlrover"},
+           "initial_shape": "auto"}  # fmt: skip
+    answer = client.post("/jobs/preview", json=job, headers=auth(tokens["alice"]))
+    assert answer.status_code == 200, answer.text
+
+
 def test_the_open_routes_are_the_documented_ones(service):
     from fastapi.routing import APIRoute
 

@@ -106,7 +106,9 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
 
     @app.get("/choices", summary="what a job file may name: zoo models, datasets, policies")
     def choices(_owner_id: Owner) -> dict[str, Any]:
-        return job_choices()
+        # with the service's capacity, so that a form's defaults fit what it will accept
+        return {**job_choices(), "capacity": {"cpu": allocator.capacity.cpu_cores,
+                                              "memory": allocator.capacity.memory_bytes}}  # fmt: skip
 
     @app.post("/jobs/preview", response_model=LaunchPreview,
               summary="where the service would start a job, and its predicted time; queues nothing")  # fmt: skip

@@ -372,6 +372,10 @@ async function scriptJobFromForm(form) {
 
 async function submitPage() {
   const choices = await api("GET", "/choices");
+  // defaults the service accepts: a budget within its capacity, and a policy that fits it
+  // (NEARCHUS+ needs a budget of 2 CPUs or more; DLRover sizes any)
+  const defaultCpu = Math.min(2, choices.capacity.cpu);
+  const zooPolicy = defaultCpu >= 2 ? "nearchus+" : "dlrover";
   const models = Object.fromEntries(choices.models.map((m) => [m.name, m]));
   const workload = h("select", {}, choices.models.map((m) => h("option", { value: m.name }, `${m.name} — ${m.description}`)),
                     h("option", { value: UPLOAD }, "my own file (a workload factory)"));
@@ -439,7 +443,7 @@ async function submitPage() {
     const own = form.elements.kind.value === SCRIPT;
     zooOnly.forEach((group) => { group.hidden = own; });
     scriptOnly.forEach((group) => { group.hidden = !own; });
-    form.elements["policy.name"].value = own ? "goodput" : "nearchus+";
+    form.elements["policy.name"].value = own ? "goodput" : zooPolicy;
     clearErrors(form);
     result.replaceChildren();
   };
@@ -463,9 +467,9 @@ async function submitPage() {
       field("length_kind", "Train for", lengthKind),
       field("length_count", "How many", h("input", { type: "number", min: 1, value: 1 }), "epochs or steps"),
       field("strategy", "Strategy", h("select", {}, choices.strategies.map((s) => h("option", { value: s }, s))))),
-    field("budget.cpu", "CPU budget", h("input", { value: "2" }), "cores the job may hold at most, e.g. 2 or 1500m"),
+    field("budget.cpu", "CPU budget", h("input", { value: String(defaultCpu) }), `cores the job may hold at most (this service has ${choices.capacity.cpu}), e.g. 2 or 1500m`),
     field("budget.memory", "Memory budget", h("input", { value: "4Gi" }), "e.g. 4Gi"),
-    field("policy.name", "Policy", h("select", {}, choices.policies.map((p) => h("option", { value: p, selected: p === "nearchus+" }, p)))),
+    field("policy.name", "Policy", h("select", {}, choices.policies.map((p) => h("option", { value: p, selected: p === zooPolicy }, p)))),
     group(zooOnly, false,
       field("constraints.deadline", "Deadline", h("input", { placeholder: "2h" }), "optional, for plans"),
       field("constraints.budget", "Dollar budget", h("input", { placeholder: "$30" }), "optional, for plans")),
