@@ -158,3 +158,28 @@ def test_the_host_is_read_from_the_kernel(tmp_path):
         node.remove()
         node_parent = NodeCgroup(hierarchy, Path("rightsize") / f"{sleeper.pid}-test")
         node_parent.remove()
+
+
+def test_a_launch_from_history_is_the_policys_starting_point(books):
+    """DLRover started at the shape a similar run measured fastest is in its adjusting stage
+    (§4.3), not sampling it away; a policy that ignores history still starts there."""
+    from rightsize.core.shape import ClusterShape
+    from rightsize.scaling.api import ShapeRecord
+    from rightsize.scaling.dlrover import ADJUST, DLRoverPolicy
+    from rightsize.scaling.nearchus import NearchusPolicy
+    from rightsize.service.schemas import RunSummary
+
+    node = Resources(0.5, GI)
+    fastest = ClusterShape.from_counts(1, 1, node, node)
+    run = RunSummary(id=1, name="first", host="h", instance_type=None, batch_size=512,
+                     parameters=None, spec={}, final_shape=None, best_samples_per_s=None,
+                     measured_time_s=None)  # fmt: skip
+    spec = parse_job_spec({"name": "again", "workload": "wide-deep", "batch_size": 512,
+                           "strategy": "ps", "budget": {"cpu": 2, "memory": "4Gi"}})  # fmt: skip
+    for policy, stage in ((DLRoverPolicy(), ADJUST), (NearchusPolicy(), None)):
+        job = QueuedJob("again", 0.0, 1.0, 0, spec, history=[(run, ShapeRecord(fastest, 40.0))],
+                        policy=policy)  # fmt: skip
+        plan = books._from_history(job, Resources(2.0, 8 * GI))
+        assert plan.shape == fastest and plan.details["from_run"] == "first"
+        assert plan.reason.startswith("history: first ran")
+        assert plan.details.get("stage") == stage, (policy.name, plan.details)

@@ -77,7 +77,7 @@ class QueuedJob:
     source: str = "policy"  # the launch plan's source: history, prediction, policy or job file
     history: list[tuple[RunSummary, ShapeRecord]] | None = None  # read once, at first try
     policy: Policy | None = None  # the launch rule's policy, built at the first try
-    predicted: tuple[ShapeRecord, ...] = ()  # its prior shapes at predicted speeds, with it
+    predicted: tuple[ShapeRecord, ...] | None = None  # its prior shapes at predicted speeds
 
 
 @dataclass(eq=False)
@@ -374,13 +374,11 @@ class Allocator:
         else:
             if job.history is None:
                 job.history = self._history(spec)
-            plan, job.source = (
-                history.launch_plan(job.history, spec.budget.resources, free),
-                "history",
-            )
+            if job.policy is None:  # built once: admission is retried every turn
+                job.policy = policy_of(spec)
+            plan, job.source = self._from_history(job, free), "history"
             if plan is None and not self._waits_for_history(job):
-                if job.policy is None:  # built once: admission is retried every turn
-                    job.policy = policy_of(spec)
+                if job.predicted is None:
                     job.predicted = self._predicted_prior(spec, job.policy)
                 prior = tuple(record for _, record in job.history) or job.predicted
                 request = LaunchRequest(
@@ -392,6 +390,22 @@ class Allocator:
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason
         return plan.shape.total()
+
+    def _from_history(self, job: QueuedJob, free: Resources) -> Plan | None:
+        """The fastest shape similar runs measured (DLRover §4.3), as the job's policy would
+        start there: a policy that plans from such records (DLRover, goodput, FA-BF) is
+        asked, and where it chooses the same shape its plan keeps its own notes — so that
+        it takes the shape as its starting point (DLRover: its adjusting stage) instead of
+        sampling it away. None: no history, or its shape does not fit ``free``."""
+        fitted = history.launch_plan(job.history, job.spec.budget.resources, free)
+        if fitted is None or job.policy is None:
+            return fitted
+        records = tuple(record for _, record in job.history)
+        own = job.policy.launch_plan(LaunchRequest(job.spec.name, job.spec.budget.resources,
+                                                   free, records, self.capacity))  # fmt: skip
+        if own is None or own.shape != fitted.shape:
+            return fitted  # a policy that ignores history: the service starts it there anyway
+        return Plan(fitted.shape, Action.LAUNCH, fitted.reason, {**own.details, **fitted.details})
 
     def _predicted_prior(self, spec: JobSpec, policy: Policy) -> tuple[ShapeRecord, ...]:
         """The shapes ``policy`` wants measured before launch, at their profile-predicted
