@@ -89,7 +89,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                           f"{DEFAULT_POLICY}: the shape you give, measured)")
     own.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                      help="a parameter of the policy, e.g. growth=2 (repeatable; "
-                          "docs/runtime.md lists them)")
+                          "docs/torchrun.md lists them)")
     own.add_argument("--budget-cpu", default=None, metavar="CPU",
                      help="the most CPU the job may hold (default: this machine's CPUs)")
     own.add_argument("--budget-memory", default=None, metavar="MEM",

@@ -71,12 +71,7 @@ class Scheduler(Generic[J]):
         """What no job holds (never negative); remembered until an allocation changes."""
         used = self.allocated
         if self._free is None or self._free[0] is not used:
-            free = Resources(
-                max(0.0, self.capacity.cpu_cores - used.cpu_cores),
-                max(0, self.capacity.memory_bytes - used.memory_bytes),
-                max(0, self.capacity.gpus - used.gpus),
-            )
-            self._free = (used, free)
+            self._free = (used, self.capacity.less(used))
         return self._free[1]
 
     def free_for_running(self) -> Resources:

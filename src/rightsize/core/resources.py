@@ -71,6 +71,14 @@ class Resources:
             self.gpus - other.gpus,
         )
 
+    def less(self, other: Resources) -> Resources:
+        """Each dimension less ``other``'s, never below zero: what is left of a capacity."""
+        return Resources(
+            max(0.0, self.cpu_cores - other.cpu_cores),
+            max(0, self.memory_bytes - other.memory_bytes),
+            max(0, self.gpus - other.gpus),
+        )
+
     def scaled(self, factor: float) -> Resources:
         """Every dimension times ``factor`` (GPUs rounded down)."""
         return Resources(

@@ -350,9 +350,7 @@ class Allocator:
         """The scheduler's capacity this turn: the service's, less what rightsize jobs it does
         not run hold on this host (a standalone run's quotas are the kernel's too)."""
         outside = self.beside({runner.popen.pid for runner in self.runners.values()})
-        self.scheduler.set_capacity(Resources(
-            max(0.0, self.capacity.cpu_cores - outside.cpu_cores),
-            max(0, self.capacity.memory_bytes - outside.memory_bytes), self.capacity.gpus))  # fmt: skip
+        self.scheduler.set_capacity(self.capacity.less(outside))
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
         """What ``job`` takes if it starts now, or None (it and those behind it wait). A job

@@ -201,9 +201,7 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
              summary="your jobs with their newest samples, oldest first")  # fmt: skip
     def queue(owner_id: Owner,
               phase: Annotated[list[JobPhase] | None, Query()] = None) -> list[QueueRow]:  # fmt: skip
-        views = store.jobs(owner_id, tuple(phase or ()))
-        latest = store.latest_samples([v.id for v in views])
-        return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
+        return store.queue(owner_id, tuple(phase or ()))
 
     @app.get("/queue/events", response_class=StreamingResponse,
              summary="your queue as it changes: server-sent `queue` events with GET /queue's "

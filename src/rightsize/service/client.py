@@ -15,6 +15,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,21 +70,16 @@ class Client:
             self.server + path, data=data, method=method,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )  # fmt: skip
-        try:
+        with self._answered("cannot reach"):
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
                 return json.loads(answer.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raise ServiceRefused(_why(exc)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ServiceRefused(f"--server: cannot reach {self.server}: {reason}") from None
 
     def events(self, path: str) -> Iterator[tuple[str, Any]]:
         """A server-sent event stream at ``path``: each event's name and JSON, until the
         server closes it (comment lines, its heartbeats, are skipped)."""
         request = urllib.request.Request(self.server + path, headers={
             "Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"})  # fmt: skip
-        try:
+        with self._answered("lost"):
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
                 name, data = "message", []
                 for raw in answer:
@@ -96,11 +92,18 @@ class Client:
                         name = line[6:].strip()
                     elif line.startswith("data:"):
                         data.append(line[5:].strip())
+
+    @contextmanager
+    def _answered(self, failed: str) -> Iterator[None]:
+        """The server's refusal (its status and detail) or an unreachable server, as
+        ServiceRefused in one line; ``failed`` says what became of the server."""
+        try:
+            yield
         except urllib.error.HTTPError as exc:
             raise ServiceRefused(_why(exc)) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ServiceRefused(f"--server: lost {self.server}: {reason}") from None
+            raise ServiceRefused(f"--server: {failed} {self.server}: {reason}") from None
 
     def quoted(self, name: str) -> str:
         return urllib.parse.quote(name, safe="")

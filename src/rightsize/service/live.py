@@ -23,14 +23,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from rightsize.service.models import JobPhase
-from rightsize.service.schemas import JobView, QueueRow, SampleView, ShapeView
+from rightsize.service.schemas import JobView, SampleView, ShapeView
 from rightsize.service.store import Store
 
 #: How often the store is read for changes (the metric interval is 1-2 s).
@@ -73,13 +73,14 @@ def changes(store: Store, job_id: int, seen: Seen) -> list[str]:
     return out
 
 
-async def stream(store: Store, job_id: int, after: int = 0, poll_s: float = POLL_S,
-                 heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
-    """The job's events until it is done (then ``end``)."""
-    seen = Seen(sample_seq=after)
+async def polled(read: Callable[[], tuple[list[str], bool]], poll_s: float,
+                 heartbeat_s: float) -> AsyncIterator[str]:  # fmt: skip
+    """Every stream's loop: ``read()`` (in the thread pool) gives the events to send and
+    whether the stream ends after them; a comment line when nothing was sent for
+    ``heartbeat_s``; an ``await`` between reads."""
     quiet_since = time.monotonic()
     while True:
-        found = await run_in_threadpool(changes, store, job_id, seen)
+        found, ended = await run_in_threadpool(read)
         for text in found:
             yield text
         now = time.monotonic()
@@ -88,32 +89,35 @@ async def stream(store: Store, job_id: int, after: int = 0, poll_s: float = POLL
         elif now - quiet_since >= heartbeat_s:
             yield ": still here\n\n"
             quiet_since = now
-        if seen.job is None or JobPhase(seen.job.phase).done:
-            if seen.job is not None:
-                yield event("end", seen.job)
+        if ended:
             return
         await asyncio.sleep(poll_s)
 
 
-def queue_rows(store: Store, owner_id: int) -> list[QueueRow]:
-    """``GET /queue``'s answer: the owner's jobs with their newest samples, oldest first."""
-    views = store.jobs(owner_id)
-    latest = store.latest_samples([v.id for v in views])
-    return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
+def stream(store: Store, job_id: int, after: int = 0, poll_s: float = POLL_S,
+           heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
+    """The job's events until it is done (then ``end``)."""
+    seen = Seen(sample_seq=after)
+
+    def read() -> tuple[list[str], bool]:
+        found = changes(store, job_id, seen)
+        if seen.job is None or JobPhase(seen.job.phase).done:
+            return found + ([event("end", seen.job)] if seen.job is not None else []), True
+        return found, False
+
+    return polled(read, poll_s, heartbeat_s)
 
 
-async def queue_stream(store: Store, owner_id: int, poll_s: float = POLL_S,
-                       heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
+def queue_stream(store: Store, owner_id: int, poll_s: float = POLL_S,
+                 heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
     """The owner's queue each time it changes, until the client goes away."""
-    sent, quiet_since = None, time.monotonic()
-    while True:
-        rows = await run_in_threadpool(queue_rows, store, owner_id)
-        text = json.dumps([row.model_dump(mode="json") for row in rows])
-        now = time.monotonic()
-        if text != sent:
-            sent, quiet_since = text, now
-            yield f"event: queue\ndata: {text}\n\n"
-        elif now - quiet_since >= heartbeat_s:
-            yield ": still here\n\n"
-            quiet_since = now
-        await asyncio.sleep(poll_s)
+    sent: list[str] = []  # the last rows sent, as JSON
+
+    def read() -> tuple[list[str], bool]:
+        text = json.dumps([row.model_dump(mode="json") for row in store.queue(owner_id)])
+        if sent and sent[-1] == text:
+            return [], False
+        sent[:] = [text]
+        return [f"event: queue\ndata: {text}\n\n"], False
+
+    return polled(read, poll_s, heartbeat_s)

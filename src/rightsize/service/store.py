@@ -37,6 +37,7 @@ from rightsize.service.models import (
 )
 from rightsize.service.schemas import (
     JobView,
+    QueueRow,
     RunSummary,
     SampleView,
     ShapeView,
@@ -193,6 +194,13 @@ class Store:
         with self.session() as session:
             return [SampleView.model_validate(r, from_attributes=True)
                     for r in session.scalars(query)]  # fmt: skip
+
+    def queue(self, owner_id: int, phases: tuple[JobPhase, ...] = ()) -> list[QueueRow]:
+        """The owner's jobs (in ``phases``, if given) with their newest samples, oldest first:
+        the web queue's rows, polled or streamed."""
+        views = self.jobs(owner_id, phases)
+        latest = self.latest_samples([v.id for v in views])
+        return [QueueRow(job=v, latest=latest.get(v.id)) for v in views]
 
     def latest_samples(self, job_ids: list[int]) -> dict[int, SampleView]:
         """Each job's newest sample (jobs without one are left out), in one query."""
