@@ -23,10 +23,13 @@ def one_torch_thread():
 
 @pytest.fixture(autouse=True, scope="session")
 def private_store(tmp_path_factory):
-    """Runs are written to a store (service/db.py): the tests' own, never the user's."""
+    """Runs and studies are written to a store (service/db.py): the tests' own, never the
+    user's, and never as the token of a user who followed the quick-start's export."""
     import os
 
-    os.environ.setdefault("RIGHTSIZE_DATABASE", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    os.environ["RIGHTSIZE_DATABASE"] = str(tmp_path_factory.mktemp("store") / "runs.db")
+    for variable in ("RIGHTSIZE_TOKEN", "RIGHTSIZE_SERVER"):
+        os.environ.pop(variable, None)
     yield
 
 

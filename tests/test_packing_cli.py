@@ -152,6 +152,40 @@ def test_successive_halving_packed_changes_nothing_but_time(capsys, space):
     assert "bracket s=2 rung 0: 12 trials x r=1" in progress
 
 
+def test_a_search_keeps_its_study_in_the_store_as_the_tokens_or_the_hosts(
+    capsys, space, tmp_path, monkeypatch
+):
+    from rightsize.service.store import Store
+
+    database = tmp_path / "store.db"
+    store = Store(str(database))
+    alice = store.create_token("alice")
+    monkeypatch.delenv("RIGHTSIZE_TOKEN", raising=False)
+    # a token the store does not know: one line, exit 2, before anything trains
+    code, out, err = run(capsys, "tune", "--space", str(space), "--database", str(database),
+                         "--token", "rs_not-a-token")  # fmt: skip
+    assert_one_line_error(code, err, "--token: not a token of the store")
+    assert "trial" not in err and out == ""
+    mine, _ = search(capsys, space, "knn", "--database", str(database), "--token", alice,
+                     "--name", "alices")  # fmt: skip
+    assert mine["stored"]["owner"] == "token" and mine["stored"]["name"] == "alices"
+    monkeypatch.setenv("RIGHTSIZE_TOKEN", alice)  # the quick-start's variable does the same
+    from_env, _ = search(capsys, space, "knn", "--database", str(database))
+    monkeypatch.delenv("RIGHTSIZE_TOKEN")
+    hosts, _ = search(capsys, space, "knn", "--database", str(database))
+    assert hosts["stored"]["owner"] == "host" and hosts["stored"]["name"] == "mlp3-space-seed4"
+    not_kept, _ = search(capsys, space, "knn", "--database", str(database), "--no-store")
+    assert "stored" not in not_kept
+    owner = store.owner(alice)
+    kept = store.studies(owner)
+    assert [(s.name, s.host) for s in kept] == [
+        ("alices", False), ("mlp3-space-seed4", False), ("mlp3-space-seed4", True)]  # fmt: skip
+    assert store.study(kept[0].id, owner).report["best"] == mine["best"]
+    bob = store.owner(store.create_token("bob"))
+    assert [s.name for s in store.studies(bob)] == ["mlp3-space-seed4"]  # the host's only
+    store.close()
+
+
 def test_human_report_names_the_best_and_each_rungs_packs(capsys, space):
     code, out, _ = run(
         capsys, "tune", "--space", str(space), "--max-resource", "3", "--steps-per-unit", "1",

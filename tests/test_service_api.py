@@ -250,7 +250,7 @@ def test_a_policy_that_profiles_shapes_first_gets_their_predicted_speeds(service
 
 
 def test_a_study_is_a_checked_tune_report_seen_only_by_its_owner(service):
-    client, tokens, _ = service
+    client, tokens, allocator = service
     rung = {"bracket": 0, "rung": 0, "n": 2, "r": 9, "packs": [["s0-000", "s0-001"]],
             "losses": {"s0-000": 0.5, "s0-001": 0.7}}  # fmt: skip
     report = {"workload": "mlp3", "dataset": "digits", "max_resource": 9, "eta": 3,
@@ -264,6 +264,12 @@ def test_a_study_is_a_checked_tune_report_seen_only_by_its_owner(service):
     assert whole["report"]["rungs"][0]["packs"] == [["s0-000", "s0-001"]]
     assert client.get(f"/studies/{kept.json()['id']}", headers=auth(tokens["bob"])).status_code == 404
     assert client.get("/studies", headers=auth(tokens["bob"])).json() == []
+    # one that `rightsize tune` wrote on the host without a token: every token sees it
+    host = allocator.store.add_study(None, "host-search", report)
+    for token in tokens.values():
+        seen = client.get("/studies", headers=auth(token)).json()
+        assert [(s["name"], s["host"]) for s in seen if s["host"]] == [("host-search", True)]
+        assert client.get(f"/studies/{host.id}", headers=auth(token)).json()["report"] == report
     bad = client.post("/studies", json={"name": "s", "report": {**report, "eta": 1}}, headers=alice)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:3] == ["body", "report", "eta"]
 

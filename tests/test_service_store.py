@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -129,3 +130,34 @@ def test_time_to_near_best_ignores_a_single_spike():
     speeds = [10, 10, 100, 10, 50, 50, 50]
     best, reached = time_to_near_best(speeds, list(range(len(speeds))))
     assert best == 50 and reached == 4  # medians 10, 10, 50, 50, 50: not 100
+
+
+def test_a_store_from_before_host_studies_keeps_its_studies(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    import rightsize.service.db as db
+
+    url = as_url(str(tmp_path / "old.db"))
+    engine = create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(Path(db.__file__).parent / "migrations"))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0004")  # studies had to have an owner then
+        connection.execute(text("INSERT INTO tokens (id, name, digest, created_at) "
+                                "VALUES (1, 'alice', 'x', 0)"))  # fmt: skip
+        connection.execute(text("INSERT INTO studies (owner_id, name, workload, dataset, "
+                                "created_at, report) VALUES (1, 'old', 'mlp3', 'digits', 0, "
+                                "'{\"best\": {\"val_loss\": 0.5}}')"))  # fmt: skip
+    engine.dispose()
+    store = Store(url)  # migrates to the newest revision
+    assert [(s.name, s.host, s.best) for s in store.studies(1)] == [
+        ("old", False, {"val_loss": 0.5})]  # fmt: skip
+    store.add_study(None, "the-hosts", {"workload": "mlp3", "dataset": "digits"})
+    assert [s.host for s in store.studies(1)] == [False, True]
+    with store.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+    store.close()

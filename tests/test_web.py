@@ -41,10 +41,15 @@ expect = playwright_api.expect
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def service_store(tmp_path_factory) -> Path:
+    """The service's store: a SQLite file that a `rightsize tune` on the host writes too."""
+    return tmp_path_factory.mktemp("web") / "store.db"
+
+
+@pytest.fixture(scope="module")
+def service(service_store):
     """A service with 2 CPUs of capacity, a token, and its URL."""
-    home = tmp_path_factory.mktemp("web")
-    database, port = home / "store.db", free_port()
+    home, database, port = service_store.parent, service_store, free_port()
     store = Store(str(database))
     token = store.create_token("web-tester")
     store.close()
@@ -216,19 +221,31 @@ def test_a_simulation_on_an_uploaded_trace(page, service, tmp_path):
     shot(page, "simulation")
 
 
-def test_a_packed_hyperband_study(page, service, tmp_path):
+def test_a_packed_hyperband_study(page, service, service_store, tmp_path):
     url, token, _ = service
     report = tmp_path / "search.json"
+    # a search on the host, into the service's store with the user's token: no upload
     searched = subprocess.run(
         [sys.executable, "-m", "rightsize", "tune", "--workload", "mlp3", "--dataset", "digits",
          "--space", str(EXAMPLES / "spaces" / "small.yaml"), "--max-resource", "9", "--eta", "3",
          "--steps-per-unit", "2", "--pack", "knn", "--seed", "4", "--threads", "1", "--json",
          # the page must show packs: without the gate, which may split them on timings
-         "--quiet", "--no-pack-gate"], capture_output=True, text=True, timeout=600)  # fmt: skip
+         "--quiet", "--no-pack-gate", "--database", str(service_store), "--name", "searched-here"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "RIGHTSIZE_TOKEN": token})  # fmt: skip
     assert searched.returncode == 0, searched.stderr
     report.write_text(searched.stdout)
     expected = json.loads(searched.stdout)
+    assert expected["stored"]["owner"] == "token"
     sign_in(page, url, token)
+    page.goto(f"{url}/ui/#/studies")
+    kept = page.locator('tr[data-study="searched-here"]')
+    expect(kept).to_contain_text("yours")
+    expect(kept).to_contain_text(f"{expected['best']['val_loss']:.4g}")
+    kept.get_by_role("link", name="searched-here").click()
+    expect(page.get_by_role("heading", name="Study searched-here")).to_be_visible()
+    expect(page.locator("#best")).to_contain_text(expected["best"]["trial_id"])
+    # and a report from elsewhere, uploaded
     page.goto(f"{url}/ui/#/studies")
     bad = tmp_path / "not-a-report.json"
     bad.write_text(json.dumps({"workload": "mlp3"}))
@@ -374,7 +391,8 @@ def test_submit_follow_cancel_and_compare_real_jobs(page, service):
     expect(page.get_by_role("heading", name="watched")).to_be_visible()
     # two more behind it on the service's 2 CPUs: one that runs after it, and one that is
     # cancelled while it waits
-    for name, epochs in (("beside", 2), ("cancelled-one", 20)):
+    # (four epochs: enough one-second samples for the comparison below on a quiet host too)
+    for name, epochs in (("beside", 4), ("cancelled-one", 20)):
         fill_job(page, name, epochs, 200_000)
         page.get_by_role("button", name="Submit").click()
         expect(page.get_by_role("heading", name=name)).to_be_visible()

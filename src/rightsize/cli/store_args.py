@@ -11,11 +11,15 @@ from rightsize.core.catalog import builtin_catalogs, load_catalogs
 ENV_INSTANCE_TYPE = "RIGHTSIZE_INSTANCE_TYPE"
 
 
-def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--database", help="store URL or SQLite file (default $RIGHTSIZE_DATABASE or "
         "~/.local/share/rightsize/rightsize.db)"
     )  # fmt: skip
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    add_database_argument(parser)
     parser.add_argument(
         "--instance-type", metavar="TYPE", help=f"this host's cloud instance type (default "
         f"${ENV_INSTANCE_TYPE}): runs stored with it feed `plan`'s predictions for that type"
@@ -38,4 +42,5 @@ def open_store(args: argparse.Namespace, database: str | None = None):
     """The store the command writes (a bad URL or instance type fails here, before any work)."""
     from rightsize.service.store import Store  # SQLAlchemy: only for commands that store
 
-    return Store(database or args.database, instance_type=instance_type_of(args))
+    instance_type = instance_type_of(args) if hasattr(args, "instance_type") else None
+    return Store(database or args.database, instance_type=instance_type)

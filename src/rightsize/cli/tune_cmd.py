@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 import textwrap
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rightsize.cli.args import bounded, parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
+from rightsize.cli.store_args import add_database_argument, open_store
 from rightsize.core.errors import SpecError
 from rightsize.core.limits import COUNT, DATASET_SAMPLES, SEED, THREADS, Bound
 from rightsize.core.units import format_bytes, format_duration
@@ -22,10 +27,12 @@ from rightsize.packing.choices import (
     PACK_STRATEGIES,
     STEPS_PER_UNIT,
 )
+from rightsize.service.client import ENV_TOKEN
 
 if TYPE_CHECKING:
     from rightsize.packing.hyperband import Bracket
     from rightsize.packing.runner import TuneSettings
+    from rightsize.service.store import Store
 
 # Hyperband's own rules (eta > 1, R >= 1) are checked by hyperband_schedule; these add
 # what it does not: finite values, and upper bounds far beyond real use.
@@ -226,6 +233,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the algorithm's brackets without training",
     )
+    parser.add_argument(
+        "--name", metavar="NAME", help="the study's name in the store (default: workload, "
+        "space and seed, e.g. mlp3-small-seed0)"
+    )  # fmt: skip
+    add_database_argument(parser)
+    parser.add_argument(
+        "--token", help=f"keep the study as this token's (default ${ENV_TOKEN}); without one it "
+        "is the host's, seen by every token of a service on this store"
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-store", action="store_true", help="do not write the study into the store"
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.set_defaults(run=run)  # fmt: skip
@@ -255,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
     space = load_space(args.space, model_option_names(registry, args.workload))
     settings = _settings(args)
     study = _optuna_study(args)
+    keeper = None if args.no_store else StudyKeeper.opened(args)  # a bad store fails here
     _apply_process_settings(args)
     progress = progress_printer(args.quiet)
     if study is not None:
@@ -262,11 +282,58 @@ def run(args: argparse.Namespace) -> int:
     else:
         search = prepare_search(settings, space, registry, progress)
         report = search_report(search, run_search(search))
+    if keeper is not None:
+        report["stored"] = keeper.keep(report)
     if args.json:
         print_json(report)
     else:
         _print_report(report)
     return 0
+
+
+@dataclass(frozen=True)
+class StudyKeeper:
+    """Where the search's report goes when it ends: the store, as a study of the token's
+    owner, or of the host (every token of a service on that store sees those)."""
+
+    store: Store
+    owner_id: int | None
+    name: str
+
+    @classmethod
+    def opened(cls, args: argparse.Namespace) -> StudyKeeper:
+        """The store and owner, checked before anything trains.
+
+        Raises:
+            SpecError: the store cannot be opened, or the token is not one of its tokens.
+        """
+        store = open_store(args)
+        token = args.token or os.environ.get(ENV_TOKEN)
+        owner_id = None
+        if token:
+            owner_id = store.owner(token)
+            if owner_id is None:
+                store.close()
+                raise SpecError(f"--token: not a token of the store at {_shown(store)} (make "
+                                "one there: rightsize serve token create NAME; or --no-store)")  # fmt: skip
+        name = args.name or f"{args.workload}-{Path(args.space).stem}-seed{args.seed}"
+        return cls(store, owner_id, name)
+
+    def keep(self, report: dict) -> dict:
+        """Write ``report`` as a study; where it went (a failing store warns, as run's does)."""
+        try:
+            view = self.store.add_study(self.owner_id, self.name, report)
+        except Exception as exc:  # noqa: BLE001 - the search's result is printed regardless
+            print(f"warning: the study was not written to the store: {exc}", file=sys.stderr)
+            return {}
+        finally:
+            self.store.close()
+        return {"study_id": view.id, "name": view.name, "store": _shown(self.store),
+                "owner": "token" if self.owner_id is not None else "host"}  # fmt: skip
+
+
+def _shown(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=True)
 
 
 def _optuna_study(args: argparse.Namespace):
@@ -401,6 +468,11 @@ def _print_report(report: dict) -> None:
             f"optuna study {study['study']!r} in {study['storage']}: {study['trials']} trials; "
             f"brackets run now: {' '.join(f's={s}' for s in study['brackets_run']) or 'none'}"
         )
+    if report.get("stored"):
+        kept = report["stored"]
+        whose = "your token's" if kept["owner"] == "token" else "the host's: every token sees it"
+        print(f"kept as study {kept['study_id']} ({kept['name']}, {whose}) in {kept['store']}; "
+              f"the service shows it at /ui/#/studies/{kept['study_id']}")  # fmt: skip
     print(
         f"wall time {format_duration(report['wall_s'])}; {report['trial_steps']:,} trial-steps "
         f"({report['steps_per_unit']} steps per unit); pack memory limit "

@@ -177,12 +177,16 @@ class SimulationRow(Base):
 
 
 class StudyRow(Base):
-    """A `rightsize tune` search's report, uploaded to be seen on the web pages."""
+    """A `rightsize tune` search's report: written by the search itself, or uploaded.
+
+    ``owner_id`` is None for a search run on the host without a token: the host's, seen by
+    every token (as anyone who can write the store can read it).
+    """
 
     __tablename__ = "studies"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    owner_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"), index=True)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("tokens.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
     workload: Mapped[str] = mapped_column(String(200))
     dataset: Mapped[str] = mapped_column(String(200))

@@ -201,4 +201,6 @@ class StudyView(_View):
     dataset: str
     created_at: float = Field(description="Unix time, seconds")
     best: dict[str, Any]
+    host: bool = Field(False, description="written by `rightsize tune` on the service's host "
+                       "without a token: every token sees it")  # fmt: skip
     report: dict[str, Any] | None = None

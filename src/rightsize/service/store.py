@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, select, update
+from sqlalchemy import Engine, and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -259,7 +259,8 @@ class Store:
             row.result, row.error, row.finished_at = result, error, time.time()
 
     # -- studies ----------------------------------------------------------------------
-    def add_study(self, owner_id: int, name: str, report: dict[str, Any]) -> StudyView:
+    def add_study(self, owner_id: int | None, name: str, report: dict[str, Any]) -> StudyView:
+        """Keep ``report`` as a study: ``owner_id``'s, or the host's when it is None."""
         with self.session() as session:
             row = StudyRow(owner_id=owner_id, name=name, workload=report["workload"],
                            dataset=report["dataset"], created_at=time.time(), report=report)  # fmt: skip
@@ -268,24 +269,31 @@ class Store:
             return _study(row, whole=False)
 
     def studies(self, owner_id: int) -> list[StudyView]:
-        query = select(StudyRow).where(StudyRow.owner_id == owner_id).order_by(StudyRow.id)
+        """The owner's studies and the host's, oldest first."""
+        query = select(StudyRow).where(_seen_by(owner_id)).order_by(StudyRow.id)
         with self.session() as session:
             return [_study(row, whole=False) for row in session.scalars(query)]
 
     def study(self, study_id: int, owner_id: int) -> StudyView | None:
+        query = select(StudyRow).where(StudyRow.id == study_id, _seen_by(owner_id))
         with self.session() as session:
-            row = session.get(StudyRow, study_id)
-            return _study(row, whole=True) if row and row.owner_id == owner_id else None
+            row = session.scalar(query)
+            return _study(row, whole=True) if row else None
 
     def count_jobs(self) -> int:
         with self.session() as session:
             return session.scalar(select(func.count(Job.id))) or 0
 
 
+def _seen_by(owner_id: int):
+    """The studies ``owner_id`` sees: its own and the host's (no owner)."""
+    return or_(StudyRow.owner_id == owner_id, StudyRow.owner_id.is_(None))
+
+
 def _study(row: StudyRow, whole: bool) -> StudyView:
     return StudyView(id=row.id, name=row.name, workload=row.workload, dataset=row.dataset,
                      created_at=row.created_at, best=row.report.get("best", {}),
-                     report=row.report if whole else None)  # fmt: skip
+                     host=row.owner_id is None, report=row.report if whole else None)  # fmt: skip
 
 
 def workload_of(spec: JobSpec) -> str:

@@ -926,15 +926,18 @@ async function studiesPage() {
   });
   const mine = await api("GET", "/studies");
   main.replaceChildren(h("h1", {}, "Studies"),
-    h("p", { class: "muted" }, "Packed Hyperband searches (rightsize tune): brackets, rungs, each trial's curve, and which trials trained together."),
-    form, h("h2", {}, "Your studies"),
+    h("p", { class: "muted" }, "Packed Hyperband searches (rightsize tune): brackets, rungs, each trial's curve, and which trials trained together. " +
+      "A search run on this service's store lands here by itself (with $RIGHTSIZE_TOKEN set it is yours; without, the host's); a report from elsewhere can be uploaded."),
+    h("h2", {}, "Studies"),
     mine.length ? h("div", { class: "table-wrap" }, h("table", { id: "studies" },
-      h("thead", {}, h("tr", {}, ["study", "workload", "best validation loss", "best configuration", "kept"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, mine.slice().reverse().map((m) => h("tr", {},
+      h("thead", {}, h("tr", {}, ["study", "workload", "best validation loss", "best configuration", "whose", "kept"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, mine.slice().reverse().map((m) => h("tr", { "data-study": m.name },
         h("td", {}, h("a", { href: `#/studies/${m.id}` }, m.name)), h("td", {}, `${m.workload} / ${m.dataset}`),
         h("td", { class: "num" }, m.best.val_loss === undefined ? "–" : m.best.val_loss.toPrecision(4)),
-        h("td", {}, configText(m.best.config)), h("td", {}, when(m.created_at)))))))
-      : h("p", { class: "muted" }, "none yet"));
+        h("td", {}, configText(m.best.config)), h("td", {}, m.host ? "the host's (no token)" : "yours"),
+        h("td", {}, when(m.created_at)))))))
+      : h("p", { class: "muted" }, "none yet"),
+    h("h2", {}, "Upload a report"), form);
 }
 
 async function studyPage(id) {
