@@ -123,3 +123,18 @@ def test_serve_on_a_port_in_use_is_one_line_before_anything_starts(tmp_path, cap
         code, _, err = call(capsys, "serve", "--port", port, "--database", database, "--background")
     assert code == 2 and err.startswith(f"error: --port {port}") and err.count("\n") == 1
     assert not database.exists()  # refused before the store was opened
+
+
+def test_the_services_cpu_books_are_the_machines_unless_overcommitted(capsys):
+    from rightsize.cli.serve_cmd import capacity
+    from rightsize.runtime.backends.local import machine_resources
+
+    machine = machine_resources()
+    assert capacity(None, None) == machine
+    assert capacity(str(machine.cpu_cores * 5), None).cpu_cores == machine.cpu_cores  # capped
+    doubled = capacity(None, "1Gi", cpu_overcommit=2)
+    assert doubled.cpu_cores == 2 * machine.cpu_cores and doubled.memory_bytes == 2**30
+    assert capacity(str(machine.cpu_cores * 5), None, 2).cpu_cores == 2 * machine.cpu_cores
+    assert capacity(None, "1000Gi", 2).memory_bytes == machine.memory_bytes  # never memory
+    code, _, err = call(capsys, "serve", "--cpu-overcommit", "0.5")
+    assert code == 2 and err.count("\n") == 1 and "from 1 to 8" in err

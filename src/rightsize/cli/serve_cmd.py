@@ -7,14 +7,19 @@ import socket
 import sys
 from pathlib import Path
 
+from rightsize.cli.args import bounded
 from rightsize.cli.store_args import add_store_arguments, open_store
 from rightsize.core.errors import SpecError
+from rightsize.core.limits import Bound
 from rightsize.core.resources import Resources
 from rightsize.core.units import parse_cpu, parse_memory
 
 DEFAULT_PORT = 8765
 #: Seconds `serve --background` waits for the service to answer (imports, migrations).
 BACKGROUND_START_S = 60.0
+#: --cpu-overcommit: at least the machine (1), at most 8 times it (each job's quota is still
+#: checked against the machine; past a few times, jobs only wait on each other's cores).
+OVERCOMMIT = Bound(1, 8)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +40,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--memory", help="memory all jobs may hold together, e.g. 8Gi (default: this machine's)"
     )
+    parser.add_argument(
+        "--cpu-overcommit", type=bounded(OVERCOMMIT), default=1.0, metavar="F",
+        help="let the jobs' CPU quotas sum to F times this machine's cores (default 1: never "
+        "past it). A quota is a cap, so jobs that use less than they hold leave the rest to "
+        "the others; measured in docs/benchmarks.md ('Jobs together')"
+    )  # fmt: skip
     parser.add_argument(
         "--order",
         choices=("fcfs", "sjf"),
@@ -77,14 +88,16 @@ def create_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def capacity(cpu: str | None, memory: str | None) -> Resources:
-    """The service's capacity: the options, each capped by this machine."""
+def capacity(cpu: str | None, memory: str | None, cpu_overcommit: float = 1.0) -> Resources:
+    """The service's capacity: the options, each capped by this machine (its cores times
+    ``cpu_overcommit``; memory is never overcommitted: a job past it is OOM-killed)."""
     from rightsize.runtime.backends.local import machine_resources
 
     machine = machine_resources()
-    cores = parse_cpu(cpu, "--cpu") if cpu else machine.cpu_cores
+    books = machine.cpu_cores * cpu_overcommit
+    cores = parse_cpu(cpu, "--cpu") if cpu else books
     memory_bytes = parse_memory(memory, "--memory") if memory else machine.memory_bytes
-    return Resources(min(cores, machine.cpu_cores), min(memory_bytes, machine.memory_bytes))
+    return Resources(min(cores, books), min(memory_bytes, machine.memory_bytes))
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -110,7 +123,7 @@ def serve(args: argparse.Namespace) -> int:
     from rightsize.service.profiles import ProfileBook
     from rightsize.service.simulations import Simulations
 
-    limit = capacity(args.cpu, args.memory)
+    limit = capacity(args.cpu, args.memory, args.cpu_overcommit)
     store = open_store(args)
     workdir = args.workdir or _default_workdir(store)
     allocator = Allocator(store, limit, workdir, args.order)
@@ -149,7 +162,8 @@ def _in_background(args: argparse.Namespace) -> int:
     store.close()
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "rightsize", "serve", "--host", args.host, "--port",
-            str(args.port), "--order", args.order, "--workdir", str(workdir)]  # fmt: skip
+            str(args.port), "--order", args.order, "--workdir", str(workdir),
+            "--cpu-overcommit", str(args.cpu_overcommit)]  # fmt: skip
     for flag, value in (("--database", args.database), ("--cpu", args.cpu),
                         ("--memory", args.memory), ("--instance-type", args.instance_type)):  # fmt: skip
         if value:
