@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_io import write_report
+from rightsize.cli.args import parse_options
 from rightsize.cli.serve_cmd import capacity
 from rightsize.core.spec import parse_job_spec
 from rightsize.runtime.backends.local import machine_resources
@@ -62,11 +63,20 @@ JOBS = (
 )
 
 
+def policy_of(label: str) -> dict:
+    """``dlrover`` or ``nearchus+:launch_min_cores=1`` (a policy with parameters, measured
+    beside its defaults) as a job file's ``policy:``."""
+    name, *pairs = label.split(":")
+    if name not in POLICIES:
+        raise SystemExit(f"error: --policies: unknown {name!r} (of {', '.join(POLICIES)})")
+    return {"name": name, "params": {**POLICIES[name], **parse_options(pairs, "--policies")}}
+
+
 def job(name: str, rows: int, epochs: int, options: dict, policy: str, cpu: float) -> dict:
     return {"name": name, "workload": "wide-deep", "dataset": "synthetic-criteo",
             "options": options, "dataset_size": rows, "batch_size": 512, "epochs": epochs,
             "strategy": "ps", "budget": {"cpu": cpu, "memory": "4Gi"},
-            "policy": {"name": policy, "params": POLICIES[policy]},
+            "policy": policy_of(policy),
             "checkpoint": {"interval": "60s"}, "training": {"optimizer": "adagrad", "lr": 0.05},
             "runtime": {"metric_interval": "2s", "startup_timeout": "300s"}}  # fmt: skip
 
@@ -174,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--policies", default=",".join(POLICIES),
-                        help="comma-separated, of " + ", ".join(POLICIES))  # fmt: skip
+                        help="comma-separated, of " + ", ".join(POLICIES) + "; NAME:KEY=VALUE "
+                        "sets a parameter")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2, help="pairs of batches per policy")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per batch, seconds")
     parser.add_argument("--overcommit", default="1,2", help="the together batches' CPU books "
@@ -183,9 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/service_together.json")
     args = parser.parse_args(argv)
     policies = args.policies.split(",")
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown:
-        parser.error(f"--policies: unknown {', '.join(unknown)} (of {', '.join(POLICIES)})")
+    for label in policies:
+        policy_of(label)  # an unknown name or a bad parameter, before anything runs
     result = {"benchmark": "service_together",
               "command": "python benchmarks/service_together.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "capacity_cpu": machine_resources().cpu_cores,
