@@ -171,6 +171,7 @@ def test_a_search_keeps_its_study_in_the_store_as_the_tokens_or_the_hosts(
     assert mine["stored"]["owner"] == "token" and mine["stored"]["name"] == "alices"
     monkeypatch.setenv("RIGHTSIZE_TOKEN", alice)  # the quick-start's variable does the same
     from_env, _ = search(capsys, space, "knn", "--database", str(database))
+    assert from_env["stored"]["owner"] == "token"
     monkeypatch.delenv("RIGHTSIZE_TOKEN")
     hosts, _ = search(capsys, space, "knn", "--database", str(database))
     assert hosts["stored"]["owner"] == "host" and hosts["stored"]["name"] == "mlp3-space-seed4"

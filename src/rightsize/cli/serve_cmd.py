@@ -131,7 +131,7 @@ def serve(args: argparse.Namespace) -> int:
     simulations = Simulations(store, workdir / "simulations")
     app = create_app(store, allocator, profiles, simulations)
     allocator.start()
-    url = store.engine.url.render_as_string(hide_password=True)
+    url = store.shown_url
     print(f"rightsize serve: http://{args.host}:{args.port} (API docs at /docs), store {url}, "
           f"capacity {limit}, {args.order}", file=sys.stderr, flush=True)  # fmt: skip
     try:

@@ -42,5 +42,4 @@ def open_store(args: argparse.Namespace, database: str | None = None):
     """The store the command writes (a bad URL or instance type fails here, before any work)."""
     from rightsize.service.store import Store  # SQLAlchemy: only for commands that store
 
-    instance_type = instance_type_of(args) if hasattr(args, "instance_type") else None
-    return Store(database or args.database, instance_type=instance_type)
+    return Store(database or args.database, instance_type=instance_type_of(args))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rightsize.cli.args import bounded, parse_options
 from rightsize.cli.output import format_table, print_json, progress_printer
-from rightsize.cli.store_args import add_database_argument, open_store
+from rightsize.cli.store_args import add_database_argument
 from rightsize.core.errors import SpecError
 from rightsize.core.limits import COUNT, DATASET_SAMPLES, SEED, THREADS, Bound
 from rightsize.core.units import format_bytes, format_duration
@@ -307,14 +307,16 @@ class StudyKeeper:
         Raises:
             SpecError: the store cannot be opened, or the token is not one of its tokens.
         """
-        store = open_store(args)
+        from rightsize.service.store import Store  # SQLAlchemy: only when a search stores
+
+        store = Store(args.database)
         token = args.token or os.environ.get(ENV_TOKEN)
         owner_id = None
         if token:
             owner_id = store.owner(token)
             if owner_id is None:
                 store.close()
-                raise SpecError(f"--token: not a token of the store at {_shown(store)} (make "
+                raise SpecError(f"--token: not a token of the store at {store.shown_url} (make "
                                 "one there: rightsize serve token create NAME; or --no-store)")  # fmt: skip
         name = args.name or f"{args.workload}-{Path(args.space).stem}-seed{args.seed}"
         return cls(store, owner_id, name)
@@ -328,12 +330,8 @@ class StudyKeeper:
             return {}
         finally:
             self.store.close()
-        return {"study_id": view.id, "name": view.name, "store": _shown(self.store),
+        return {"study_id": view.id, "name": view.name, "store": self.store.shown_url,
                 "owner": "token" if self.owner_id is not None else "host"}  # fmt: skip
-
-
-def _shown(store: Store) -> str:
-    return store.engine.url.render_as_string(hide_password=True)
 
 
 def _optuna_study(args: argparse.Namespace):

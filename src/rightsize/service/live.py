@@ -111,13 +111,14 @@ def stream(store: Store, job_id: int, after: int = 0, poll_s: float = POLL_S,
 def queue_stream(store: Store, owner_id: int, poll_s: float = POLL_S,
                  heartbeat_s: float = HEARTBEAT_S) -> AsyncIterator[str]:  # fmt: skip
     """The owner's queue each time it changes, until the client goes away."""
-    sent: list[str] = []  # the last rows sent, as JSON
+    sent: str | None = None  # the last rows sent, as JSON
 
     def read() -> tuple[list[str], bool]:
+        nonlocal sent
         text = json.dumps([row.model_dump(mode="json") for row in store.queue(owner_id)])
-        if sent and sent[-1] == text:
+        if text == sent:
             return [], False
-        sent[:] = [text]
+        sent = text
         return [f"event: queue\ndata: {text}\n\n"], False
 
     return polled(read, poll_s, heartbeat_s)

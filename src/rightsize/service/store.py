@@ -68,6 +68,11 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    @property
+    def shown_url(self) -> str:
+        """The store's URL as it may be printed (its password hidden)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
     @contextmanager
     def session(self) -> Iterator[Session]:
         with Session(self.engine, expire_on_commit=False) as session, session.begin():
