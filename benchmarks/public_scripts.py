@@ -271,11 +271,13 @@ def iteration_ms(text: str) -> list[float]:
     return [float(m.group(2)) for m in ITER_LINE.finditer(text) if int(m.group(1)) > 0]
 
 
-def overhead(case: dict, repeats: int, cpu_per_proc: float = 1.0) -> dict:
+def overhead(case: dict, repeats: int, cpu_per_proc: float = 1.0, pool: bool = True) -> dict:
     """Pairs of plain torchrun and rightsize torchrun at ``cpu_per_proc`` a rank (past the
-    machine's share, a rank may burst as plain torchrun's do; below 2, one torch thread)."""
+    machine's share, a rank may burst as plain torchrun's do; below 2, one torch thread),
+    the ranks sharing their quotas' sum (``pool``) or each held to its own."""
     pairs = []
     extra = ["--budget-cpu", str(2 * cpu_per_proc), "--oversubscribe"] if cpu_per_proc > 1 else []
+    extra += [] if pool else ["--no-cpu-pool"]
     for _ in range(repeats):
         a = plain(case)
         b = ours(case, ["--nproc-per-node", "2", "--cpu-per-proc", str(cpu_per_proc),
@@ -343,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead-cpu-per-proc", type=float, default=1.0, metavar="CPU",
                         help="each rank's quota in the overhead pairs (default 1: the "
                         "machine's share; 1.99 lets a rank burst with one torch thread)")  # fmt: skip
+    parser.add_argument("--overhead-no-pool", action="store_true",
+                        help="hold each rank to its own quota in the overhead pairs "
+                        "(rightsize torchrun --no-cpu-pool)")
     parser.add_argument("--parts", default="overhead,grown,killed",
                         help="which of overhead, grown and killed to run (comma-separated)")
     parser.add_argument("--out", default="benchmarks/results/public_scripts.json")
@@ -356,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         case, parts = table[name], args.parts.split(",")
         row = {}
         if "overhead" in parts:
-            o = row["overhead"] = overhead(case, args.repeats, args.overhead_cpu_per_proc)
+            o = row["overhead"] = overhead(case, args.repeats, args.overhead_cpu_per_proc,
+                                               not args.overhead_no_pool)
             print(f"{name}: overhead {o['overhead_median']:+.1%} ({o['measure']}, median of "
                   f"{len(o['pairs'])} pairs)", flush=True)  # fmt: skip
         if "grown" in parts:

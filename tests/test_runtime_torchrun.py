@@ -80,6 +80,22 @@ def test_the_ranks_see_what_torchrun_sets(tmp_path):
             assert ours[key] == plain[key], key
 
 
+def test_the_ranks_share_their_quotas_sum_unless_told_not_to(tmp_path):
+    """Two ranks of 0.5 CPU: pooled (the default), the job's directory holds 1 core and each
+    rank may run up to all of it; with --no-cpu-pool each is held to its own half. (The
+    budget is what the ranks plan, so that none launches with a start-up allowance.)"""
+    script = SCRIPTS / "own_quota.py"
+    for name, extra, expected in (("pooled", [], {"rank": 1.0, "job": 1.0}),
+                                  ("own", ["--no-cpu-pool"], {"rank": 0.5, "job": None})):  # fmt: skip
+        done = torchrun(tmp_path, "--nproc-per-node", "2", "--cpu-per-proc", "0.5",
+                        "--budget-cpu", "1", *extra, "--fresh", script, name)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        if "cgroup" not in report(tmp_path, "own_quota")["isolation"]:
+            pytest.skip("no cgroups here")
+        for rank in (0, 1):
+            assert json.loads((tmp_path / f"{name}.{rank}.json").read_text()) == expected
+
+
 def test_a_ddp_script_is_measured_and_survives_a_killed_rank_from_its_snapshot(tmp_path):
     run = start(tmp_path, "--nproc-per-node", "2", "--max-restarts", "2", DDP_SCRIPT,
                 "--epochs", "10", "--samples", "16384")  # fmt: skip

@@ -5,6 +5,7 @@ import math
 import pytest
 from tests.test_scaling_nearchus import LINK, cores, observe, sample, shape_of, steady
 
+from rightsize.core.errors import SpecError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeRole
 from rightsize.scaling.api import Action, Plan, ShapeRecord
@@ -260,3 +261,60 @@ def test_a_ps_that_carries_the_link_is_not_folded():
     window = steady(shape, (0.15, 0.15, 0.4), speed=1.0, net=net)
     plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=0.4))
     assert plan.action == Action.REBALANCE and plan.shape.n_ps == 2
+
+
+def test_a_saturated_rank_of_a_job_without_ps_grows_in_place_before_its_speed_is_stable():
+    # A script's one rank at 0.5 of a 2-cpu budget uses all of it while its speed varies
+    # by ~9%: nearchus+ grows it in place to the whole budget (2 cpu, two torch threads;
+    # one rank: no restart, and no rounding room needed). Capped at R_up (or
+    # mu_free_cores) per worker, as for a PS job's workers, the growth is two ranks of
+    # 0.968 (the budget less 64 millicores of rounding room for up to 64 nodes).
+    shape = shape_of(ps=(), workers=(0.5,))
+    window = noisy(shape, (0.5,), (1.0, 1.2, 0.9, 1.1, 1.0))
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=1.5))
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("workers saturated")
+    assert cores(plan.shape) == [2.0]
+    # two ranks of 0.5 -> 1 cpu each; three of 0.5 in a budget of 2 -> 0.666 each
+    two = shape_of(ps=(), workers=(0.5, 0.5))
+    plan = NearchusPlusPolicy().decide(observe(two, noisy(two, (0.5, 0.5), (1.0, 1.2, 0.9, 1.1, 1.0)),
+                                               budget=2, free=1))  # fmt: skip
+    assert cores(plan.shape) == [1.0, 1.0]
+    three = shape_of(ps=(), workers=(0.5, 0.5, 0.5))
+    window = noisy(three, (0.5, 0.5, 0.5), (1.0, 1.2, 0.9, 1.1, 1.0))
+    plan = NearchusPlusPolicy().decide(observe(three, window, budget=2, free=0.5))
+    assert cores(plan.shape) == [pytest.approx(0.666)] * 3
+    capped = NearchusPlusPolicy(grow_ranks_in_place=False)
+    plan = capped.decide(observe(shape, window, budget=2, free=1.5))
+    assert cores(plan.shape) == [pytest.approx(0.968)] * 2
+
+
+def test_saturated_ranks_grow_in_place_after_two_points_and_a_restart_waits_for_five():
+    # two saturated points are enough to grow a rank in place (nothing restarts); four
+    # are too few for a PS job, and for a rank growth that would add ranks (a restart)
+    shape = shape_of(ps=(), workers=(0.5,))
+    window = noisy(shape, (0.5,), (1.0, 1.2))
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=1.5))
+    assert plan.action == Action.SCALE_UP and plan.reason.startswith("ranks saturated")
+    assert cores(plan.shape) == [2.0]
+    assert NearchusPlusPolicy(in_place_points=3).decide(
+        observe(shape, window, budget=2, free=1.5)) is None  # fmt: skip
+    past_the_node = observe(shape, window, budget=4, free=3.5, node_limit=Resources(2))
+    assert NearchusPlusPolicy().decide(past_the_node) is None  # 2 ranks: a restart
+    one_reading_idle = noisy(shape, (0.5,), (1.0,)) + noisy(shape, (0.2,), (1.0,), start=120)
+    assert NearchusPlusPolicy().decide(observe(shape, one_reading_idle, budget=2)) is None
+    ps_job = shape_of(ps=(1.0,), workers=(7.0, 7.0))
+    window = noisy(ps_job, (1.0, 5.95, 5.95), (1.0, 1.2, 0.9, 1.1))
+    assert NearchusPlusPolicy().decide(observe(ps_job, window)) is None
+    with pytest.raises(SpecError, match="in_place_points=0"):
+        NearchusPlusPolicy(in_place_points=0)
+
+
+def test_an_idle_rank_of_a_job_without_ps_gets_the_mu_answer_not_an_empty_rebalance():
+    # A rank waiting on its data (0.06 of 0.5 cpu): with no PS there is nothing to
+    # rebalance (the split has no PS share to change), so the engine's MU rule answers:
+    # ceil(0.5 / 0.06) = 9 ranks wanted, at most max_scale_out = 2x a move -> 2 ranks.
+    shape = shape_of(ps=(), workers=(0.5,))
+    window = noisy(shape, (0.06,), (1.0, 1.2, 0.9, 1.1, 1.0))
+    plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=1.5))
+    assert plan.action == Action.ADD_WORKER and plan.shape.n_workers == 2
+    assert plan.shape.total().cpu_cores == pytest.approx(0.5)

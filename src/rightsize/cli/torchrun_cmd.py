@@ -116,6 +116,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                      help="start over even if an interrupted run of this job is in DIR")
     own.add_argument("--oversubscribe", action="store_true",
                      help="run ranks and budgets larger than this machine")
+    own.add_argument("--no-cpu-pool", dest="cpu_pool", action="store_false",
+                     help="hold each rank to its own CPU quota (default: the ranks share the "
+                          "sum of theirs, so one runs on what a waiting one leaves idle)")
     own.add_argument("--backend", choices=[str(b) for b in Backend], default=None,
                      help="local (this machine, default) or ray (a Ray cluster's nodes)")
     own.add_argument("--ray-address", metavar="ADDR", default=None,
@@ -176,6 +179,8 @@ def job_from_args(args: argparse.Namespace, machine: Any = None) -> JobSpec:
         raise SpecError(f"--nproc-per-node {nproc} is outside --min-nproc {low} .. "
                         f"--max-nproc {high}")  # fmt: skip
     runtime: dict[str, Any] = {"max_restarts": args.max_restarts}
+    if not args.cpu_pool:
+        runtime["cpu_pool"] = False
     if args.backend:
         runtime["backend"] = args.backend
     if args.ray_address:

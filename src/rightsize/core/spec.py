@@ -353,6 +353,13 @@ class RuntimeSpec(_Spec):
         "run beside its compute without being throttled; none: on for a script's ranks, off "
         "for a workload's nodes",
     )
+    cpu_pool: bool | None = Field(
+        default=None,
+        description="the job's nodes share the sum of their CPU quotas: a rank may run on "
+        "what its siblings leave idle while they wait in a collective, the job's total stays "
+        "within the sum, and each rank's threads follow its own share (local backend); none: "
+        "on for a script's ranks, off for a workload's nodes",
+    )
     restart_payback: bool = Field(
         default=True,
         description="a plan that restarts a script's ranks (a new world size) is carried out "

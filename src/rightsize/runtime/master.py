@@ -37,7 +37,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
 from rightsize.runtime import elastic, lifecycle, script_group
-from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend
+from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend, quota_sharing
 from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
 from rightsize.runtime.clock import Clock, SystemClock
@@ -250,9 +250,8 @@ class Master:
     def _open(self) -> None:
         self.zmq = JobContext().secure(self.keys)
         self.store = StateStore(self.spec.state_path)
-        burst = self.spec.runtime.cpu_burst
         self.backend = open_backend(self.spec.runtime, self.log_dir, self.warn,
-                                    self.spec.is_script if burst is None else burst)  # fmt: skip
+                                    quota_sharing(self.spec))  # fmt: skip
         self.server = Server(self.zmq, Counters(), host=self.backend.bind_host)
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,

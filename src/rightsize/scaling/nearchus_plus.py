@@ -25,7 +25,7 @@ every worker's update, so it does):
    bottleneck and added workers, which cannot help.
 
 nearchus+ keeps the faithful launch, stability detector, scale-up rule, PSN
-check and stop rule, and changes ten things:
+check and stop rule, and changes eleven things:
 
 - **Balanced split** (fixes 1 and 2): when the PS is idle (``e_ps < E_thd_opt``)
   or saturated (``e_ps ≥ E_thd_job``) while the workers are not, divide the
@@ -72,6 +72,15 @@ check and stop rule, and changes ten things:
   and the busiest link would stay under ``fold_link_max`` (half its capacity) with
   one PS fewer; NEARCHUS only adds PS, so a job started with too many keeps paying
   for them (:meth:`NearchusPlusPolicy.fold_idle_ps`).
+- **Grow ranks in place** (a job of workers alone: allreduce, a script's ranks): each
+  worker's CPU grows up to the node limit or a measured MU cap, to the same whole number
+  of millicores for every rank (so that a rank grown to the budget gets its whole cores'
+  threads), with no restart; ranks are added only for an MU bottleneck
+  (``grow_ranks_in_place``). NEARCHUS's per-worker ``R_up`` keeps a PS job's workers near
+  the size the paper measured them at; a rank that grows in place pays no restart, and
+  one rank of 2 CPU trained a script 1.2-1.5x faster than two of 1 here. (A job without
+  PS also no longer reads an empty rebalance — no PS share to move — as a move, which
+  had kept the MU rule from ever answering an idle rank.)
 - Everything else, and every threshold, is the faithful policy's.
 """
 
@@ -93,7 +102,13 @@ from rightsize.scaling.nearchus import NearchusParams, NearchusPolicy, on_clock
 from rightsize.scaling.nearchus_stability import StableWindow, stability_points
 from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S
 from rightsize.scaling.params import with_overrides
-from rightsize.scaling.shapes import grows_within, redistributed, rounding_room, scaled_out
+from rightsize.scaling.shapes import (
+    MILLICORE,
+    grows_within,
+    redistributed,
+    rounding_room,
+    scaled_out,
+)
 
 FINAL = "final"
 MAX_NODES_ROUNDING = 64  # leave rounding room for this many nodes when growing in one move
@@ -119,6 +134,19 @@ class NearchusPlusParams(NearchusParams):
             traffic, stays under this fraction of its capacity (0.5): well below the PSN
             threshold, as the scale-up sizes the PS count for the link (folding a PS of
             such a job at 81% of its link slowed it, in the simulator).
+        grow_ranks_in_place: a job of workers alone (allreduce ranks, a script's) grows
+            each worker's CPU in place up to the node limit or the MU cap a worker showed
+            (True), and adds workers only for an MU bottleneck; False caps each worker's
+            growth at ``R_up`` (or ``mu_free_cores``) and adds the rest as workers, as for a
+            PS job. In place costs no restart; another rank costs one, and on a script's
+            compute-bound ranks here one rank of 2 CPU trained 1.2-1.5x faster than two of 1
+            (benchmarks/torchrun_rightsizing.py).
+        in_place_points: with ``grow_ranks_in_place``, ranks that used at least
+            ``E_thd_job`` of their CPU in this many stability points in a row (2) grow in
+            place at once. §IV's ``N_comp`` (5) guards moves that restart the job; a move
+            that restarts nothing is undone as cheaply, and the three points between, at
+            the runtime's 2 s each, are 6 s at the too-small size: a tenth of a one-minute
+            script (benchmarks/torchrun_rightsizing.py).
         mu_free_cores: a worker's CPU may grow to at least this (1 core) in one move,
             whatever ``R_up`` allows: the MU bottleneck sets in at 16-37 vCPUs in the
             paper (§III), never below a core, and a small CNN's workers at 0.25 CPU grown
@@ -134,16 +162,20 @@ class NearchusPlusParams(NearchusParams):
     fold_idle_ps: bool = True
     fold_link_max: float = 0.5
     mu_free_cores: float = 1.0
+    grow_ranks_in_place: bool = True
+    in_place_points: int = 2
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if (self.ps_slack < 0 or self.max_scale_out < 1 or self.max_r_up < self.r_up
-                or not 0 < self.fold_link_max <= 1 or self.mu_free_cores < 0):  # fmt: skip
+                or not 0 < self.fold_link_max <= 1 or self.mu_free_cores < 0
+                or self.in_place_points < 1):  # fmt: skip
             raise SpecError(
                 f"nearchus+ parameters: ps_slack={self.ps_slack} must be >= 0, "
                 f"max_scale_out={self.max_scale_out} >= 1, max_r_up={self.max_r_up} >= r_up, "
-                f"fold_link_max={self.fold_link_max} in (0, 1] "
-                f"and mu_free_cores={self.mu_free_cores} >= 0"
+                f"fold_link_max={self.fold_link_max} in (0, 1], "
+                f"mu_free_cores={self.mu_free_cores} >= 0 "
+                f"and in_place_points={self.in_place_points} >= 1"
             )
 
 
@@ -180,6 +212,7 @@ class Imbalance(Enum):
     PS_SATURATED = "PS saturated"
     PS_IDLE = "PS idle"
     WORKERS_IDLE = "workers idle"
+    RANKS_SATURATED = "ranks saturated"  # a job without PS: grow in place (saturated_ranks)
 
 
 #: An evident imbalance and the points that show it, summarized.
@@ -222,6 +255,24 @@ def evident_imbalance(
     if len(seen) != 1:
         return None
     return seen.pop(), StableWindow.of(tuple(chain.from_iterable(points)))
+
+
+def saturated_ranks(
+    window: Sequence[MetricSample], shape: ClusterShape, params: NearchusPlusParams
+) -> Evident | None:
+    """A job of workers alone whose workers used at least ``E_thd_job`` of their CPU in each
+    of the window's last ``in_place_points`` stability points, those points summarized;
+    else None."""
+    points = stability_points(window, params.stability_period_s)[-params.in_place_points :]
+    if shape.n_ps or len(points) < params.in_place_points:
+        return None
+    for point in points:
+        used = StableWindow.of(point).used
+        if window_speed(point) <= 0 or not all(n.name in used for n in shape.nodes):
+            return None
+        if role_efficiencies(shape, used)[1] < params.e_thd_job:
+            return None
+    return Imbalance.RANKS_SATURATED, StableWindow.of(tuple(chain.from_iterable(points)))
 
 
 def max_link_utilization(window: Sequence[MetricSample]) -> float:
@@ -293,7 +344,10 @@ class NearchusPlusPolicy(NearchusPolicy):
         if not self.params.act_on_evident or not obs.window or self.finished(obs):
             return None
         if self._evident is None or self._evident[0] is not obs.window:
-            self._evident = (obs.window, evident_imbalance(obs.window, obs.shape, self.params))
+            found = evident_imbalance(obs.window, obs.shape, self.params)
+            if found is None and self.params.grow_ranks_in_place:
+                found = saturated_ranks(obs.window, obs.shape, self.params)
+            self._evident = (obs.window, found)
         return self._evident[1]
 
     def decide_evident(self, obs: Observation) -> Plan | None:
@@ -306,6 +360,10 @@ class NearchusPlusPolicy(NearchusPolicy):
         imbalance, window = found
         if self.converged(obs, window):
             return None  # the stop rule's verdict needs the stable speed
+        if imbalance is Imbalance.RANKS_SATURATED:
+            plan = self.grow(obs, window, "ranks saturated")
+            in_place = plan is not None and plan.shape.n_workers == obs.shape.n_workers
+            return plan if in_place else None  # a restart waits for N_comp points
         if imbalance is Imbalance.PS_SATURATED:
             return self.grow_saturated(obs, window) or self.rebalance(obs, window)
         if imbalance is Imbalance.PS_IDLE:
@@ -369,7 +427,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         used = stable.node_used()
         e_ps, e_wk = role_efficiencies(shape, used)
         total = shape.total().cpu_cores
-        extra = min(rounding_room(obs, MAX_NODES_ROUNDING).cpu_cores, total * p.max_r_up)
+        extra = min(self.growth_cores(obs), total * p.max_r_up)
         c_ps, c_wk = costs_per_step(shape, used, stable.speed)
         if extra < max(self.min_step(obs), 1e-3) or c_wk <= 0:
             return None
@@ -387,6 +445,21 @@ class NearchusPlusPolicy(NearchusPolicy):
             {"e_job": stable.e_job, "factor": extra / total, **self.known_mu(obs)},
         )
 
+    def growth_cores(self, obs: Observation) -> float:
+        """The CPU the job may grow by in one move: its headroom less a millicore for each
+        of up to ``MAX_NODES_ROUNDING`` nodes (how many it will have is not known yet), or
+        for a job of ranks alone that grows in place, up to the same whole number of
+        millicores for every rank. (A rank grown to 1.936 of 2 CPU runs one torch thread,
+        ``floor`` of its share: on real scripts here it used one core of them, and the MU
+        rule then read a bottleneck and split it into two ranks of one core, a shape slower
+        than one rank of two.)"""
+        shape, p = obs.shape, self.params
+        if shape.n_ps or not p.grow_ranks_in_place:
+            return rounding_room(obs, MAX_NODES_ROUNDING).cpu_cores
+        reachable = shape.total().cpu_cores + obs.headroom.cpu_cores
+        each = math.floor(reachable / shape.n_workers / MILLICORE + 1e-9) * MILLICORE
+        return max(0.0, each * shape.n_workers - shape.total().cpu_cores)
+
     def grown_split(
         self, obs: Observation, factor: float, ps_cores: float, wk_cores: float
     ) -> ClusterShape:
@@ -394,11 +467,12 @@ class NearchusPlusPolicy(NearchusPolicy):
         roles; node counts as :meth:`grown` picks them, memory per node kept."""
         shape = obs.shape
         n_ps, n_wk = self.grown_counts(obs, factor, ps_cores, wk_cores)
-        ps_memory = shape.role_total(NodeRole.PS).memory_bytes // shape.n_ps
         wk_memory = shape.role_total(NodeRole.WORKER).memory_bytes // shape.n_workers
         grown = scaled_out(shape, NodeRole.PS, n_ps - shape.n_ps)
         grown = scaled_out(grown, NodeRole.WORKER, n_wk - shape.n_workers)
-        grown = redistributed(grown, NodeRole.PS, Resources(ps_cores, ps_memory * n_ps))
+        if shape.n_ps:  # (a job of workers alone has no PS to size)
+            ps_memory = shape.role_total(NodeRole.PS).memory_bytes // shape.n_ps
+            grown = redistributed(grown, NodeRole.PS, Resources(ps_cores, ps_memory * n_ps))
         return redistributed(grown, NodeRole.WORKER, Resources(wk_cores, wk_memory * n_wk))
 
     def scale_up(self, obs: Observation, stable: StableWindow) -> Plan | None:
@@ -412,7 +486,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         p = self.params
         total = obs.shape.total()
         room = rounding_room(obs, MAX_NODES_ROUNDING)
-        factor = min(p.max_r_up, room.cpu_cores / total.cpu_cores if total.cpu_cores else 0.0)
+        factor = min(p.max_r_up, self.growth_cores(obs) / total.cpu_cores if total.cpu_cores else 0.0)
         if total.memory_bytes:
             factor = min(factor, room.memory_bytes / total.memory_bytes)
         if total.cpu_cores * factor < max(self.min_step(obs), 1e-3):
@@ -448,6 +522,8 @@ class NearchusPlusPolicy(NearchusPolicy):
         p, shape = self.params, obs.shape
         per_worker = max(w.resources.cpu_cores for w in shape.workers) * (1 + p.r_up)
         per_worker = max(per_worker, p.mu_free_cores)
+        if shape.n_ps == 0 and p.grow_ranks_in_place:
+            per_worker = math.inf  # up to the node limit or a measured MU cap: no restart
         per_worker = min(per_worker, self.known_mu(obs).get("worker_mu", per_worker))
         if obs.node_limit is not None:
             per_worker = min(per_worker, obs.node_limit.cpu_cores)
@@ -495,8 +571,8 @@ class NearchusPlusPolicy(NearchusPolicy):
         moved = nearchus_optimizer.cpu_moved(obs.shape, shape)
         ps_before = obs.shape.role_total(NodeRole.PS).cpu_cores
         ps_change = abs(shape.role_total(NodeRole.PS).cpu_cores - ps_before)
-        if moved < self.min_step(obs) and ps_change < p.ps_slack * ps_before:
-            return None  # neither many cores nor much of the PS's share
+        if moved < self.min_step(obs) and ps_change <= p.ps_slack * ps_before:
+            return None  # neither many cores nor much of the PS's share (nor any PS at all)
         return Plan(
             shape,
             Action.REBALANCE,

@@ -16,7 +16,8 @@ from typing import Protocol
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
-from rightsize.core.spec import Backend, RuntimeSpec
+from rightsize.core.spec import Backend, JobSpec, RuntimeSpec
+from rightsize.runtime.backends.cgroups import NO_SHARING, QuotaSharing
 from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources
 from rightsize.runtime.capacity import Capacity
 
@@ -57,14 +58,25 @@ class NodeBackend(Protocol):
 
 
 def open_backend(runtime: RuntimeSpec, log_dir: Path, warn: Callable[[str], None],
-                 cpu_burst: bool = False) -> NodeBackend:  # fmt: skip
-    """The backend ``runtime.backend`` names, ready to launch nodes (their CPU quotas with a
-    period's burst if ``cpu_burst``: :meth:`cgroups.NodeCgroup.set_cpu`)."""
+                 sharing: QuotaSharing = NO_SHARING) -> NodeBackend:  # fmt: skip
+    """The backend ``runtime.backend`` names, ready to launch nodes (their CPU quotas
+    lending unused time as ``sharing`` says). On Ray each node is confined by its own host
+    actor, so only the burst applies there: a pool needs the job's nodes in one directory."""
     if runtime.backend == Backend.RAY:
         from rightsize.runtime.backends.ray import RayBackend  # Ray is an optional extra
 
-        return RayBackend(runtime.ray_address, runtime.isolation, log_dir, warn, cpu_burst)
-    return LocalBackend(runtime.isolation, log_dir, warn, cpu_burst)
+        return RayBackend(runtime.ray_address, runtime.isolation, log_dir, warn, sharing.burst)
+    return LocalBackend(runtime.isolation, log_dir, warn, sharing)
+
+
+def quota_sharing(spec: JobSpec) -> QuotaSharing:
+    """How the job's quotas lend unused time: as ``runtime.cpu_burst`` and ``cpu_pool`` say,
+    and where they say nothing, both for a script's ranks (their communication threads and
+    collective waits) and neither for a workload's nodes (whose CPU the policies read node
+    by node)."""
+    burst, pool = spec.runtime.cpu_burst, spec.runtime.cpu_pool
+    return QuotaSharing(burst=spec.is_script if burst is None else burst,
+                        pool=spec.is_script if pool is None else pool)  # fmt: skip
 
 
 def capacity_of(runtime: RuntimeSpec) -> Capacity:

@@ -36,6 +36,27 @@ class CgroupUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class QuotaSharing:
+    """How a job's CPU quotas may lend time that goes unused; either way every node's
+    average stays within its own quota, or the job's within the sum of its nodes'.
+
+    - ``burst``: a node may spend quota it left unused in earlier periods, up to one
+      period's worth (:meth:`NodeCgroup.set_cpu`).
+    - ``pool``: the job's directory holds the sum of its nodes' quotas and each node may
+      run up to that sum (at most the machine), so one rank runs on what its siblings
+      leave idle while they wait in a collective. Threads still follow each node's own
+      share, and what a node is "allocated" stays its own share.
+    """
+
+    burst: bool = False
+    pool: bool = False
+
+
+#: Every node held to its own quota, period by period.
+NO_SHARING = QuotaSharing()
+
+
+@dataclass(frozen=True)
 class Hierarchy:
     """Where the controllers live: per-controller base directories (the master's own cgroups)."""
 
@@ -71,35 +92,53 @@ def detect(proc: Path = Path("/proc/self")) -> Hierarchy:
 def held_by_masters(hierarchy: Hierarchy) -> dict[int, tuple[float, int]]:
     """What the kernel enforces now on every rightsize job's node cgroups beside this
     process's (``rightsize/<master pid>-<token>/<node>``, each with a live process): CPU
-    quota in cores and memory limit in bytes, summed by master pid. What is applied, read
-    from the kernel, whoever started it (a service's jobs, a standalone ``rightsize run``)."""
+    quota in cores and memory limit in bytes, summed by master pid (a pooled job's at most
+    its directory's quota: :class:`QuotaSharing`). What is applied, read from the kernel,
+    whoever started it (a service's jobs, a standalone ``rightsize run``)."""
     cpu_base = hierarchy.bases.get("cpu") or hierarchy.bases.get("unified")
     memory_base = hierarchy.bases.get("memory") or hierarchy.bases.get("unified")
     held: dict[int, tuple[float, int]] = {}
     root = cpu_base / "rightsize" if cpu_base else None
-    for node in root.glob("*/*") if root is not None and root.is_dir() else []:
-        owner = node.parent.name.split("-", 1)[0]
-        if not owner.isdigit():
+    for job in root.glob("*") if root is not None and root.is_dir() else []:
+        owner = job.name.split("-", 1)[0]
+        if not owner.isdigit() or not job.is_dir():
             continue  # a service runner's own cgroup (job-N), not a master's
-        relative = node.relative_to(cpu_base)
-        try:
-            if not (node / "cgroup.procs").read_text().split():
-                continue
-            if hierarchy.version == 2:
-                quota, period = (node / "cpu.max").read_text().split()
-                cores = 0.0 if quota == "max" else int(quota) / int(period)
-                limit = (memory_base / relative / "memory.max").read_text().strip()
-                memory = 0 if limit == "max" else int(limit)
-            else:
-                quota = int((node / "cpu.cfs_quota_us").read_text())
-                cores = 0.0 if quota < 0 else quota / int((node / "cpu.cfs_period_us").read_text())
-                memory = int((memory_base / relative / "memory.limit_in_bytes").read_text())
-                memory = 0 if memory >= 2**62 else memory  # v1's "no limit"
+        cores, memory = 0.0, 0
+        for node in (d for d in job.iterdir() if d.is_dir()):
+            try:
+                if not (node / "cgroup.procs").read_text().split():
+                    continue
+                node_cores = _quota_cores(hierarchy, node)
+                memory += _memory_limit(hierarchy, memory_base / node.relative_to(cpu_base))
+            except (OSError, ValueError):
+                continue  # removed while read
+            cores += node_cores or 0.0
+        try:  # a pooled job's nodes each may run up to the job's quota: the job holds that
+            pooled = _quota_cores(hierarchy, job)
         except (OSError, ValueError):
-            continue  # removed while read
+            pooled = None
+        cores = cores if pooled is None else min(cores, pooled)
         before = held.get(int(owner), (0.0, 0))
         held[int(owner)] = (before[0] + cores, before[1] + memory)
     return held
+
+
+def _quota_cores(hierarchy: Hierarchy, cpu_dir: Path) -> float | None:
+    """The CFS quota of a cgroup in cores; None without one."""
+    if hierarchy.version == 2:
+        quota, period = (cpu_dir / "cpu.max").read_text().split()
+        return None if quota == "max" else int(quota) / int(period)
+    quota = int((cpu_dir / "cpu.cfs_quota_us").read_text())
+    return None if quota < 0 else quota / int((cpu_dir / "cpu.cfs_period_us").read_text())
+
+
+def _memory_limit(hierarchy: Hierarchy, memory_dir: Path) -> int:
+    """A cgroup's memory limit in bytes; 0 without one."""
+    if hierarchy.version == 2:
+        limit = (memory_dir / "memory.max").read_text().strip()
+        return 0 if limit == "max" else int(limit)
+    limit = int((memory_dir / "memory.limit_in_bytes").read_text())
+    return 0 if limit >= 2**62 else limit  # v1's "no limit"
 
 
 def _mounts(path: Path) -> list[tuple[Path, str, str, str]]:

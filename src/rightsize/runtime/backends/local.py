@@ -33,7 +33,14 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
-from rightsize.runtime.backends.cgroups import CgroupUnavailable, JobCgroups, NodeCgroup, detect
+from rightsize.runtime.backends.cgroups import (
+    NO_SHARING,
+    CgroupUnavailable,
+    JobCgroups,
+    NodeCgroup,
+    QuotaSharing,
+    detect,
+)
 from rightsize.runtime.segments import remove_segments, sweep_stale
 
 #: Threads for an allocation of ``c`` cores: ``floor(c + THREAD_ROUNDING)``, at least 1 and
@@ -91,9 +98,10 @@ class LocalBackend:
     bind_host = "127.0.0.1"
 
     def __init__(self, isolation: Isolation, log_dir: Path, warn: Callable[[str], None],
-                 cpu_burst: bool = False) -> None:  # fmt: skip
+                 sharing: QuotaSharing = NO_SHARING) -> None:  # fmt: skip
         self.log_dir = log_dir
-        self.cpu_burst = cpu_burst  # quotas may burst by a period's worth (cgroups.set_cpu)
+        self.sharing = sharing  # how quotas lend unused time (burst, pool)
+        self._pooled = 0.0  # the job directory's quota in cores, while pooled
         self.machine = machine_resources()
         self.cpus = sorted(os.sched_getaffinity(0))
         self.procs: dict[str, _Process] = {}
@@ -134,6 +142,7 @@ class LocalBackend:
         log = open(self.log_dir / f"{node.name}.log", "ab")  # noqa: SIM115 (closed on exit)
         threads = threads_for(node.resources.cpu_cores, len(self.cpus))
         env = {**os.environ, **env, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+        self._pool(self._total_cpu() + node.resources.cpu_cores)
         cgroup = self._cgroup_for(node)
         command = argv if cgroup is None else _enter(cgroup.procs_files) + argv
         popen = subprocess.Popen(
@@ -160,7 +169,10 @@ class LocalBackend:
         proc = self.procs[name]
         proc.node = NodeSpec(proc.node.name, proc.node.role, resources)
         if proc.cgroup is not None:
-            proc.cgroup.set_cpu(resources.cpu_cores, self.cpu_burst)
+            if self._pooling:
+                self._pool(self._total_cpu())
+            else:
+                proc.cgroup.set_cpu(resources.cpu_cores, self.sharing.burst)
             proc.cgroup.set_memory(resources.memory_bytes)
         else:
             self._pin(proc)
@@ -221,11 +233,39 @@ class LocalBackend:
         return proc.popen.pid if proc else None
 
     # -- internals --------------------------------------------------------------------
+    @property
+    def _pooling(self) -> bool:
+        return self.sharing.pool and self.cgroups is not None
+
+    def _total_cpu(self) -> float:
+        return sum(proc.node.resources.cpu_cores for proc in self.procs.values())
+
+    def _node_quota(self, node: NodeSpec) -> float:
+        """A node's own CFS quota: its share, or pooled the job's whole (at most this machine)."""
+        if self._pooling:
+            return min(self._pooled, len(self.cpus))
+        return node.resources.cpu_cores
+
+    def _pool(self, total: float) -> None:
+        """Set a pooled job's quota to ``total`` cores and each node's to match. cgroup v1
+        refuses a child's quota above its parent's: grow the job first, shrink it last."""
+        if not self._pooling or total <= 0:
+            return
+        growing = total >= self._pooled
+        self._pooled = total
+        if growing:
+            self.cgroups.job.set_cpu(total, self.sharing.burst)
+        for proc in self.procs.values():
+            if proc.cgroup is not None:
+                proc.cgroup.set_cpu(self._node_quota(proc.node), self.sharing.burst)
+        if not growing:
+            self.cgroups.job.set_cpu(total, self.sharing.burst)
+
     def _cgroup_for(self, node: NodeSpec) -> NodeCgroup | None:
         if self.cgroups is None:
             return None
         cgroup = self.cgroups.node(node.name)
-        cgroup.set_cpu(node.resources.cpu_cores, self.cpu_burst)
+        cgroup.set_cpu(self._node_quota(node), self.sharing.burst)
         cgroup.set_memory(node.resources.memory_bytes)
         return cgroup
 
@@ -250,7 +290,10 @@ class LocalBackend:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            if self._pooling:  # the kernel frees a removed cgroup later, and until then still
+                proc.cgroup.set_cpu(0)  # holds the job's quota to its own (v1 checks it)
             proc.cgroup.remove()
+            self._pool(self._total_cpu())  # the job's quota no longer counts this node
 
 
 def _enter(procs_files: list[Path]) -> list[str]:

@@ -30,6 +30,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
 from rightsize.runtime.backends.base import BIND_HOST_ENV
+from rightsize.runtime.backends.cgroups import QuotaSharing
 from rightsize.runtime.backends.local import Exit, LocalBackend
 
 #: How often the actor looks for its process's exit.
@@ -44,7 +45,7 @@ class NodeHost:
         self.name, self.host = name, host
         self.warnings: list[str] = []
         self.local = LocalBackend(Isolation(isolation), Path(log_dir), self.warnings.append,
-                                  cpu_burst)  # fmt: skip
+                                  QuotaSharing(burst=cpu_burst))  # fmt: skip
         self.ended: Exit | None = None
         self.lock = threading.Lock()  # the exit watcher and the driver's calls share the backend
 
