@@ -233,17 +233,12 @@ def evident_imbalance(
     whatever the speed's CV: the faithful detector's 5% CV guards decisions that weigh
     small differences (``e_job`` against 0.95, one speed against another), not these.
     """
-    points = stability_points(window, params.stability_period_s)[-params.n_comp :]
-    if len(points) < params.n_comp:
+    found = last_readings(window, shape, params.stability_period_s, params.n_comp)
+    if found is None:
         return None
+    summary, readings = found
     seen: set[Imbalance] = set()
-    for point in points:
-        if window_speed(point) <= 0:
-            return None
-        used = StableWindow.of(point).used
-        if not all(n.name in used for n in shape.nodes):
-            return None  # a point from another shape
-        e_ps, e_wk = role_efficiencies(shape, used)
+    for e_ps, e_wk in readings:
         if e_ps >= params.e_thd_job:
             seen.add(Imbalance.PS_SATURATED)
         elif e_ps < params.e_thd_opt <= e_wk:
@@ -254,7 +249,27 @@ def evident_imbalance(
             return None
     if len(seen) != 1:
         return None
-    return seen.pop(), StableWindow.of(tuple(chain.from_iterable(points)))
+    return seen.pop(), summary
+
+
+def last_readings(
+    window: Sequence[MetricSample], shape: ClusterShape, period_s: float, count: int
+) -> tuple[StableWindow, list[tuple[float, float]]] | None:
+    """The window's last ``count`` stability points summarized, and each one's ``(e_ps,
+    e_wk)``; None if there are fewer, or one did not train (speed 0) or came from another
+    shape."""
+    points = stability_points(window, period_s)[-count:]
+    if len(points) < count:
+        return None
+    readings = []
+    for point in points:
+        if window_speed(point) <= 0:
+            return None
+        used = StableWindow.of(point).used
+        if not all(n.name in used for n in shape.nodes):
+            return None  # a point from another shape
+        readings.append(role_efficiencies(shape, used))
+    return StableWindow.of(tuple(chain.from_iterable(points))), readings
 
 
 def saturated_ranks(
@@ -263,16 +278,11 @@ def saturated_ranks(
     """A job of workers alone whose workers used at least ``E_thd_job`` of their CPU in each
     of the window's last ``in_place_points`` stability points, those points summarized;
     else None."""
-    points = stability_points(window, params.stability_period_s)[-params.in_place_points :]
-    if shape.n_ps or len(points) < params.in_place_points:
+    found = None if shape.n_ps else last_readings(window, shape, params.stability_period_s,
+                                                      params.in_place_points)  # fmt: skip
+    if found is None or any(e_wk < params.e_thd_job for _, e_wk in found[1]):
         return None
-    for point in points:
-        used = StableWindow.of(point).used
-        if window_speed(point) <= 0 or not all(n.name in used for n in shape.nodes):
-            return None
-        if role_efficiencies(shape, used)[1] < params.e_thd_job:
-            return None
-    return Imbalance.RANKS_SATURATED, StableWindow.of(tuple(chain.from_iterable(points)))
+    return Imbalance.RANKS_SATURATED, found[0]
 
 
 def max_link_utilization(window: Sequence[MetricSample]) -> float:
