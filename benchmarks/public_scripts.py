@@ -206,10 +206,12 @@ class LineClock:
 TUTORIAL_EPOCH = re.compile(r"\[GPU0\] Epoch (\d+) \|")
 
 
-def plain(case: dict) -> dict:
+def plain(case: dict, prefix: tuple[str, ...] = ()) -> dict:
+    """Plain torchrun on ``case`` (behind ``prefix``: a command that runs it, say inside a
+    cgroup)."""
     reset(case)
-    argv = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", case["script"],
-            *case["args"]]  # fmt: skip
+    argv = [*prefix, str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2",
+            case["script"], *case["args"]]  # fmt: skip
     t0 = time.monotonic()
     # unbuffered, as rightsize's ranks are: each line is timed when it is printed
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -47,7 +47,7 @@ from rightsize.cli.args import parse_options
 from rightsize.cli.serve_cmd import capacity
 from rightsize.core.spec import parse_job_spec
 from rightsize.runtime.backends.local import machine_resources
-from rightsize.service.allocator import Allocator
+from rightsize.service.allocator import Allocator, LaunchShare
 from rightsize.service.models import JobPhase
 from rightsize.service.store import Store
 from runtime_common import load_note
@@ -97,12 +97,13 @@ def wait_done(store: Store, job_ids: list[int], deadline: float, allocator: Allo
         time.sleep(0.5)
 
 
-def run_batch(policy: str, together: bool, timeout_s: float, overcommit: float) -> dict[str, Any]:
+def run_batch(policy: str, together: bool, timeout_s: float, overcommit: float,
+              share: LaunchShare = LaunchShare.FAIR) -> dict[str, Any]:  # fmt: skip
     machine, books = machine_resources(), capacity(None, None, overcommit)  # as serve sets it
     specs = [parse_job_spec(job(*j, policy=policy, cpu=machine.cpu_cores)) for j in JOBS]
     with tempfile.TemporaryDirectory(prefix="rightsize-together-") as tmp:
         store = Store(str(Path(tmp) / "store.db"))
-        allocator = Allocator(store, books, Path(tmp) / "work", poll_s=0.5)
+        allocator = Allocator(store, books, Path(tmp) / "work", poll_s=0.5, launch_share=share)
         allocator.start()
         deadline = time.monotonic() + timeout_s
         try:
@@ -123,7 +124,7 @@ def run_batch(policy: str, together: bool, timeout_s: float, overcommit: float) 
     held = sum(r["held_core_s"] or 0.0 for r in rows)
     batch = {
         "policy": policy, "mode": "together" if together else "one after another",
-        "overcommit": overcommit, "books_cpu": books.cpu_cores,
+        "overcommit": overcommit, "books_cpu": books.cpu_cores, "launch_share": str(share),
         "makespan_s": max(r["end_s"] for r in rows), "wall_s": wall_s,
         "mean_jct_s": statistics.mean(r["end_s"] for r in rows),
         "mean_queueing_s": statistics.mean(r["queued_s"] for r in rows),
@@ -132,7 +133,7 @@ def run_batch(policy: str, together: bool, timeout_s: float, overcommit: float) 
         "all_exactly_once": all(r["exactly_once"] for r in rows),
         "all_finished": all(r["phase"] == "finished" for r in rows), "jobs": rows,
     }  # fmt: skip
-    print(f"{policy:10s} {batch['mode']:18s} x{overcommit:g} makespan {batch['makespan_s']:6.1f} s, mean JCT "
+    print(f"{policy:10s} {batch['mode']:18s} x{overcommit:g} {share:4s} makespan {batch['makespan_s']:6.1f} s, mean JCT "
           f"{batch['mean_jct_s']:6.1f} s, queueing {batch['mean_queueing_s']:5.1f} s, held "
           f"{batch['mean_held_cores']:.2f} cores, busy {batch['mean_busy_cores']:.2f} cores, "
           f"exactly once: {batch['all_exactly_once']}", file=sys.stderr)  # fmt: skip
@@ -158,22 +159,24 @@ def summary(batches: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for policy in dict.fromkeys(b["policy"] for b in batches):
         alone = [b for b in batches if b["policy"] == policy and b["mode"] != "together"]
-        for books in dict.fromkeys(b["overcommit"] for b in batches if b["mode"] == "together"):
+        for books, share in dict.fromkeys((b["overcommit"], b.get("launch_share", "free"))
+                                          for b in batches if b["mode"] == "together"):  # fmt: skip
             together = [b for b in batches if b["policy"] == policy and b["mode"] == "together"
-                        and b["overcommit"] == books]  # fmt: skip
+                        and b["overcommit"] == books
+                        and b.get("launch_share", "free") == share]  # fmt: skip
             pairs = list(zip(alone, together, strict=True))
             makespan = [a["makespan_s"] / t["makespan_s"] for a, t in pairs]
             jct = [a["mean_jct_s"] / t["mean_jct_s"] for a, t in pairs]
-            key = f"{policy} x{books:g}"
+            key = f"{policy} x{books:g} {share}"
             out[key] = {
-                "policy": policy, "overcommit": books,
+                "policy": policy, "overcommit": books, "launch_share": share,
                 "makespan_speedup_median": statistics.median(makespan),
                 "makespan_speedup": makespan, "mean_jct_speedup_median": statistics.median(jct),
                 "mean_jct_speedup": jct,
                 "goal_met": statistics.median(makespan) >= 1.3
                 and all(b["all_exactly_once"] and b["all_finished"] for p in pairs for b in p),
             }  # fmt: skip
-            print(f"{key:14s} together finish {out[key]['makespan_speedup_median']:.2f}x "
+            print(f"{key:19s} together finish {out[key]['makespan_speedup_median']:.2f}x "
                   f"sooner ({min(makespan):.2f}-{max(makespan):.2f}), mean JCT "
                   f"{out[key]['mean_jct_speedup_median']:.2f}x", file=sys.stderr)  # fmt: skip
     return out
@@ -191,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overcommit", default="1,2", help="the together batches' CPU books "
                         "as multiples of the machine's cores, as `serve --cpu-overcommit` sets "
                         "them (default 1,2: the machine, and twice it)")  # fmt: skip
+    parser.add_argument("--launch-share", default="fair", help="the together batches' "
+                        "launch shares, as `serve --launch-share` sets them (comma-separated: "
+                        "fair, free; default fair)")  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/service_together.json")
     args = parser.parse_args(argv)
     policies = args.policies.split(",")
@@ -200,13 +206,16 @@ def main(argv: list[str] | None = None) -> int:
               "command": "python benchmarks/service_together.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "capacity_cpu": machine_resources().cpu_cores,
               "jobs": [{"name": n, "rows": r, "epochs": e, "options": o} for n, r, e, o in JOBS]}  # fmt: skip
-    modes = [(False, 1.0)] + [(True, float(f)) for f in args.overcommit.split(",")]
+    shares = [LaunchShare(s) for s in args.launch_share.split(",")]
+    modes = [(False, 1.0, LaunchShare.FAIR)] + [
+        (True, float(f), share) for f in args.overcommit.split(",") for share in shares
+    ]
     batches = []
     for round_ in range(args.rounds):
         for policy in policies:
             order = modes if round_ % 2 == 0 else modes[::-1]
-            batches.extend(run_batch(policy, together, args.timeout, books)
-                           for together, books in order)  # fmt: skip
+            batches.extend(run_batch(policy, together, args.timeout, books, share)
+                           for together, books, share in order)  # fmt: skip
     result.update(batches=batches, summary=summary(batches), load_after=load_note())
     write_report(args.out, result)
     return 0

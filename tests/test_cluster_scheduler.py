@@ -71,3 +71,17 @@ def test_allocations_are_checked_against_what_is_free():
     s.allocate(job, Resources(30.002), slack_cores=0.003)  # millicore rounding is tolerated
     s.finish(job)
     assert s.allocated.cpu_cores == pytest.approx(0) and s.finished == [job]
+
+
+def test_a_fair_share_splits_the_capacity_among_every_job_that_wants_to_run():
+    s = Scheduler(Resources(8))
+    assert s.fair_share_cores() == 8  # no one else: all of it
+    for i in range(3):
+        s.submit(Job(f"w{i}", i, 1, needs=2))
+    assert s.fair_share_cores() == pytest.approx(8 / 3)
+    s.admit(launch)  # all three run: they still want their share
+    s.submit(Job("late", 9, 1, needs=2))
+    assert s.fair_share_cores() == 2
+    for i in range(4):
+        s.submit(Job(f"x{i}", 10 + i, 1))
+    assert s.fair_share_cores(floor_cores=1.5) == 1.5  # 8 / 8 is below the floor

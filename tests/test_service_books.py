@@ -14,7 +14,7 @@ import pytest
 
 from rightsize.core.resources import Resources
 from rightsize.core.spec import parse_job_spec
-from rightsize.service.allocator import Allocator, QueuedJob
+from rightsize.service.allocator import SLACK_CORES, Allocator, LaunchShare, QueuedJob
 from rightsize.service.models import JobPhase, Source
 from rightsize.service.store import Store
 
@@ -183,3 +183,43 @@ def test_a_launch_from_history_is_the_policys_starting_point(books):
         assert plan.shape == fastest and plan.details["from_run"] == "first"
         assert plan.reason.startswith("history: first ran")
         assert plan.details.get("stage") == stage, (policy.name, plan.details)
+
+
+def ps_job(name: str, policy: str) -> QueuedJob:
+    spec = parse_job_spec({"name": name, "workload": "wide-deep", "dataset": "synthetic-criteo",
+                           "batch_size": 512, "strategy": "ps", "policy": {"name": policy},
+                           "budget": {"cpu": 2, "memory": "4Gi"}})  # fmt: skip
+    return QueuedJob(name, 0.0, 1.0, 0, spec)
+
+
+@pytest.mark.parametrize("share", [LaunchShare.FAIR, LaunchShare.FREE])
+def test_jobs_submitted_together_launch_side_by_side_within_a_fair_share(tmp_path, share):
+    """Four DLRover jobs, each budgeted the whole 2-CPU service: under ``fair`` two start at
+    once within 1 CPU each (DLRover's sampling PS and worker at 0.5); under ``free`` (NEARCHUS's
+    allocator) the first takes both cores and the rest wait. NEARCHUS+, which cannot plan
+    within 1 CPU, still launches from its own budget (R0)."""
+    store = Store(str(tmp_path / "s.db"))
+    books = Allocator(store, Resources(2.0, 16 * GI), tmp_path / "work",
+                      beside=lambda own: Resources(), launch_share=share)  # fmt: skip
+    for i in range(4):
+        books.scheduler.submit(ps_job(f"d{i}", "dlrover"))
+    started = books.scheduler.admit(books._admission, SLACK_CORES)
+    if share == LaunchShare.FAIR:
+        assert [j.name for j in started] == ["d0", "d1"]
+        for job in started:
+            assert [n.resources.cpu_cores for n in job.plan.shape.nodes] == [0.5, 0.5]
+            assert "fair share of 1 cpu (4 jobs" in job.plan.reason
+    else:
+        assert [j.name for j in started] == ["d0"]
+        assert started[0].plan.shape.total().cpu_cores == 2.0
+        assert "fair share" not in started[0].plan.reason
+    for job in started:
+        books.scheduler.finish(job)
+    books.scheduler.waiting.clear()
+    books.scheduler.submit(ps_job("n0", "nearchus+"))
+    books.scheduler.submit(ps_job("n1", "nearchus+"))
+    started = books.scheduler.admit(books._admission, SLACK_CORES)
+    assert [j.name for j in started] == ["n0", "n1"]
+    assert all(j.plan.shape.total().cpu_cores < 1.0 for j in started)  # R0 of 2 CPU
+    assert not any("fair share" in j.plan.reason for j in started)
+    store.close()

@@ -47,6 +47,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "the others; measured in docs/benchmarks.md ('Jobs together')"
     )  # fmt: skip
     parser.add_argument(
+        "--launch-share", choices=("fair", "free"), default="fair",
+        help="while other jobs run or wait, a job its policy launches starts within an even "
+        "split of the capacity (fair, the default; at least 1 cpu) or with its whole budget "
+        "if that much is free (free: NEARCHUS's allocator); see docs/service.md"
+    )  # fmt: skip
+    parser.add_argument(
         "--order",
         choices=("fcfs", "sjf"),
         default="fcfs",
@@ -118,7 +124,7 @@ def serve(args: argparse.Namespace) -> int:
         return _in_background(args)
     import uvicorn
 
-    from rightsize.service.allocator import Allocator
+    from rightsize.service.allocator import Allocator, LaunchShare
     from rightsize.service.app import create_app
     from rightsize.service.profiles import ProfileBook
     from rightsize.service.simulations import Simulations
@@ -126,14 +132,16 @@ def serve(args: argparse.Namespace) -> int:
     limit = capacity(args.cpu, args.memory, args.cpu_overcommit)
     store = open_store(args)
     workdir = args.workdir or _default_workdir(store)
-    allocator = Allocator(store, limit, workdir, args.order)
+    share = LaunchShare(args.launch_share)
+    allocator = Allocator(store, limit, workdir, args.order, launch_share=share)
     profiles = ProfileBook(workdir / "profiles")
     simulations = Simulations(store, workdir / "simulations")
     app = create_app(store, allocator, profiles, simulations)
     allocator.start()
     url = store.shown_url
     print(f"rightsize serve: http://{args.host}:{args.port} (API docs at /docs), store {url}, "
-          f"capacity {limit}, {args.order}", file=sys.stderr, flush=True)  # fmt: skip
+          f"capacity {limit}, {args.order}, launch share {args.launch_share}", file=sys.stderr,
+          flush=True)  # fmt: skip
     try:
         uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
                                       log_level="warning")).run()  # fmt: skip
@@ -163,7 +171,7 @@ def _in_background(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "rightsize", "serve", "--host", args.host, "--port",
             str(args.port), "--order", args.order, "--workdir", str(workdir),
-            "--cpu-overcommit", str(args.cpu_overcommit)]  # fmt: skip
+            "--cpu-overcommit", str(args.cpu_overcommit), "--launch-share", args.launch_share]  # fmt: skip
     for flag, value in (("--database", args.database), ("--cpu", args.cpu),
                         ("--memory", args.memory), ("--instance-type", args.instance_type)):  # fmt: skip
         if value:

@@ -84,6 +84,12 @@ class Scheduler(Generic[J]):
         free = self.free()
         return Resources(0.0, free.memory_bytes, 0) if self.waiting else free
 
+    def fair_share_cores(self, floor_cores: float = 0.0) -> float:
+        """The CPU each job that wants to run (running or waiting) gets if the capacity is
+        split evenly among them, and at least ``floor_cores``."""
+        wanting = max(1, len(self.running) + len(self.waiting))
+        return max(self.capacity.cpu_cores / wanting, floor_cores)
+
     def allocate(self, job: J, amount: Resources, slack_cores: float = 0.0) -> None:
         """Set ``job``'s allocation; raises if what it grows by is not free.
 

@@ -28,7 +28,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 from rightsize.cluster.scheduler import Scheduler
@@ -55,6 +56,13 @@ from rightsize.service.uploads import Uploads, runner_cgroup
 
 #: Millicore drift tolerated between a shape's rounded node quotas and the books.
 SLACK_CORES = 0.005
+#: The least CPU a fair share offers a launching job: a parameter server and a worker of
+#: half a core each, the smallest shape DLRover samples at.
+FAIR_SHARE_FLOOR_CORES = 1.0
+#: Seconds the loop waits after a submission for the next one before it admits, and the most
+#: it waits so in all: jobs submitted together arrive milliseconds apart, and a fair share
+#: counts only the jobs it can see (the first would otherwise take the whole budget alone).
+GATHER_S, GATHER_MAX_S = 0.3, 2.0
 #: Seconds between copies of a running job's state file into the store.
 INGEST_EVERY_S = 2.0
 #: Seconds a runner gets to checkpoint and stop when the service shuts down.
@@ -97,6 +105,21 @@ def policy_of(spec: JobSpec) -> Policy:
                                        **spec.policy.params), spec.strategy)
 
 
+class LaunchShare(StrEnum):
+    """What a job launched by its policy (no ``initial_shape``, no history) may start with.
+
+    ``free``: its whole budget, if that much is free (NEARCHUS §IV's allocator: the first
+    of four jobs each budgeted the machine takes all of it, and the rest wait). ``fair``:
+    while other jobs run or wait, at most an even split of the capacity among every job that
+    wants to run (at least :data:`FAIR_SHARE_FLOOR_CORES`), so that a batch submitted
+    together starts side by side; the job's budget is unchanged, and it grows into what
+    the others leave once no one waits (docs/service.md).
+    """
+
+    FREE = "free"
+    FAIR = "fair"
+
+
 class Allocator:
     """Admits, launches, watches and cancels the service's jobs over ``capacity``.
 
@@ -105,18 +128,22 @@ class Allocator:
         capacity: what all running jobs together may hold (the machine, or a share).
         workdir: each job's checkpoints, state file, report and log go to ``workdir/jobs/ID``.
         order: ``fcfs`` or ``sjf``.
+        launch_share: how much of the capacity a policy's launch may take (:class:`LaunchShare`).
     """
 
     def __init__(self, store: Store, capacity: Resources, workdir: Path, order: str = "fcfs",
                  poll_s: float = 1.0,
-                 beside: Callable[[set[int]], Resources] = held_beside) -> None:  # fmt: skip
+                 beside: Callable[[set[int]], Resources] = held_beside,
+                 launch_share: LaunchShare = LaunchShare.FAIR) -> None:  # fmt: skip
         self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
+        self.launch_share = LaunchShare(launch_share)
         self.beside = beside  # what other rightsize jobs on the host hold (service/host.py)
         self.uploads = Uploads(workdir / "uploads")
         self.scheduler: Scheduler[QueuedJob] = Scheduler(capacity, order)
         self.lock = threading.RLock()
         self.runners: dict[str, Runner] = {}
         self._wake = threading.Event()
+        self._submitted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -212,7 +239,7 @@ class Allocator:
         self.check(spec, owner_id)
         spec = self._resolved(spec, owner_id)
         probe = QueuedJob(spec.name, time.time(), samples_of(spec), 0, spec)
-        if self._launch_now(probe, self.capacity) is None or probe.plan is None:
+        if self._launch_now(probe, self.capacity, alone=True) is None or probe.plan is None:
             raise SpecError("budget: the job cannot start even on an empty service")
         plan, total = probe.plan, probe.plan.shape.total()
         expected = _expected(plan, spec)
@@ -244,6 +271,7 @@ class Allocator:
                           state_path=str(spec.state_path))  # fmt: skip
         with self.lock:
             self.scheduler.submit(QueuedJob(row.name, time.time(), samples_of(spec), row.id, spec))
+        self._submitted.set()
         self._wake.set()
         return self.store.job_by_id(row.id)
 
@@ -281,7 +309,17 @@ class Allocator:
             self.turn()
             self._wake.wait(self.poll_s)
             self._wake.clear()
+            self._gather()
         self._stop_runners()
+
+    def _gather(self) -> None:
+        """After a submission, wait while more follow (:data:`GATHER_S` apart, at most
+        :data:`GATHER_MAX_S`), so that jobs submitted together are admitted together."""
+        deadline = time.monotonic() + GATHER_MAX_S
+        while self._submitted.is_set() and time.monotonic() < deadline:
+            self._submitted.clear()
+            if self._stopping.wait(GATHER_S):
+                return
 
     def _stop_runners(self) -> None:
         """SIGTERM every runner and wait for it — from the thread that started them: a runner
@@ -362,7 +400,9 @@ class Allocator:
             self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
             return None
 
-    def _launch_now(self, job: QueuedJob, free: Resources) -> Resources | None:
+    def _launch_now(self, job: QueuedJob, free: Resources, alone: bool = False) -> Resources | None:
+        """What ``job`` takes if it starts now with ``free`` (``alone``: as on an empty
+        service, no fair share), or None; its plan and source are left on ``job``."""
         if job.held is not None:  # resumed: its master relaunches what it last ran
             return job.held if job.held.fits_within(free) else None
         spec = job.spec
@@ -383,11 +423,34 @@ class Allocator:
                     spec.name, spec.budget.resources, free, prior, self.capacity
                 )
                 source = "policy" if job.history or not job.predicted else "prediction"
-                plan, job.source = launch_plan(job.policy, request), source
+                plan = launch_plan(job.policy, request) if alone else self._policy_launch(
+                    job.policy, request
+                )
+                job.source = source
         if plan is None or not plan.shape.total().fits_within(free):
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason
         return plan.shape.total()
+
+    def _policy_launch(self, policy: Policy, request: LaunchRequest) -> Plan | None:
+        """The policy's launch plan, within the job's fair share of the capacity while others
+        want to run too (:class:`LaunchShare`); with its whole budget where the policy cannot
+        start within the share at all (NEARCHUS needs 2 CPU to plan from)."""
+        budget = request.budget
+        if self.launch_share == LaunchShare.FAIR:
+            share = self.scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES)
+            if share < budget.cpu_cores:
+                within = replace(request, budget=Resources(share, budget.memory_bytes, budget.gpus))
+                try:
+                    plan = launch_plan(policy, within)
+                except RightsizeError:
+                    plan = None
+                else:
+                    wanting = len(self.scheduler.running) + len(self.scheduler.waiting)
+                    return plan and replace(plan, reason=(
+                        f"{plan.reason}; within a fair share of {share:g} cpu ({wanting} jobs "
+                        f"want the service's {self.capacity.cpu_cores:g} cpu)"))  # fmt: skip
+        return launch_plan(policy, request)
 
     def _from_history(self, job: QueuedJob, free: Resources) -> Plan | None:
         """The fastest shape similar runs measured (DLRover §4.3), as the job's policy would
