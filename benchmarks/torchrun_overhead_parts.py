@@ -13,6 +13,8 @@ the same script, round after round, so that the host's drift falls on all alike:
   group scheduling without CFS bandwidth control;
 - ``plain-cgroup-cpu`` and ``plain-cgroup-memory`` (``--variants``): the CPU controllers'
   cgroup alone (no quota) or the memory controller's alone (the 4 GiB limit);
+  ``plain-cgroup-weighted``: the CPU controllers' alone with the weight of its 2 cores
+  (``cpu.shares`` 2048, as kubelet sets a pod's from its request) instead of one task's;
 - ``rightsize``: ``rightsize torchrun --nproc-per-node 2 --cpu-per-proc 1 --policy static``.
 
 Per round, each variant's seconds per epoch (rank 0's epoch lines, timed as they appear) and
@@ -36,7 +38,9 @@ from rightsize.runtime.backends.local import _enter
 from runtime_common import load_note
 
 VARIANTS = ("plain", "plain-cgroup", "plain-cgroup-unlimited", "rightsize")
-MORE_VARIANTS = ("plain-cgroup-cpu", "plain-cgroup-memory")
+MORE_VARIANTS = ("plain-cgroup-cpu", "plain-cgroup-memory", "plain-cgroup-weighted")
+#: cgroup v1's weight of one task (``cpu.shares``); a cgroup of N cores' weight is N times it.
+SHARES_PER_CORE = 1024
 #: The job-level cgroup's quota and limit: what a two-rank job of 1 CPU each pools.
 POOL_CORES, POOL_MEMORY = 2.0, 4 * 2**30
 
@@ -49,13 +53,16 @@ def in_cgroup(quota: bool, controllers: str = "all") -> tuple[NodeCgroup, tuple[
     if controllers != "all":
         if hierarchy.version != 1:
             raise SystemExit("error: --variants: one controller alone needs cgroup v1")
-        keep = ("cpu", "cpuacct") if controllers == "cpu" else ("memory",)
+        keep = ("memory",) if controllers == "memory" else ("cpu", "cpuacct")
         hierarchy = Hierarchy(1, {c: b for c, b in hierarchy.bases.items() if c in keep})
     cgroup = NodeCgroup(hierarchy, Path("rightsize-diagnostic") / "plain")
     cgroup.create()
     if quota:
         cgroup.set_cpu(POOL_CORES)
-    if controllers != "cpu":
+    if controllers == "weighted":
+        shares = cgroup.dirs["cpu"] / "cpu.shares"
+        shares.write_text(str(round(POOL_CORES * SHARES_PER_CORE)))
+    if controllers in ("all", "memory"):
         cgroup.set_memory(POOL_MEMORY)
     return cgroup, tuple(_enter(cgroup.procs_files))
 
