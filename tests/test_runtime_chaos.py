@@ -55,7 +55,7 @@ NAMED = {
 
 
 def check(outcome) -> None:
-    assert outcome.verdict.passed, outcome.to_dict()
+    assert outcome.verdict.passed, outcome.explain()
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
@@ -100,7 +100,7 @@ def test_named_schedule_on_a_torchrun_script_ends_exactly_once(tmp_path, name):
     job, spec = script_counter_job(tmp_path, epochs=epochs)
     outcome = run_schedule(job, spec, schedule, timeout_s=300)
     check(outcome)
-    assert outcome.verdict == Verdict.EXACTLY_ONCE, outcome.to_dict()
+    assert outcome.verdict == Verdict.EXACTLY_ONCE, outcome.explain()
     assert all(s["min"] == s["max"] == epochs for s in outcome.counts.values())
     assert all(landed.hit for landed in outcome.landed), outcome.landed  # it ran long enough
     text = (spec.checkpoint.dir / "chaos.log").read_text()

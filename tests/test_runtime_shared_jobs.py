@@ -66,7 +66,7 @@ def test_a_killed_process_leaves_no_shared_memory_behind(tmp_path, target):
     job, spec = counter_job(tmp_path, epochs=40)
     schedule = Schedule(-20, (Strike(1.5, target, 0),), Anchor.TRAINING)
     outcome = run_schedule(job, spec, schedule, timeout_s=300)
-    assert outcome.verdict == Verdict.EXACTLY_ONCE, outcome.to_dict()
+    assert outcome.verdict == Verdict.EXACTLY_ONCE, outcome.explain()
     assert outcome.landed[0].pid is not None  # the kill hit a process
     assert carriers(spec) == {"shared memory"}
     assert segments_of(spec.name) == []  # the killed nodes' too: removed on reaping, or swept

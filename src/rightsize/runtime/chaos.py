@@ -185,6 +185,12 @@ class Outcome:
         data["passed"] = self.verdict.passed
         return data
 
+    def explain(self) -> str:
+        """The verdict and its message first, then everything else, whole (a test's failure
+        message: a repr of the dict would be cut before the message)."""
+        rest = {k: v for k, v in self.to_dict().items() if k not in ("verdict", "message")}
+        return f"{self.verdict}: {self.message}\n{json.dumps(rest, default=str)}"
+
 
 # -- the job under test ------------------------------------------------------------------------
 def counter_job(directory: Path, epochs: int = 40, samples: int = 4096, batch_size: int = 32,
