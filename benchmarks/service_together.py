@@ -159,11 +159,11 @@ def summary(batches: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for policy in dict.fromkeys(b["policy"] for b in batches):
         alone = [b for b in batches if b["policy"] == policy and b["mode"] != "together"]
-        for books, share in dict.fromkeys((b["overcommit"], b.get("launch_share", "free"))
+        for books, share in dict.fromkeys((b["overcommit"], b["launch_share"])
                                           for b in batches if b["mode"] == "together"):  # fmt: skip
             together = [b for b in batches if b["policy"] == policy and b["mode"] == "together"
                         and b["overcommit"] == books
-                        and b.get("launch_share", "free") == share]  # fmt: skip
+                        and b["launch_share"] == share]  # fmt: skip
             pairs = list(zip(alone, together, strict=True))
             makespan = [a["makespan_s"] / t["makespan_s"] for a, t in pairs]
             jct = [a["mean_jct_s"] / t["mean_jct_s"] for a, t in pairs]

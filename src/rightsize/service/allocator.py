@@ -423,34 +423,31 @@ class Allocator:
                     spec.name, spec.budget.resources, free, prior, self.capacity
                 )
                 source = "policy" if job.history or not job.predicted else "prediction"
-                plan = launch_plan(job.policy, request) if alone else self._policy_launch(
-                    job.policy, request
-                )
-                job.source = source
+                plan, job.source = self._policy_launch(job.policy, request, alone), source
         if plan is None or not plan.shape.total().fits_within(free):
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason
         return plan.shape.total()
 
-    def _policy_launch(self, policy: Policy, request: LaunchRequest) -> Plan | None:
+    def _policy_launch(self, policy: Policy, request: LaunchRequest,
+                       alone: bool = False) -> Plan | None:  # fmt: skip
         """The policy's launch plan, within the job's fair share of the capacity while others
-        want to run too (:class:`LaunchShare`); with its whole budget where the policy cannot
-        start within the share at all (NEARCHUS needs 2 CPU to plan from)."""
+        want to run too (:class:`LaunchShare`; not ``alone``, as on an empty service); with
+        its whole budget where the policy cannot start within the share at all (NEARCHUS
+        needs 2 CPU to plan from)."""
         budget = request.budget
-        if self.launch_share == LaunchShare.FAIR:
-            share = self.scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES)
-            if share < budget.cpu_cores:
-                within = replace(request, budget=Resources(share, budget.memory_bytes, budget.gpus))
-                try:
-                    plan = launch_plan(policy, within)
-                except RightsizeError:
-                    plan = None
-                else:
-                    wanting = len(self.scheduler.running) + len(self.scheduler.waiting)
-                    return plan and replace(plan, reason=(
-                        f"{plan.reason}; within a fair share of {share:g} cpu ({wanting} jobs "
-                        f"want the service's {self.capacity.cpu_cores:g} cpu)"))  # fmt: skip
-        return launch_plan(policy, request)
+        share = self.scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES)
+        if alone or self.launch_share != LaunchShare.FAIR or share >= budget.cpu_cores:
+            return launch_plan(policy, request)
+        within = replace(request, budget=Resources(share, budget.memory_bytes, budget.gpus))
+        try:
+            plan = launch_plan(policy, within)
+        except RightsizeError:  # it cannot plan within the share: its own budget, as ever
+            return launch_plan(policy, request)
+        wanting = len(self.scheduler.running) + len(self.scheduler.waiting)
+        return plan and replace(plan, reason=(
+            f"{plan.reason}; within a fair share of {share:g} cpu ({wanting} jobs want the "
+            f"service's {self.capacity.cpu_cores:g} cpu)"))  # fmt: skip
 
     def _from_history(self, job: QueuedJob, free: Resources) -> Plan | None:
         """The fastest shape similar runs measured (DLRover §4.3), as the job's policy would
