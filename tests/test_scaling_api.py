@@ -1,6 +1,17 @@
+import json
+
+import pytest
+
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
-from rightsize.scaling.api import MetricSample, NodeMetrics, Observation, coefficient_of_variation
+from rightsize.scaling.api import (
+    Action,
+    MetricSample,
+    NodeMetrics,
+    Observation,
+    Plan,
+    coefficient_of_variation,
+)
 from rightsize.scaling.static import StaticPolicy, one_ps_two_workers
 
 GI = 2**30
@@ -97,3 +108,13 @@ def test_an_oom_killed_node_is_relaunched_with_twice_its_memory():
     assert plan.action == Action.RELAUNCH_OOM
     assert plan.shape.node("worker-1").resources == Resources(1, 4 * GI)  # 1 cpu kept
     assert plan.shape.node("worker-0").resources == Resources(1, 2 * GI)  # the others as they were
+
+
+def test_a_plan_round_trips_through_json_and_refuses_an_unknown_action():
+    shape = ClusterShape.from_counts(1, 2, Resources(1.5, 2 * GI), Resources(0.5, GI))
+    plan = Plan(shape, Action.SCALE_UP, "grow", {"gain": 1.25, "why": "cpu"})
+    back = Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert back == plan
+    assert back.shape.to_dict() == shape.to_dict()
+    with pytest.raises(ValueError):
+        Plan.from_json({**plan.to_json(), "action": "teleport"})

@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -278,6 +279,17 @@ class Plan:
     action: Action
     reason: str
     details: dict[str, float | str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON-ready values (the service hands a job's launch to its runner so)."""
+        return {"shape": self.shape.to_dict(), "action": str(self.action),
+                "reason": self.reason, "details": dict(self.details)}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        """The inverse of ``to_json``; an unknown action is a ``ValueError``."""
+        return cls(ClusterShape.from_dict(data["shape"]), Action(data["action"]),
+                   str(data["reason"]), dict(data.get("details", {})))  # fmt: skip
 
 
 class Policy(ABC):

@@ -488,10 +488,7 @@ class Allocator:
                 "--report", str(report), "--parent", str(os.getpid())]  # fmt: skip
         if job.plan is not None:
             launch = home / "launch.json"
-            launch.write_text(json.dumps({"shape": job.plan.shape.to_dict(),
-                                          "action": str(job.plan.action),
-                                          "reason": job.plan.reason,
-                                          "details": job.plan.details}))  # fmt: skip
+            launch.write_text(json.dumps(job.plan.to_json()))
             argv += ["--launch", str(launch)]
         env, join, cgroup = os.environ.copy(), None, None
         folder = None if job.spec.is_script else self.uploads.folder_of(job.spec.workload)

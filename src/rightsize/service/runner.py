@@ -25,9 +25,8 @@ from pathlib import Path
 from rightsize.core.errors import RightsizeError
 from rightsize.core.files import atomic_write_text
 from rightsize.core.processes import die_with_parent
-from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import parse_job_spec
-from rightsize.scaling.api import Action, Plan
+from rightsize.scaling.api import Plan
 from rightsize.scaling.registry import make_policy, require_strategy
 from rightsize.service.lease import LeaseClosed, PipeLease
 
@@ -80,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 def _launch(path: Path | None) -> Plan | None:
     if path is None:
         return None
-    data = json.loads(path.read_text())
-    return Plan(ClusterShape.from_dict(data["shape"]), Action(data["action"]), data["reason"],
-                data.get("details", {}))  # fmt: skip
+    return Plan.from_json(json.loads(path.read_text()))
 
 
 if __name__ == "__main__":
