@@ -23,7 +23,7 @@ import torch
 
 from rightsize.core.errors import SpecError, unknown_name
 from rightsize.packing.allocator import retain_freed_memory
-from rightsize.packing.choices import STEPS_PER_UNIT
+from rightsize.packing.choices import STEPS_PER_UNIT, BatchMode, PackStrategy
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
 from rightsize.packing.hyperband import (
@@ -195,7 +195,7 @@ def prepare_search(
 
 
 def _gate(settings, architectures, executor: RungExecutor, space, progress) -> PackGate | None:
-    if settings.packopt.strategy == "none" or not settings.probe.enabled:
+    if settings.packopt.strategy is PackStrategy.NONE or not settings.probe.enabled:
         return None
     batches = space.values("batch_size")
     return PackGate(
@@ -240,7 +240,7 @@ def _alone_engine(settings: TuneSettings) -> str | None:
     Packing with the gate: the trials it leaves alone train with the pack's kernels in
     plain PyTorch, which is what the gate timed them as.
     """
-    if settings.packopt.strategy != "none":
+    if settings.packopt.strategy is not PackStrategy.NONE:
         return settings.pack.optimizer_impl if settings.probe.enabled else None
     if settings.unpacked_engine == "pack":
         return None
@@ -342,7 +342,7 @@ def _memory(
         return cache[options]
 
     # a bucket pads at most as much as pad mode; exact and ragged compute a trial at its own batch
-    pad = settings.pack.batch_mode in ("pad", "bucket")
+    pad = settings.pack.batch_mode in (BatchMode.PAD, BatchMode.BUCKET)
     return PackMemory(footprint, capacity, pad, settings.pack.mix_activations)
 
 
