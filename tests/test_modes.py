@@ -37,3 +37,20 @@ def test_optimus_takes_its_mode_by_name_and_refuses_another():
     assert OptimusPolicy(mode="sync").mode is OptimusMode.SYNC
     with pytest.raises(RightsizeError, match="optimus mode 'asynch'; did you mean 'async'"):
         OptimusPolicy(mode="asynch")
+
+
+def test_a_search_takes_its_algorithm_engine_and_allocator_by_name():
+    from rightsize.packing.allocator import AllocatorMode
+    from rightsize.packing.choices import Algorithm
+    from rightsize.packing.runner import TuneSettings, UnpackedEngine
+
+    settings = TuneSettings(algorithm="successive-halving", unpacked_engine="pack",
+                            worker_allocator="default")  # fmt: skip
+    assert settings.algorithm is Algorithm.SUCCESSIVE_HALVING
+    assert settings.unpacked_engine is UnpackedEngine.PACK
+    assert settings.worker_allocator is AllocatorMode.DEFAULT
+    for name, bad, message in (("algorithm", "hyperbnd", "did you mean 'hyperband'"),
+                               ("unpacked_engine", "torch", "unpacked engine 'torch'"),
+                               ("worker_allocator", "keep", "worker allocator 'keep'")):
+        with pytest.raises(RightsizeError, match=message):
+            TuneSettings(**{name: bad})

@@ -40,7 +40,12 @@ class Backward(StrEnum):
 
 #: Search algorithms: Hyperband (Algorithm 1's brackets) or successive halving
 #: (its most aggressive bracket alone, the synchronous form of ASHA).
-ALGORITHMS: tuple[str, ...] = ("hyperband", "successive-halving")
+class Algorithm(StrEnum):
+    HYPERBAND = "hyperband"
+    SUCCESSIVE_HALVING = "successive-halving"
+
+
+ALGORITHMS: tuple[str, ...] = tuple(Algorithm)
 
 #: How pack_opt groups trials (``rightsize.packing.packopt``).
 class PackStrategy(StrEnum):
