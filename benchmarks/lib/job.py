@@ -1,9 +1,12 @@
-"""What the runtime benchmarks share: tiny job specs, running a master in-process, load notes."""
+"""A tiny PS job run to completion inside the benchmark's own process, and its samples.
+
+The runtime, PS, service and planning benchmarks all start from the same small wide-deep
+job (1 PS, 1 worker on this host's cores) and change only what they measure.
+"""
 
 from __future__ import annotations
 
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +15,6 @@ import yaml
 from rightsize.core.spec import JobSpec, parse_job_spec
 from rightsize.runtime.master import Master
 from rightsize.scaling.api import Policy
-
-#: Samples of a run's first metric intervals left out of medians (start-up, warm caches).
-WARMUP_INTERVALS = 2
 
 
 def job_spec(directory: Path, **fields: Any) -> JobSpec:
@@ -51,16 +51,12 @@ def run_job(spec: JobSpec, policy: Policy) -> tuple[Master, dict[str, Any], list
     return master, report, warnings
 
 
-def steady(values: list[float]) -> list[float]:
-    """The values after the warm-up intervals (all of them if the run was too short)."""
-    return values[WARMUP_INTERVALS:] or values
+def master_samples(master: Master) -> list[dict]:
+    """The metric samples a finished job's master recorded in its state file."""
+    from rightsize.runtime.state import StateStore
 
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def load_note() -> dict[str, Any]:
-    """The machine's load when a benchmark ran (it is shared with other developers)."""
-    one, five, _ = os.getloadavg()
-    return {"cpus": os.cpu_count(), "loadavg_1m": one, "loadavg_5m": five}
+    store = StateStore(master.spec.state_path)
+    try:
+        return store.samples()
+    finally:
+        store.close()
