@@ -6,10 +6,10 @@ process groups; holds out a random 10% of the records (stratified by buffer
 size), trains on the rest, and reports the MAPE of each candidate model and of
 the one cross-validation chose, for small (<= MTU) and large (> MTU) buffers
 separately. Srift reports 23.9% (small) and 11.7% (large) on EC2. The model
-trained on all records is saved for ``benchmarks/planner_accuracy.py``.
+trained on all records is saved for ``benchmarks/plan/planner_accuracy.py``.
 
 Usage:
-    python benchmarks/comm_model.py --rounds 3 --out benchmarks/results/comm_model.json
+    python benchmarks/plan/comm_model.py --rounds 3 --out benchmarks/results/comm_model.json
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.errors import mape_percent
 from rightsize.core.units import parse_memory
-from rightsize.perf.comm_learned import CANDIDATES, LearnedCommModel, _fit_candidate, features, mape
+from rightsize.perf.comm_learned import CANDIDATES, LearnedCommModel, _fit_candidate, features
 from rightsize.profiling.comm_probe import ProbeRecord, ProbeSettings, probe, records_from_dicts
 
 
@@ -59,7 +61,7 @@ def candidate_errors(train, test, mtu: int, seed: int) -> dict:
         for name, objective, log_target in CANDIDATES:
             booster = _fit_candidate(features(tr), y_tr, objective, log_target, seed)
             pred = booster.predict(features(te))
-            out[half][name] = mape(np.exp(pred) if log_target else pred, y_te)
+            out[half][name] = mape_percent(np.exp(pred) if log_target else pred, y_te)
     return out
 
 
@@ -73,7 +75,7 @@ def noise_floor(train, test, mtu: int) -> dict:
     for half, keep in halves(mtu):
         te = [r for r in test if keep(r) and (r.size_bytes, r.world, r.concurrent) in points]
         guess = np.array([np.mean(points[(r.size_bytes, r.world, r.concurrent)]) for r in te])
-        out[half] = mape(guess, np.array([r.bus_bytes_per_s for r in te]))
+        out[half] = mape_percent(guess, np.array([r.bus_bytes_per_s for r in te]))
     return out
 
 
@@ -107,13 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     small = np.array([r.size_bytes <= model.mtu_bytes for r in test])
     report = {
         "benchmark": "comm_model",
-        "command": "python benchmarks/comm_model.py " + " ".join(argv or sys.argv[1:]),
         "records": len(records), "train": len(train), "held_out": len(test), "mtu_bytes": model.mtu_bytes,
         "chosen": {"small": model.small.candidate, "large": model.large.candidate},
         "cv_mape_percent": {"small": model.small.cv_mape, "large": model.large.cv_mape},
         "held_out_mape_percent": {
-            "small": mape(predicted[small], actual[small]),
-            "large": mape(predicted[~small], actual[~small]),
+            "small": mape_percent(predicted[small], actual[small]),
+            "large": mape_percent(predicted[~small], actual[~small]),
         },
         "held_out_mape_percent_by_candidate": candidate_errors(train, test, model.mtu_bytes, args.seed),
         "noise_floor_mape_percent": noise_floor(train, test, model.mtu_bytes),

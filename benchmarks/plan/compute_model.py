@@ -15,8 +15,8 @@ batches, for the faithful ``srift`` model (four samples) and the ``dense`` one:
   measurement noise, which bounds how small a measured error can be.
 
 Usage:
-    python benchmarks/compute_model.py --out benchmarks/results/compute_model.json
-    python benchmarks/compute_model.py --workloads mlp3,small-cnn --repeats 5   # quicker
+    python benchmarks/plan/compute_model.py --out benchmarks/results/compute_model.json
+    python benchmarks/plan/compute_model.py --workloads mlp3,small-cnn --repeats 5   # quicker
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.errors import mape_percent
 from rightsize.core.units import parse_memory
 from rightsize.perf.compute import ComputeModel
 from rightsize.profiling.bmax import BmaxSearch
@@ -82,16 +84,12 @@ def held_out_batches(bmax: int, train: set[int], count: int) -> list[int]:
     return sorted({candidates[round(i * step)] for i in range(count)})
 
 
-def mape(predicted: list[float], actual: list[float]) -> float:
-    return 100 * statistics.fmean(abs(p - a) / a for p, a in zip(predicted, actual, strict=True))
-
-
 def errors(model: ComputeModel, measured: list[LatencySample]) -> dict[str, float]:
     predictions = [model.predict(s.batch) for s in measured]
     return {
-        "forward": mape([p.forward_s for p in predictions], [s.forward_s for s in measured]),
-        "backward": mape([p.backward_s for p in predictions], [s.backward_s for s in measured]),
-        "total": mape([p.total_s for p in predictions], [s.total_s for s in measured]),
+        "forward": mape_percent([p.forward_s for p in predictions], [s.forward_s for s in measured]),
+        "backward": mape_percent([p.backward_s for p in predictions], [s.backward_s for s in measured]),
+        "total": mape_percent([p.total_s for p in predictions], [s.total_s for s in measured]),
     }
 
 
@@ -241,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     report = {
         "benchmark": "compute_model",
-        "command": "python benchmarks/compute_model.py " + " ".join(argv or sys.argv[1:]),
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "threads": torch.get_num_threads(),

@@ -7,7 +7,7 @@ This is why the profiler times batch sizes interleaved and why the accuracy
 benchmark runs with one thread (docs/profiling.md).
 
 Usage:
-    python benchmarks/cpu_noise.py --out benchmarks/results/cpu_noise.json
+    python benchmarks/plan/cpu_noise.py --out benchmarks/results/cpu_noise.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 from rightsize.workloads import WorkloadRegistry
 
 
@@ -74,7 +75,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['median_s'] * 1e3:7.2f} ms  cv {row['cv']:.2f}", file=sys.stderr)  # fmt: skip
     report = {
         "benchmark": "cpu_noise",
-        "command": "python benchmarks/cpu_noise.py " + " ".join(argv or sys.argv[1:]),
         "workload": args.workload,
         "dataset": args.dataset,
         "steps": args.steps,

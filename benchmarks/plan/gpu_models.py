@@ -1,6 +1,6 @@
 """The published measurements' models that the zoo lacks, in plain PyTorch, for counting costs.
 
-benchmarks/gpu_predictions.py counts each measured model's FLOPs and bytes on
+benchmarks/plan/gpu_predictions.py counts each measured model's FLOPs and bytes on
 this CPU. Zoo models are built from the zoo; these are the others whose
 architecture the sources state exactly (benchmarks/data/measured/README.md):
 

@@ -16,7 +16,7 @@ training throughput on each measured GPU with the calibrated device model
 ``--write-efficiencies`` stores the full fit, its held-out errors and its
 interval as the package's src/rightsize/perf/device_efficiencies.json.
 
-    python benchmarks/gpu_predictions.py --out benchmarks/results/gpu_predictions.json
+    python benchmarks/plan/gpu_predictions.py --out benchmarks/results/gpu_predictions.json
 """
 
 from __future__ import annotations
@@ -28,18 +28,19 @@ import statistics
 import sys
 from pathlib import Path
 
-import gpu_models
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.plan import gpu_models
 from rightsize.core.catalog import find_accelerator
 from rightsize.core.errors import UnknownNameError
 from rightsize.perf import calibration
 from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
 from rightsize.perf.precision import OpClass, Precision
 
-DATA = Path(__file__).resolve().parent / "data" / "measured"
-EFFICIENCIES = (Path(__file__).resolve().parents[1] / "src" / "rightsize" / "perf"
+DATA = Path(__file__).resolve().parents[1] / "data" / "measured"
+EFFICIENCIES = (Path(__file__).resolve().parents[2] / "src" / "rightsize" / "perf"
                 / "device_efficiencies.json")  # fmt: skip
-SHEETS = Path(__file__).resolve().parent / "results" / "gpu_cost_sheets.json"
+SHEETS = Path(__file__).resolve().parents[1] / "results" / "gpu_cost_sheets.json"
 #: The old model as a baseline: every layer's max(compute, memory) at the fp32 peak, / 0.35.
 OLD_ABSOLUTE = Efficiencies(
     cuda_core={c: 0.35 for c in TENSOR_CLASSES}, tensor_core={c: 0.35 for c in TENSOR_CLASSES},
@@ -215,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
                         spread or 0.0, full.source, held)  # fmt: skip
     result = {
         "benchmark": "gpu_predictions",
-        "command": "python benchmarks/gpu_predictions.py " + " ".join(argv or sys.argv[1:]),
         "efficiencies": full.to_dict(),
         "fit": errors(fit_rows, full),
         "leave_one_gpu_out": by_gpu.summary(),

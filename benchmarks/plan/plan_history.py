@@ -16,7 +16,7 @@ script
 
 The held-out run is never in the store the plan reads. Usage:
 
-    python benchmarks/plan_history.py --out benchmarks/results/plan_history.json
+    python benchmarks/plan/plan_history.py --out benchmarks/results/plan_history.json
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from pathlib import Path
 
 import yaml
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.service.history import measured_speeds
 from rightsize.service.store import Store
-from runtime_common import load_note
 
 INSTANCE = "c5.large"
 WORKLOAD, DATASET = "small-cnn", "synthetic-cifar"

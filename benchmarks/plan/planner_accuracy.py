@@ -3,7 +3,7 @@
 For each workload, per-process batch and world size 1-4, real PyTorch DDP
 training (gloo, one thread per process, every process on this host) is timed,
 and the iteration time is predicted from the workload's profile, the learned
-comm model of this host (``benchmarks/comm_model.py`` trains it from real
+comm model of this host (``benchmarks/plan/comm_model.py`` trains it from real
 allreduce probes) and Srift's simulator. The processes share this host's two
 vCPUs, so each one's "device" is a share of the host: its peak rates are
 measured with that many single-threaded processes running at once
@@ -23,7 +23,7 @@ with the roofline ratio (perf/roofline.py). Variants, side by side:
   (``rightsize plan --exchange ddp-probe``).
 
 Usage:
-    python benchmarks/planner_accuracy.py --comm-model benchmarks/results/comm-model.json
+    python benchmarks/plan/planner_accuracy.py --comm-model benchmarks/results/comm-model.json
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from bench_io import mape_percent, write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.errors import rows_mape
 from rightsize.core.ports import free_port
 from rightsize.core.units import parse_memory
 from rightsize.perf.comm import Link
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--comm-model",
         required=True,
-        help="learned comm model of this host (benchmarks/comm_model.py)",
+        help="learned comm model of this host (benchmarks/plan/comm_model.py)",
     )
     parser.add_argument("--workloads", default=",".join(CASES))
     parser.add_argument("--worlds", default="1,2,3,4")
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if cpu_model() not in comm.hosts:  # its loopback "link" has no rated bandwidth to fall back on
         print(f"error: --comm-model {args.comm_model} was probed on {', '.join(comm.hosts)}, "
               f"not on this host ({cpu_model()}): probe this one first "
-              "(python benchmarks/comm_model.py)", file=sys.stderr)  # fmt: skip
+              "(python benchmarks/plan/comm_model.py)", file=sys.stderr)  # fmt: skip
         return 2
     worlds = [int(w) for w in args.worlds.split(",")]
     ddp_probe = _ddp_probe(args.ddp_probe, worlds, Path(args.out).with_suffix(".ddp-probe.json"))
@@ -227,20 +229,19 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name:10} world {world} batch {batch:4}: {actual * 1e3:8.2f} ms  {errors}",
                     file=sys.stderr,
                 )
-    summary = {v: mape_percent(rows, f"{v}_s") for v in VARIANTS}
+    summary = {v: rows_mape(rows, f"{v}_s") for v in VARIANTS}
     by_world = {
-        str(w): {v: mape_percent([r for r in rows if r["world"] == w], f"{v}_s") for v in VARIANTS}
+        str(w): {v: rows_mape([r for r in rows if r["world"] == w], f"{v}_s") for v in VARIANTS}
         for w in worlds
     }
     by_workload = {
         name: {
-            v: mape_percent([r for r in rows if r["workload"] == name], f"{v}_s") for v in VARIANTS
+            v: rows_mape([r for r in rows if r["workload"] == name], f"{v}_s") for v in VARIANTS
         }
         for name in args.workloads.split(",")
     }
     report = {
         "benchmark": "planner_accuracy",
-        "command": "python benchmarks/planner_accuracy.py " + " ".join(argv or sys.argv[1:]),
         "shared_peaks": {str(n): {"flops_per_s": r.flops_per_s, "mem_bytes_per_s": r.mem_bytes_per_s}
                          for n, r in shared.items()},  # fmt: skip
         "ddp_probe": [r.to_dict() for r in ddp_probe.records],

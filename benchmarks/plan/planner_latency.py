@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 from rightsize.core.catalog import load_catalog
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import AnalyticCommModel
@@ -146,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"{r['case']:32} {r['mode']:10} {1e3 * r['median_seconds']:8.1f} ms  best {r['best']['config']}",
               file=sys.stderr)  # fmt: skip
-    report = {"benchmark": "planner_latency", "command": "python benchmarks/planner_latency.py "
-              + " ".join(argv or sys.argv[1:]), "repeats": args.repeats, "results": results,
+    report = {"benchmark": "planner_latency", "repeats": args.repeats, "results": results,
               "simulated": "the plans' times and costs are predictions; the latencies are measured"}  # fmt: skip
     write_report(args.out, report)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -9,7 +9,7 @@ samples/s on each GPU at ``--batch`` from every profile by both methods and
 reports the largest relative difference between profiles per GPU and method
 (goal: ≤ 5% for the default method).
 
-    python benchmarks/profile_noise.py --out benchmarks/results/profile_noise.json
+    python benchmarks/plan/profile_noise.py --out benchmarks/results/profile_noise.json
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.core.catalog import find_accelerator
 from rightsize.perf.compute import ComputeModel
 from rightsize.perf.device_model import GpuCompute
@@ -29,7 +32,6 @@ from rightsize.perf.roofline import DeviceRates, RooflineCompute
 from rightsize.profiling.bmax import BmaxSearch
 from rightsize.profiling.profiler import Profiler, ProfilerSettings
 from rightsize.workloads.registry import WorkloadRegistry
-from runtime_common import load_note
 
 GPUS = ("K80", "T4", "V100", "A100", "H100")
 
@@ -80,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     worst = {m: max(spread[g][m] for g in GPUS) for m in ("calibrated", "ratio")}
     write_report(args.out, {
         "benchmark": "profile_noise",
-        "command": "python benchmarks/profile_noise.py " + " ".join(argv or sys.argv[1:]),
         "workload": args.workload, "batch": args.batch, "runs": runs,
         "max_relative_difference": spread, "worst": worst,
     })  # fmt: skip

@@ -11,7 +11,7 @@ measured GPU reference available here; the data file is not part of a clone, so
 the benchmark says so and exits when it is missing.
 
 Usage:
-    python benchmarks/roofline_t4.py --data /work/shared/data/pollux_cifar10_placements.csv
+    python benchmarks/plan/roofline_t4.py --data /work/shared/data/pollux_cifar10_placements.csv
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import torch
 
-from bench_io import mape_percent, write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.errors import rows_mape
 from rightsize.core.catalog import load_catalog
 from rightsize.perf.compute import ComputeModel
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
@@ -91,10 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{m} {100 * abs(p - step_s) / step_s:5.1f}%" for m, p in predicted.items()
         )
         print(f"batch {batch:5}: measured {step_s * 1e3:7.1f} ms  {errors}", file=sys.stderr)
-    mape = {m: mape_percent(rows, f"{m}_s") for m in METHODS}
+    mape = {m: rows_mape(rows, f"{m}_s") for m in METHODS}
     report = {
         "benchmark": "roofline_t4",
-        "command": "python benchmarks/roofline_t4.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "source_device": {"name": profile.device.name, "flops_per_s": source.flops_per_s,
                           "mem_bytes_per_s": source.mem_bytes_per_s, "bmax": profile.bmax},
         "target": {"name": t4.name, "flops_per_s": target.flops_per_s, "mem_bytes_per_s": target.mem_bytes_per_s},

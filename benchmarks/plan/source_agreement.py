@@ -13,7 +13,7 @@ gpu_training_throughput.csv; never the reserved Lambda or CM-DARE files) and rep
   g1/g2 as one source measured it against the same ratio from another source: the
   median of |r1/r2 - 1| — the floor under a leave-one-GPU-out ratio error.
 
-    python benchmarks/source_agreement.py --out benchmarks/results/source_agreement.json
+    python benchmarks/plan/source_agreement.py --out benchmarks/results/source_agreement.json
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ import csv
 import itertools
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 
-TABLE = Path(__file__).parent / "data" / "measured" / "gpu_training_throughput.csv"
+TABLE = Path(__file__).resolve().parents[1] / "data" / "measured" / "gpu_training_throughput.csv"
 BATCH_RATIO = 2.0
 
 
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     table = rows()
     absolute, ratio = absolute_pairs(table), ratio_pairs(table)
     result = {"benchmark": "source_agreement",
-              "command": "python benchmarks/source_agreement.py --out " + args.out,
               "absolute": summary(absolute), "ratio": summary(ratio),
               "absolute_pairs": absolute, "ratio_pairs": ratio}  # fmt: skip
     for name in ("absolute", "ratio"):

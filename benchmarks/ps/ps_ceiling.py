@@ -1,6 +1,6 @@
 """Why a 1-core PS stops at half a core: where the PS's and the host's time goes.
 
-Issue 18 item 4: in benchmarks/ps_scaling.py, Wide & Deep with a 1-core PS never used
+Issue 18 item 4: in benchmarks/ps/ps_scaling.py, Wide & Deep with a 1-core PS never used
 more than ~0.52 cores and saturated at the 0.5-core curve's ~26-28 steps/s. Two
 causes fit that: (a) the PS serves one request at a time in one Python thread, and
 part of each request's service is not CPU (socket waits, handoffs with ZeroMQ's I/O
@@ -23,7 +23,7 @@ What the models take (perf/ps.py ``PSSpec.host_cores``, ``colocated_cpu_s_per_st
 ps_scaling.py ``Ceiling.host``): the host's cores less what anything but the job's nodes
 used, and the workers' and master's CPU per step, from the quietest run here.
 
-    flock /tmp/rightsize-cpu.lock python benchmarks/ps_ceiling.py \\
+    flock /tmp/rightsize-cpu.lock python benchmarks/ps/ps_ceiling.py \\
         --out benchmarks/results/ps_ceiling.json
 """
 
@@ -39,12 +39,14 @@ import threading
 import time
 from pathlib import Path
 
-from bench_io import write_report
-from ps_scaling import run_spec
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.job import master_samples
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import steady
+from benchmarks.ps.ps_scaling import run_spec
 from rightsize.runtime.master import Master
 from rightsize.scaling.registry import make_policy
-from runtime_common import load_note, steady
-from runtime_throughput import master_samples
 
 #: (PS cores, workers): the saturated 1-core point, the quota-bound 0.5-core one, and one
 #: worker (its CPU per step alone on the host).
@@ -205,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = [(float(c), int(n)) for c, n in (s.split("x") for s in args.settings.split(","))]
     result = {"benchmark": "ps_ceiling",
-              "command": "python benchmarks/ps_ceiling.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "case": args.case, "worker_cpu": args.worker_cpu,
               "runs": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="rightsize-ceiling-") as tmp:

@@ -13,14 +13,14 @@ predicted from what rightsize knows before any run, as ``plan --strategy ps`` pr
   these ResNets) over the model's parameters timed on this CPU, one thread — the profile's
   ``optimizer_s`` that FC2's planner takes; per byte moved, ``PS_CPU_S_PER_BYTE`` (fitted on
   this machine's runtime); the PS's 4 vCPUs; its link's efficiency ``PS_NETWORK_EFFICIENCY``
-  (fitted on shaped links of this machine's runtime, benchmarks/ps_link.py);
+  (fitted on shaped links of this machine's runtime, benchmarks/ps/ps_link.py);
 - links: Google Cloud's 2 Gbps per vCPU of the time (the PS 8 Gbps, a worker's 8 vCPUs 16).
 
 It reports, per curve and model (DLRover's eq. 1, the planner's default, and the queueing
 model): the MAPE over 1-8 workers, the saturation point (the first worker count whose next
 adds < 10%) measured and predicted, and the one-worker error (the device model's alone).
 
-    python benchmarks/ps_cmdare.py --out benchmarks/results/ps_cmdare.json
+    python benchmarks/ps/ps_cmdare.py --out benchmarks/results/ps_cmdare.json
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ import csv
 import statistics
 import sys
 import time
+from pathlib import Path
 
-import gpu_models
-import gpu_predictions as gp
-from bench_io import write_report
-from ps_scaling import mape, saturation
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.plan import gpu_models
+from benchmarks.plan import gpu_predictions as gp
+from benchmarks.ps.ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
 from rightsize.perf.device_model import Efficiencies, step_time
 from rightsize.perf.precision import Precision
@@ -95,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     eff = Efficiencies.shipped()
     sheets = gp.load_sheets(gp.SHEETS)
     result = {"benchmark": "ps_cmdare",
-              "command": "python benchmarks/ps_cmdare.py " + " ".join(argv or sys.argv[1:]),
               "assumptions": {"batch": BATCH, "ps_vcpus": PS_VCPUS,
                               "ps_link_bytes_per_s": PS_VCPUS * GBPS_PER_VCPU,
                               "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU,

@@ -1,8 +1,8 @@
 """PS training across a shaped kernel link: the PS link's efficiency below line rate, measured.
 
 Issue 18 item 4 asks the PS model for "network efficiency below line rate", and the CM-DARE
-check (benchmarks/ps_cmdare.py) found real PS clusters flatten far below their link's line
-rate. benchmarks/ps_scaling.py cannot see a link: its nodes talk over loopback, as fast as
+check (benchmarks/ps/ps_cmdare.py) found real PS clusters flatten far below their link's line
+rate. benchmarks/ps/ps_scaling.py cannot see a link: its nodes talk over loopback, as fast as
 the CPU copies. This runs the same PS jobs through the runtime (the master in this process,
 every node a process in its own CPU cgroup, TCP between them, shared memory off) inside a
 network namespace of its own (``unshare --net``: root, nothing outside it is touched), whose
@@ -25,7 +25,7 @@ rates' curves (grid search on the queueing model's MAPE), by:
 - ``dlrover``: DLRover's eq. 1 with FC2's headroom (p = 0.95), the faithful default of plan;
 - ``dlrover@fitted``: eq. 1 with the fitted efficiency as its headroom.
 
-    sudo python benchmarks/ps_link.py --lock /tmp/rightsize-cpu.lock --repeats 2 \\
+    sudo python benchmarks/ps/ps_link.py --lock /tmp/rightsize-cpu.lock --repeats 2 \\
         --out benchmarks/results/ps_link.json
 """
 
@@ -42,8 +42,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_io import write_report
-from ps_scaling import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.ps.ps_scaling import (
     CASES,
     Fit,
     fit_quota,
@@ -62,7 +64,6 @@ from rightsize.perf.ps import (
     ps_throughput,
     ps_throughput_queueing,
 )
-from runtime_common import load_note
 
 #: set in the re-executed child: it runs inside its own network namespace
 INSIDE = "RIGHTSIZE_PS_LINK_NETNS"
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if os.environ.get(INSIDE) != "1":
         return run_inside(argv)
-    result = {"benchmark": "ps_link", "command": "python benchmarks/ps_link.py " + " ".join(argv),
+    result = {"benchmark": "ps_link",
               "load_before": load_note(), "case": CASE, "mtu": args.mtu, "ps_cpu": args.ps_cpu,
               "worker_cpu": args.worker_cpu, "overlap": args.overlap}  # fmt: skip
     runs = []

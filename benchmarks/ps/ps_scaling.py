@@ -21,10 +21,10 @@ each PS setting's curve is predicted by a fit on the other settings. Reported:
 MAPE per curve and model, and the saturation point (the first worker count
 whose next worker adds < 10%) measured and predicted.
 
-    python benchmarks/ps_scaling.py --lock /tmp/rightsize-cpu.lock \\
+    python benchmarks/ps/ps_scaling.py --lock /tmp/rightsize-cpu.lock \\
         --out benchmarks/results/ps_scaling.json
 
-With ``--ceiling`` (benchmarks/ps_ceiling.py results for the same case, one or more), both
+With ``--ceiling`` (benchmarks/ps/ps_ceiling.py results for the same case, one or more), both
 models are also checked with the shared host it measured (``queueing+host``,
 ``dlrover+host``). Both are also checked with each worker bounded by its CPU quota
 (``queueing+quota``, ``dlrover+quota``; perf/ps.py ``WorkerSpec.cores``): a worker's CPU per
@@ -35,7 +35,7 @@ then carries the workers' CPU per step as it grows. Every held-out split reads o
 ceiling runs at other PS settings than the one it predicts. The stored curves are re-fitted
 without running anything with ``--refit``:
 
-    python benchmarks/ps_scaling.py --refit benchmarks/results/ps_scaling.json \\
+    python benchmarks/ps/ps_scaling.py --refit benchmarks/results/ps_scaling.json \\
         --ceiling benchmarks/results/ps_ceiling.json benchmarks/results/ps_ceiling_run2.json \\
         --out benchmarks/results/ps_scaling.json
 """
@@ -46,7 +46,6 @@ import argparse
 import contextlib
 import fcntl
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -57,11 +56,14 @@ from typing import Any
 
 import numpy as np
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.errors import mape_percent
+from benchmarks.lib.job import job_spec, master_samples, run_job
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import shuffled, steady
 from rightsize.perf.ps import PSSpec, WorkerSpec, ps_throughput, ps_throughput_queueing
 from rightsize.scaling.registry import make_policy
-from runtime_common import job_spec, load_note, run_job, steady
-from runtime_throughput import master_samples
 
 #: (workload, dataset, options, batch, optimizer): a dense MLP, every tensor moved every step,
 #: as in CM-DARE's CIFAR-10 ResNets.
@@ -174,7 +176,7 @@ def fit(rows: list[dict], per_byte: bool = True, host: Host | None = None) -> Fi
 
 @dataclass(frozen=True)
 class Host:
-    """The shared host, from benchmarks/ps_ceiling.py: cores left to the job, and the CPU the
+    """The shared host, from benchmarks/ps/ps_ceiling.py: cores left to the job, and the CPU the
     co-located workers and master spend per step (perf/ps.py ``PSSpec.host_cores``); the
     quota models take the workers' part from their own fit and only the master's from here."""
 
@@ -185,7 +187,7 @@ class Host:
 
 @dataclass(frozen=True)
 class Ceiling:
-    """benchmarks/ps_ceiling.py runs of one case (from one or more results) on a host of
+    """benchmarks/ps/ps_ceiling.py runs of one case (from one or more results) on a host of
     ``cpus`` cores."""
 
     cpus: float
@@ -323,8 +325,8 @@ def held_out(rows: list[dict], ceiling: Ceiling | None = None,
 
 
 def mape(predicted: dict[int, float], measured: dict[int, float]) -> float:
-    """Mean |predicted / measured - 1| over a curve's measured worker counts."""
-    return statistics.fmean(abs(predicted[n] / m - 1) for n, m in measured.items())
+    """The mean absolute error over a curve's measured worker counts, as a fraction."""
+    return mape_percent([predicted[n] for n in measured], list(measured.values())) / 100
 
 
 def scored(predicted: dict[int, float], measured: dict[int, float], f: Fit) -> dict:
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", help="hold this file's flock for each run (shared machine)")
     parser.add_argument("--refit", type=Path, help="only fit a saved result's runs again")
     parser.add_argument("--ceiling", type=Path, nargs="+", default=[],
-                        help="benchmarks/ps_ceiling.py results: also predict with the shared host "
+                        help="benchmarks/ps/ps_ceiling.py results: also predict with the shared host "
                              "and the workers' CPU growth they measured")  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/ps_scaling.json")
     args = parser.parse_args(argv)
@@ -367,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ps_cpus = [float(c) for c in args.ps_cpus.split(",")]
     result = {"benchmark": "ps_scaling",
-              "command": "python benchmarks/ps_scaling.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "worker_cpu": args.worker_cpu, "cases": []}  # fmt: skip
     for case in args.cases.split(","):
         runs = []
@@ -397,9 +398,7 @@ def run_order(ps_cpus: Sequence[Any], max_workers: int, repeat: int) -> list[tup
     drifts by tens of percent over minutes (a worker's CPU per step ranged 9.5-16.6 ms across
     one sequential run), and in worker order a drift bends a curve instead of scattering
     its points, which the repeats' medians then remove."""
-    points = [(c, n) for c in ps_cpus for n in range(1, max_workers + 1)]
-    random.Random(repeat).shuffle(points)
-    return points
+    return shuffled([(c, n) for c in ps_cpus for n in range(1, max_workers + 1)], seed=repeat)
 
 
 #: What a merged row keeps, the median over its repeats (worker CPU per step: runs since

@@ -3,7 +3,7 @@
 Each command runs in a fresh interpreter, ``--repeats`` times; the median wall
 time is kept. Timed: ``rightsize --help``, each command's ``--help``, and
 ``rightsize plan --cloud aws --mode eager`` on a saved ResNet-50 profile (the
-one benchmarks/planner_latency.py caches), end to end. One more run of each
+one benchmarks/plan/planner_latency.py caches), end to end. One more run of each
 reports which slow libraries (torch, lightgbm, scikit-learn, scipy,
 matplotlib) it imported. ``--src`` times another checkout's ``src`` the same
 way, for the numbers before a change.
@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 
 SLOW = ("torch", "lightgbm", "sklearn", "scipy", "matplotlib")
 COMMANDS = ("workloads", "catalog", "profile", "predict", "plan", "replan", "probe", "run",
@@ -70,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{'' if r['returncode'] == 0 else '  exit ' + str(r['returncode'])}",
               file=sys.stderr)  # fmt: skip
     report = {"benchmark": "cli_startup", "src": args.src, "repeats": args.repeats,
-              "command": "python benchmarks/cli_startup.py " + " ".join(argv or sys.argv[1:]),
               "results": results}  # fmt: skip
     write_report(args.out, report)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -17,10 +17,13 @@ import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import minimize
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.errors import coefficient_of_variation, relative_error_percent
 from rightsize.cluster.clusters import machine_cluster
 from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, JobModel, SimModel
@@ -67,7 +70,7 @@ def base_sim_model(
     ps_base = need.ps_bytes(0)
     per_byte = (need.ps_bytes(sum(sizes)) - ps_base) / sum(sizes)
     return SimModel(name, sum(sizes), sizes, compute, batch_size, update, need.worker_bytes(),
-                    "fitted to this machine's sweep (benchmarks/runtime_rightsizing.py)",
+                    "fitted to this machine's sweep (benchmarks/run/runtime_rightsizing.py)",
                     ps_base, per_byte)  # fmt: skip
 
 
@@ -165,7 +168,7 @@ def simulated_rows(
             continue
         policy = policy_of(row["policy"])
         sim = simulate(model, policy, starts[row["start"]], samples, costs, noise, setting)
-        row["sim"] = {**sim, "jct_error_percent": relative_error(sim["jct_s"], row["jct_s"])}
+        row["sim"] = {**sim, "jct_error_percent": relative_error_percent(sim["jct_s"], row["jct_s"])}
         print(f"  {row['start']:>10} {row['policy']:>9}: simulated JCT {sim['jct_s'] or 0:6.1f} s "
               f"(real {row['jct_s']:.1f} s)", file=sys.stderr)  # fmt: skip
     errors = [abs(r["sim"]["jct_error_percent"]) for r in rows
@@ -177,12 +180,3 @@ def simulated_rows(
                           "ps_base_memory_bytes": model.ps_base_memory_bytes,
                           "ps_memory_per_param_byte": model.ps_memory_per_param_byte},
             "sim_jct_mape_percent": statistics.fmean(errors) if errors else None}  # fmt: skip
-
-
-def coefficient_of_variation(rates: list[float]) -> float:
-    return statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0
-
-
-def relative_error(simulated: float | None, real: float | None) -> float | None:
-    """``simulated`` against ``real``, in percent."""
-    return 100 * (simulated / real - 1) if simulated is not None and real else None

@@ -4,7 +4,7 @@ Reads what ``runtime_rightsizing.py`` wrote (nothing is run again): per workload
 oracle row, then one row per real run with its simulated twin's JCT and error, then
 the fidelity (mean absolute error) and the goals as the JSON states them.
 
-    python benchmarks/rightsizing_table.py benchmarks/results/runtime_rightsizing.json
+    python benchmarks/run/rightsizing_table.py benchmarks/results/runtime_rightsizing.json
 """
 
 from __future__ import annotations

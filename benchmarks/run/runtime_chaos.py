@@ -9,8 +9,8 @@ often its sample was applied. The JSON has every schedule with its strikes, exit
 codes, per-tensor counts, the runtime's recovery rows (what it did and how long it
 took) and the verdict; the summary counts verdicts and gives recovery medians.
 
-    python benchmarks/runtime_chaos.py --schedules 30 --out benchmarks/results/runtime_chaos.json
-    python benchmarks/runtime_chaos.py --quick          # 2 schedules, to check it works
+    python benchmarks/run/runtime_chaos.py --schedules 30 --out benchmarks/results/runtime_chaos.json
+    python benchmarks/run/runtime_chaos.py --quick          # 2 schedules, to check it works
 
 ``--source DIR`` runs the jobs with another checkout's ``src`` first on PYTHONPATH
 (the code before a change, to measure it side by side; that checkout needs
@@ -28,9 +28,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.runtime.chaos import counter_job, random_schedule, run_schedule
-from runtime_common import load_note
 
 #: Timeline actions that are the runtime recovering from a strike.
 RECOVERY_ACTIONS = ("relaunch_worker", "restore_ps", "resume", "restart_group")
@@ -106,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary, indent=2), file=sys.stderr)
     write_report(args.out, {
         "benchmark": "runtime_chaos",
-        "command": "python benchmarks/runtime_chaos.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "source": args.source or "this checkout",
         "load_before": before,

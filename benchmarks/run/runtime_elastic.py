@@ -15,8 +15,8 @@ OOM-killed, and is relaunched with double the memory until it fits.
 
 The JSON gives every transition and, per action, the median. Usage:
 
-    python benchmarks/runtime_elastic.py --out benchmarks/results/runtime_elastic.json
-    python benchmarks/runtime_elastic.py --quick   # one cycle, to check it works
+    python benchmarks/run/runtime_elastic.py --out benchmarks/results/runtime_elastic.json
+    python benchmarks/run/runtime_elastic.py --quick   # one cycle, to check it works
 
 ``--source DIR`` runs the job with another checkout's ``src`` first on ``sys.path``
 and PYTHONPATH (the code before a change, measured side by side).
@@ -39,14 +39,16 @@ if "--source" in sys.argv:  # before rightsize is imported: measure another chec
     sys.path.insert(0, _SOURCE)
     os.environ["PYTHONPATH"] = _SOURCE
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.job import job_spec
+from benchmarks.lib.load import load_note
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.runtime.chaos import node_processes
 from rightsize.runtime.master import Master
 from rightsize.scaling.api import Action, Observation, Plan, Policy
 from rightsize.scaling.shapes import oom_killed_memory_doubled
-from runtime_common import job_spec, load_note
 
 MI, GI = 2**20, 2**30
 #: Reasons of the scripted plans start with this, followed by the operation's label.
@@ -256,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
               f" after", file=sys.stderr)  # fmt: skip
     out = {
         "benchmark": "runtime_elastic",
-        "command": "python benchmarks/runtime_elastic.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "isolation": report["isolation"],
         "load_before": before,

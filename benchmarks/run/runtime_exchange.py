@@ -10,7 +10,7 @@ trip (push + pull), medians over ``--rounds``: wall time, the worker's CPU
 (its whole process: ZeroMQ's I/O thread included) and the server's CPU.
 Carriers alternate in blocks, so a change of the machine's load hits both.
 
-    python benchmarks/runtime_exchange.py --out benchmarks/results/runtime_exchange.json
+    python benchmarks/run/runtime_exchange.py --out benchmarks/results/runtime_exchange.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from pathlib import Path
 import torch
 import zmq
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.run.runtime_throughput import case_spec
 from rightsize.runtime.model_io import EmbeddingLookups, layout_of, write_pulled
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.protocol import ClusterView
@@ -34,8 +37,6 @@ from rightsize.runtime.ps import rows_fill, value_fill
 from rightsize.runtime.psclient import PSCluster
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
 from rightsize.runtime.transport import Counters, Server, route
-from runtime_common import load_note
-from runtime_throughput import case_spec
 
 #: Round trips per block, and blocks per carrier (alternating).
 ROUNDS, BLOCKS, WARMUP = 60, 4, 10
@@ -160,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(summarize(case, blocks, _model(case)[2]))
     write_report(args.out, {
         "benchmark": "runtime_exchange",
-        "command": "python benchmarks/runtime_exchange.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False, "load_before": before, "load_after": load_note(), "cases": cases,
     })  # fmt: skip
     return 0

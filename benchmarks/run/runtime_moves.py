@@ -11,9 +11,9 @@ memory after an OOM kill. A scenario passes when its expected moves are among th
 command exited 0 and the report's accounting says every sample was applied exactly once
 per epoch. Usage (real processes in cgroups; on a shared machine under the CPU lock):
 
-    flock /tmp/rightsize-cpu.lock python benchmarks/runtime_moves.py \\
+    flock /tmp/rightsize-cpu.lock python benchmarks/run/runtime_moves.py \\
         --out benchmarks/results/runtime_moves.json
-    python benchmarks/runtime_moves.py --scenarios add-ps,oom   # some of them
+    python benchmarks/run/runtime_moves.py --scenarios add-ps,oom   # some of them
 
 Each report is kept under ``runtime_moves_reports/`` beside the output. Exits 1 if a
 scenario's expected move did not happen (or its run failed), so it doubles as a check.
@@ -31,10 +31,11 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from bench_io import write_report
-from runtime_common import load_note
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Longest one scenario may run (the jobs take about a minute here).
 TIMEOUT_S = 900
 

@@ -5,7 +5,7 @@ for ``--repeats``) so that the shared machine's drift falls on both alike:
 
 - **Throughput**: the Wide & Deep PS job (1 PS + 2 workers of 0.5 CPU) under the
   static policy for ``--steps`` steps; the median steps/s after warm-up.
-- **Transitions**: the elastic cycle of benchmarks/runtime_elastic.py on the same
+- **Transitions**: the elastic cycle of benchmarks/run/runtime_elastic.py on the same
   job — launch (with worker-1 OOM-killed at start and relaunched with double the
   memory), a worker resized up and down, a worker added and removed, a PS added,
   removed and replaced — each operation's transition time as the runtime measures it.
@@ -18,7 +18,7 @@ its start-up time is reported apart. Every node's CPU quota is its cgroup's on t
 host either way, so the difference is Ray's own cost: placement groups, actors,
 and Ray's processes on the same cores.
 
-    python benchmarks/runtime_ray.py --out benchmarks/results/runtime_ray.json
+    python benchmarks/run/runtime_ray.py --out benchmarks/results/runtime_ray.json
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_io import write_report
-from rightsize.scaling.registry import make_policy
-from runtime_common import job_spec, load_note, run_job, steady
-from runtime_elastic import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.job import job_spec, run_job
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import steady
+from benchmarks.run.runtime_elastic import (
     Cycler,
     ElasticBench,
     cycle,
@@ -42,6 +44,7 @@ from runtime_elastic import (
     summarize,
     transitions,
 )
+from rightsize.scaling.registry import make_policy
 
 MI, GI = 2**20, 2**30
 SHAPE = {"ps": {"count": 1, "cpu": 0.5, "memory": "1Gi"},
@@ -150,7 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         cluster.shutdown()
     write_report(args.out, {
         "benchmark": "runtime_ray",
-        "command": "python benchmarks/runtime_ray.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "load_before": before,
         "load_after": load_note(),

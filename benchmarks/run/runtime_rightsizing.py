@@ -25,8 +25,8 @@ strategy) the script
 Every number is measured on this machine (``simulated: false`` rows), except the
 ``sim`` rows, which say so. Usage:
 
-    python benchmarks/runtime_rightsizing.py --out benchmarks/results/runtime_rightsizing.json
-    python benchmarks/runtime_rightsizing.py --quick   # one workload, 2 policies: checks it works
+    python benchmarks/run/runtime_rightsizing.py --out benchmarks/results/runtime_rightsizing.json
+    python benchmarks/run/runtime_rightsizing.py --quick   # one workload, 2 policies: checks it works
 """
 
 from __future__ import annotations
@@ -42,17 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.job import job_spec, master_samples, run_job
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import WARMUP_INTERVALS, median_or_none, steady
+from benchmarks.run.rightsizing_sim import Setting
+from benchmarks.run.rightsizing_sim import simulated_rows as sim_rows
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
 from rightsize.core.units import parse_memory
 from rightsize.scaling.api import Policy
 from rightsize.scaling.registry import make_policy
-from rightsizing_sim import Setting
-from rightsizing_sim import simulated_rows as sim_rows
-from runtime_common import WARMUP_INTERVALS, job_spec, load_note, median_or_none, run_job, steady
-from runtime_throughput import master_samples
 
 BUDGET = {"cpu": 2, "memory": "6Gi"}
 #: Every node's memory: above each node's floor for both workloads (wide-deep PS 521 MiB,
@@ -445,7 +447,7 @@ def resimulate(path: Path) -> int:
                     row.update(transition_fields(report["timeline"]))
             print(f"{name}: simulating {len(entry['runs'])} runs again", file=sys.stderr)
             entry.update(simulated_rows(Path(tmp), name, workload, oracle, entry["runs"]))
-    result["resimulated_with"] = "python benchmarks/runtime_rightsizing.py --resimulate " + str(
+    result["resimulated_with"] = "python benchmarks/run/runtime_rightsizing.py --resimulate " + str(
         path
     )
     write_report(path, result)
@@ -574,7 +576,6 @@ def main(argv: list[str] | None = None) -> int:
         results = [run_workload(Path(tmp), name, w, plan) for name, w in plan.workloads.items()]
     write_report(args.out, {
         "benchmark": "runtime_rightsizing",
-        "command": "python benchmarks/runtime_rightsizing.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False, "quick": args.quick, "budget": BUDGET, "node_memory": NODE_MEMORY,
         "metric_interval_s": METRIC_INTERVAL_S, "policy_params": POLICY_PARAMS,
         "starts": {k: label(v) for k, v in STARTS.items()},

@@ -15,8 +15,8 @@ is a call to the master. This measures, for a dataset cut into many shards:
 Each mode is repeated ``--repeats`` times; the JSON has every repeat and the
 median. Usage:
 
-    python benchmarks/runtime_shards.py --out benchmarks/results/runtime_shards.json
-    python benchmarks/runtime_shards.py --quick      # a few seconds, to check it works
+    python benchmarks/run/runtime_shards.py --out benchmarks/results/runtime_shards.json
+    python benchmarks/run/runtime_shards.py --quick      # a few seconds, to check it works
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import zmq
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 from rightsize.runtime.shards import ShardManager, ShardPlan, Task
 from rightsize.runtime.transport import Client, Counters, Server
 
@@ -137,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mode:>10}: {value:12,.0f} ops/s (median of {args.repeats})", file=sys.stderr)
     report = {
         "benchmark": "runtime_shards",
-        "command": "python benchmarks/runtime_shards.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "cpus": os.cpu_count(),
         "plan": plan.to_dict(),

@@ -14,7 +14,7 @@ server's values copied into a slot and viewed by the worker; ``push_shm``: the
 gradients copied into a slot and viewed by the server). ``total_socket`` and
 ``total_shm`` add each carrier's parts to the rest.
 
-    python benchmarks/runtime_step_parts.py wide-deep mlp3 \
+    python benchmarks/run/runtime_step_parts.py wide-deep mlp3 \
         --out benchmarks/results/runtime_step_parts.json
 """
 
@@ -30,7 +30,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.run.runtime_throughput import case_spec
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
 from rightsize.runtime.node import build_workload
 from rightsize.runtime.paramstore import OptimSettings, ParamStore
@@ -38,8 +41,6 @@ from rightsize.runtime.ps import rows_fill, value_fill
 from rightsize.runtime.sharedmem import SharedMemory, host_identity
 from rightsize.runtime.slots import Fill, SlotPool, slot_layout
 from rightsize.runtime.transport import decode, encode
-from runtime_common import load_note
-from runtime_throughput import case_spec
 
 #: Parts only one carrier pays.
 SOCKET_PARTS = ("pull_reply", "pull_socket", "push_socket")
@@ -146,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
         slots.close()
     write_report(args.out, {
         "benchmark": "runtime_step_parts",
-        "command": "python benchmarks/runtime_step_parts.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False, "unit": "ms per step, median", "load_before": before,
         "load_after": load_note(), "cases": cases,
     })  # fmt: skip

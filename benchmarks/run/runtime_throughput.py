@@ -23,9 +23,9 @@ and carrier (the carriers' order alternates between repeats) — so a change in 
 machine's load hits them alike; ``--lock FILE`` holds that file's flock for each
 unit only, so other users of a shared machine get turns between units. Usage:
 
-    python benchmarks/runtime_throughput.py --lock /tmp/rightsize-cpu.lock \\
+    python benchmarks/run/runtime_throughput.py --lock /tmp/rightsize-cpu.lock \\
         --out benchmarks/results/runtime_throughput.json
-    python benchmarks/runtime_throughput.py --quick   # one short repeat, to check it works
+    python benchmarks/run/runtime_throughput.py --quick   # one short repeat, to check it works
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from pathlib import Path
 
 import torch
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.job import job_spec, master_samples, run_job
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import median_or_none, steady
 from rightsize.core.spec import JobSpec
 from rightsize.runtime.backends import local
 from rightsize.runtime.model_io import layout_of
@@ -52,7 +56,6 @@ from rightsize.runtime.node import build_workload
 from rightsize.runtime.paramstore import OptimSettings, make_optimizer
 from rightsize.runtime.startup import job_identity
 from rightsize.scaling.registry import make_policy
-from runtime_common import job_spec, load_note, median_or_none, run_job, steady
 
 #: (workload, dataset, options, batch size, optimizer, steps): a sparse click model (DLRover's
 #: workload) and a dense MLP (every tensor moves every step); steps give about 10 s of
@@ -163,16 +166,6 @@ def ps_run(spec: JobSpec) -> dict:
         "exactly_once": report["accounting"].get("exactly_once"),
         "warnings": warnings,
     }
-
-
-def master_samples(master) -> list[dict]:
-    from rightsize.runtime.state import StateStore
-
-    store = StateStore(master.spec.state_path)
-    try:
-        return store.samples()
-    finally:
-        store.close()
 
 
 def model_bytes(spec: JobSpec) -> dict:
@@ -381,7 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     threads = sorted({int(n) for n in args.plain_threads.split(",")})
     report = {
         "benchmark": "runtime_throughput",
-        "command": "python benchmarks/runtime_throughput.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "load_before": load_note(),
         "cases": [],

@@ -17,8 +17,8 @@ gradient push and reports the bytes on the wire against the model's tensor
 bytes (the framing overhead).
 
 Usage:
-    python benchmarks/runtime_transport.py --out benchmarks/results/runtime_transport.json
-    python benchmarks/runtime_transport.py --quick     # a few seconds, to check it works
+    python benchmarks/run/runtime_transport.py --out benchmarks/results/runtime_transport.json
+    python benchmarks/run/runtime_transport.py --quick     # a few seconds, to check it works
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ import statistics
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import zmq
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 from rightsize.core.ports import free_port
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.transport import Client, Counters, Server, encode
@@ -179,7 +181,6 @@ def main(argv: list[str] | None = None) -> int:
               f"zmq/gloo {r['zmq_over_gloo_rtt']:.2f}", file=sys.stderr)  # fmt: skip
     report = {
         "benchmark": "runtime_transport",
-        "command": "python benchmarks/runtime_transport.py " + " ".join(argv or sys.argv[1:]),
         "simulated": False,
         "cpus": os.cpu_count(),
         "torch": torch.__version__,

@@ -8,8 +8,8 @@ over seeds of the per-seed ratios (average JCT against Optimus, average
 queueing time against FA-BF, nearchus+ against nearchus). Ratios are taken
 within one seed, so every policy sees the same arrivals.
 
-    python benchmarks/schedule_experiments.py            # full: 5 seeds, 5 CNNs
-    python benchmarks/schedule_experiments.py --quick    # 1 seed, ResNet-50 only
+    python benchmarks/schedule/schedule_experiments.py            # full: 5 seeds, 5 CNNs
+    python benchmarks/schedule/schedule_experiments.py --quick    # 1 seed, ResNet-50 only
 
 NEARCHUS and nearchus+ launch with at least 15 vCPU here (``launch_min_cores=15``):
 §V-A starts NEARCHUS and Optimus alike at "(1ps, 2wk) and 15 vCPUs", and Optimus's
@@ -26,18 +26,19 @@ link capacities the metrics report (``--observed-link server,share``): the serve
 link, as NEARCHUS §IV words its PSN check, or the share each node trains at. Each pair is a
 setting labelled ``SHARING/OBSERVED`` (``job/server``: the simulator's defaults).
 
-    python benchmarks/schedule_experiments.py --clusters A --seeds 20 --policies nearchus,optimus
+    python benchmarks/schedule/schedule_experiments.py --clusters A --seeds 20 --policies nearchus,optimus
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.repeats import median_or_none
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.config import SimConfig
@@ -53,7 +54,7 @@ from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace, single_job
 from rightsize.scaling.registry import make_policy
 
-OUT = Path(__file__).resolve().parent / "results" / "schedule_experiments.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "schedule_experiments.json"
 POLICIES = ("nearchus", "nearchus+", "dlrover", "optimus", "fa-bf")
 #: §V-A's common start, given to the NEARCHUS policies named plainly in ``--policies``.
 SECTION_V_PARAMS = {"nearchus": {"launch_min_cores": 15.0}, "nearchus+": {"launch_min_cores": 15.0}}
@@ -110,11 +111,6 @@ def run_all(trace, cluster, labelled, seed: int, setting: dict) -> dict:
     }
 
 
-def median(values: list) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def change(value: float, base: float) -> float | None:
     return (value - base) / base if base else None
 
@@ -126,14 +122,14 @@ def comparisons(per_seed: list[dict], keys: dict[str, str]) -> dict:
         key = keys.get(metric)
         if key and per_seed and policy in per_seed[0] and base in per_seed[0]:
             ratios = [change(row[policy][key], row[base][key]) for row in per_seed]
-            out[name] = {"median": median(ratios), "per_seed": ratios}
+            out[name] = {"median": median_or_none(ratios), "per_seed": ratios}
     return out
 
 
 def summarize(per_seed: list[dict], metrics: tuple[str, ...]) -> dict:
     labels = per_seed[0].keys() if per_seed else ()
     return {
-        label: {m: median([row[label][m] for row in per_seed]) for m in metrics} for label in labels
+        label: {m: median_or_none([row[label][m] for row in per_seed]) for m in metrics} for label in labels
     }
 
 
@@ -208,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     data = {
-        "command": "python benchmarks/schedule_experiments.py " + " ".join(argv or sys.argv[1:]),
         "simulated": True,
         "note": SIMULATED_NOTE,
         "seeds": seeds,

@@ -12,7 +12,7 @@ machine with one thread (so seconds are core-seconds) and writes them to
         --memory-limit 2Gi --repeats 5 --out profiles/sim/$m.json; done
     rightsize profile gpt-small --threads 1 --max-batch 64 --memory-limit 2Gi \\
         --repeats 5 --out profiles/sim/gpt-small.json      # likewise bilstm, wide-deep
-    python benchmarks/schedule_models.py profiles/sim/*.json
+    python benchmarks/schedule/schedule_models.py profiles/sim/*.json
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ import os
 import sys
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
 from rightsize.profiling.profile import Profile
 
-OUT = Path(__file__).resolve().parents[1] / "src/rightsize/cluster/data/profiled_models.json"
+OUT = Path(__file__).resolve().parents[2] / "src/rightsize/cluster/data/profiled_models.json"
 
 
 def entry(profile: Profile, path: str) -> dict:
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         models[profile.workload] = entry(profile, path)
     data = {
-        "command": "python benchmarks/schedule_models.py " + " ".join(args.profiles),
+        "command": "python benchmarks/schedule/schedule_models.py " + " ".join(args.profiles),
         "note": "seconds are one core's seconds: every profile ran with one torch thread",
         "models": dict(sorted(models.items())),
     }

@@ -7,22 +7,22 @@ restarts, completion). Wall time is measured with ``time.perf_counter`` per
 policy, ``repeats`` times, and the median is reported; the simulated results
 are recorded too, as a check that the runs did the work.
 
-    python benchmarks/schedule_scale.py              # 10,000 jobs, 3 repeats
-    python benchmarks/schedule_scale.py --quick      # 1,000 jobs, 1 repeat
-    python benchmarks/schedule_scale.py --link-sharing cluster   # every job's nodes share links
+    python benchmarks/schedule/schedule_scale.py              # 10,000 jobs, 3 repeats
+    python benchmarks/schedule/schedule_scale.py --quick      # 1,000 jobs, 1 repeat
+    python benchmarks/schedule/schedule_scale.py --link-sharing cluster   # every job's nodes share links
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.config import SimConfig
 from rightsize.cluster.links import LINK_SHARING
@@ -30,7 +30,7 @@ from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace
 from rightsize.scaling.registry import make_policy
 
-OUT = Path(__file__).resolve().parent / "results" / "schedule_scale.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "schedule_scale.json"
 POLICIES = ("fa-bf", "nearchus", "nearchus+", "dlrover", "optimus")
 TARGET_S = 10.0  # the issue's goal: 10,000 jobs in under 10 s
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
     jobs, repeats = (1_000, 1) if args.quick else (args.jobs, args.repeats)
-    load_at_start = os.getloadavg()  # 2 shared cores: the load says how far to trust the times
+    load_before = load_note()  # 2 shared cores: the load says how far to trust the times
     config = SimConfig(seed=args.seed, link_sharing=args.link_sharing)
     rows = []
     for name in args.policies.split(","):
@@ -79,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['simulated_restarts']} restarts)", flush=True)  # fmt: skip
         rows.append(row)
     data = {
-        "command": "python benchmarks/schedule_scale.py " + " ".join(argv or sys.argv[1:]),
         "simulated": True,
         "note": "wall time of the simulator itself; the job results it produces are simulated",
         "jobs": jobs,
@@ -87,12 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         "cluster": args.cluster,
         "link_sharing": args.link_sharing,
         "target_s_per_10k_jobs": TARGET_S,
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "load_avg_at_start": load_at_start,
-            "load_avg_at_end": os.getloadavg(),
-        },  # fmt: skip
+        "load_before": load_before,
+        "load_after": load_note(),
         "results": rows,
     }
     out = Path(args.out)

@@ -8,7 +8,7 @@ Reported per run: where the launch shape came from, the time to 95% of the run's
 throughput (a running median of 3 samples, service/ingest.py), the best throughput, and
 the job's completion time — the goal is that the second reaches 95% sooner.
 
-    python benchmarks/service_history.py --out benchmarks/results/service_history.json
+    python benchmarks/service/service_history.py --out benchmarks/results/service_history.json
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.core.spec import parse_job_spec
 from rightsize.runtime.backends.local import machine_resources
 from rightsize.service.allocator import Allocator
 from rightsize.service.models import JobPhase
 from rightsize.service.store import Store
-from runtime_common import load_note
 
 
 def job(epochs: int, policy: str) -> dict:
@@ -73,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/service_history.json")
     args = parser.parse_args(argv)
     result = {"benchmark": "service_history",
-              "command": "python benchmarks/service_history.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "policy": args.policy, "epochs": args.epochs}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="rightsize-history-") as tmp:
         store = Store(str(Path(tmp) / "store.db"))

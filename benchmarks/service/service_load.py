@@ -27,8 +27,8 @@ in batches as the service copies them (every 2 s, ``--batch`` samples), on SQLit
 with ``--postgres URL`` (or ``$RIGHTSIZE_TEST_POSTGRES``), on PostgreSQL: samples written
 per second.
 
-    python benchmarks/service_load.py --out benchmarks/results/service_load.json
-    python benchmarks/service_load.py --clients 10 --seconds 5 --skip-store   # a quick look
+    python benchmarks/service/service_load.py --out benchmarks/results/service_load.json
+    python benchmarks/service/service_load.py --clients 10 --seconds 5 --skip-store   # a quick look
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ import threading
 import time
 from pathlib import Path
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GI = 2**30
 
 
@@ -298,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-api", action="store_true")
     parser.add_argument("--out", default="benchmarks/results/service_load.json")
     args = parser.parse_args(argv)
-    report: dict = {"command": "python benchmarks/service_load.py " + " ".join(argv or sys.argv[1:]),
-                    "cpus": os.cpu_count(), "load_before": os.getloadavg()}  # fmt: skip
+    report: dict = {
+                    "load_before": load_note()}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         if not args.skip_api:

@@ -29,7 +29,7 @@ with ``cores_per_node: 0.5`` (the same exhaustive search over (p, w), smaller no
 The order of the two batches alternates per round so that drift in the shared host's
 load does not favour one.
 
-    python benchmarks/service_together.py --out benchmarks/results/service_together.json
+    python benchmarks/service/service_together.py --out benchmarks/results/service_together.json
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.cli.args import parse_options
 from rightsize.cli.serve_cmd import capacity
 from rightsize.core.spec import parse_job_spec
@@ -50,7 +52,6 @@ from rightsize.runtime.backends.local import machine_resources
 from rightsize.service.allocator import Allocator, LaunchShare
 from rightsize.service.models import JobPhase
 from rightsize.service.store import Store
-from runtime_common import load_note
 
 #: The policies compared, with what each needs to run on a 2-CPU machine.
 POLICIES = {"nearchus+": {}, "dlrover": {}, "fa-bf": {"cores_per_node": 0.5}}
@@ -203,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
     for label in policies:
         policy_of(label)  # an unknown name or a bad parameter, before anything runs
     result = {"benchmark": "service_together",
-              "command": "python benchmarks/service_together.py " + " ".join(argv or sys.argv[1:]),
               "load_before": load_note(), "capacity_cpu": machine_resources().cpu_cores,
               "jobs": [{"name": n, "rows": r, "epochs": e, "options": o} for n, r, e, o in JOBS]}  # fmt: skip
     shares = [LaunchShare(s) for s in args.launch_share.split(",")]

@@ -25,8 +25,8 @@ seconds per epoch between its second and last epoch lines, read as they are writ
    saved its first checkpoint: the exit status, the restart, and the script's own
    "resuming" line.
 
-    python benchmarks/public_scripts.py --prepare --examples-git DIR --nanogpt-git DIR --dir /tmp/public
-    python benchmarks/public_scripts.py --dir /tmp/public --out benchmarks/results/public_scripts.json
+    python benchmarks/torchrun/public_scripts.py --prepare --examples-git DIR --nanogpt-git DIR --dir /tmp/public
+    python benchmarks/torchrun/public_scripts.py --dir /tmp/public --out benchmarks/results/public_scripts.json
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench_io import write_report
-from torchrun_common import BIN, load_note
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.torchrun.torchrun_common import BIN
 
 EXAMPLES_COMMIT = "77f55b912142e11fcfdf5b530231fb9c52f181e8"
 NANOGPT_COMMIT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"
@@ -377,9 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: killed rank: exit {k['code']}, resumed from its checkpoint: "
                   f"{k['resumed_from_its_checkpoint']}", flush=True)  # fmt: skip
         results[name] = row
-    command = " ".join(argv or sys.argv[1:])
-    write_report(args.out, {"command": "python benchmarks/public_scripts.py " + command,
-                            "commits": {"pytorch/examples": EXAMPLES_COMMIT,
+    write_report(args.out, {"commits": {"pytorch/examples": EXAMPLES_COMMIT,
                                         "karpathy/nanoGPT": NANOGPT_COMMIT},
                             "results": results, "load": load_note()})  # fmt: skip
     return 0

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EPOCH_LINE = re.compile(r"Epoch (\d+) \|.*\| ([0-9.]+)s")
 
@@ -73,9 +73,3 @@ def clean(cwd: Path, *names: str) -> None:
         path = cwd / name
         if path.exists():
             os.remove(path)
-
-
-def load_note() -> str:
-    """The host's load when a benchmark ran (the machine is shared)."""
-    one, five, _ = os.getloadavg()
-    return f"load {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs"

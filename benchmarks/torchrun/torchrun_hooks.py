@@ -4,7 +4,7 @@ A tiny step (a 20-feature linear model, batch 4, SGD, one thread, a DataLoader),
 without the hooks and with them installed (``runtime/script_hooks.py``, with the launcher's
 counters but no master): their cost per step is the difference. Rounds alternate.
 
-    python benchmarks/torchrun_hooks.py --out benchmarks/results/torchrun_hooks.json
+    python benchmarks/torchrun/torchrun_hooks.py --out benchmarks/results/torchrun_hooks.json
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
 from rightsize.runtime import script_hooks
 from rightsize.runtime.script_rank import Launcher
 from rightsize.runtime.transport import Counters
-from torchrun_common import load_note
 
 
 class _Context:
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         hooked.append(step_us(args.steps))
         remove()
     extra = [h - p for p, h in zip(plain, hooked, strict=True)]
-    result = {"command": "python benchmarks/torchrun_hooks.py " + " ".join(argv or sys.argv[1:]),
+    result = {
               "plain_us": plain, "hooked_us": hooked, "extra_us": extra,
               "plain_us_median": statistics.median(plain),
               "hooked_us_median": statistics.median(hooked),

@@ -9,7 +9,7 @@ alternate (plain, rightsize, plain, ...) so that the host's drift lands on both;
 overhead is each pair's ratio of median steady epoch times, quoted as the median and
 range over pairs.
 
-    python benchmarks/torchrun_overhead.py --repeats 5 --out benchmarks/results/torchrun_overhead.json
+    python benchmarks/torchrun/torchrun_overhead.py --repeats 5 --out benchmarks/results/torchrun_overhead.json
 """
 
 from __future__ import annotations
@@ -20,8 +20,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_io import write_report
-from torchrun_common import ROOT, clean, load_note, plain_torchrun, rightsize_torchrun
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.torchrun.torchrun_common import (
+    ROOT,
+    clean,
+    plain_torchrun,
+    rightsize_torchrun,
+)
 
 SCRIPT = ROOT / "examples" / "torchrun" / "train_ddp.py"
 
@@ -59,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(load_note())
     overheads = [p["overhead"] for p in pairs]
     result = {
-        "command": "python benchmarks/torchrun_overhead.py " + " ".join(argv or sys.argv[1:]),
         "script": str(SCRIPT.relative_to(ROOT)), "nproc": args.nproc,
         "cpu_per_proc": cpu, "script_args": script_args, "pairs": pairs,
         "overhead_median": statistics.median(overheads),

@@ -20,7 +20,7 @@ the same script, round after round, so that the host's drift falls on all alike:
 Per round, each variant's seconds per epoch (rank 0's epoch lines, timed as they appear) and
 its ratio to the round's plain run; medians and ranges over rounds.
 
-    python benchmarks/torchrun_overhead_parts.py --dir /tmp/public --rounds 5 \\
+    python benchmarks/torchrun/torchrun_overhead_parts.py --dir /tmp/public --rounds 5 \\
         --out benchmarks/results/torchrun_overhead_parts.json
 """
 
@@ -31,11 +31,12 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_io import write_report
-from public_scripts import cases, ours, plain
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.torchrun.public_scripts import cases, ours, plain
 from rightsize.runtime.backends.cgroups import Hierarchy, NodeCgroup, detect
 from rightsize.runtime.backends.local import _enter
-from runtime_common import load_note
 
 VARIANTS = ("plain", "plain-cgroup", "plain-cgroup-unlimited", "rightsize")
 MORE_VARIANTS = ("plain-cgroup-cpu", "plain-cgroup-memory", "plain-cgroup-weighted")
@@ -127,10 +128,8 @@ def main(argv: list[str] | None = None) -> int:
                             "over_plain_range": [min(ratios) - 1, max(ratios) - 1]}  # fmt: skip
         print(f"{variant:22s} median {summary[variant]['epoch_s_median']:.3f} s/epoch, "
               f"{summary[variant]['over_plain_median']:+.1%} over plain", file=sys.stderr)
-    write_report(args.out, {"benchmark": "torchrun_overhead_parts",
-                            "command": "python benchmarks/torchrun_overhead_parts.py "
-                            + " ".join(argv or sys.argv[1:]), "load": load_note(),
-                            "rounds": rounds, "summary": summary})  # fmt: skip
+    write_report(args.out, {"benchmark": "torchrun_overhead_parts", "load": load_note(),
+                            "rounds": rounds, "summary": summary}, args=argv)  # fmt: skip
     return 0
 
 

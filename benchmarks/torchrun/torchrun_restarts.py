@@ -8,8 +8,8 @@ the report's timeline: waiting for the script's next save, stopping the old rank
 launching the new ones until all registered, their ``init_process_group``, the script's own
 ``torch.load``, and its first optimizer step (``restart_s`` is the whole: stop to first step).
 
-    python benchmarks/torchrun_restarts.py --out benchmarks/results/torchrun_restarts.json
-    python benchmarks/torchrun_restarts.py --script PATH --args "..." --out ...  # any script
+    python benchmarks/torchrun/torchrun_restarts.py --out benchmarks/results/torchrun_restarts.json
+    python benchmarks/torchrun/torchrun_restarts.py --script PATH --args "..." --out ...  # any script
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from pathlib import Path
 
 import yaml
 
-from bench_io import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.torchrun.torchrun_common import ROOT
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import Strategy, parse_job_spec
 from rightsize.runtime.master import Master
 from rightsize.scaling.api import Action, Plan, Policy
-from torchrun_common import ROOT, load_note
 
 SCRIPT = ROOT / "examples" / "torchrun" / "train_ddp.py"
 ARGS = "--epochs 200 --samples 8192 --width 256"
@@ -85,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
              "to": t["details"]["world"], **{k: t["details"].get(k) for k in PARTS}}
             for t in report["timeline"][1:] if t["applied"]]  # fmt: skip
     result = {
-        "command": "python benchmarks/torchrun_restarts.py " + " ".join(argv or sys.argv[1:]),
         "script": args.script, "args": args.args, "every_s": args.every, "cpu": args.cpu,
         "restarts": rows, "launch": report["script"]["groups"][0],
         "median": {k: statistics.median(r[k] for r in rows if r.get(k) is not None)

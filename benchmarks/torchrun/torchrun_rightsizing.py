@@ -16,9 +16,9 @@ Issue 37 item 7. For each script (``CASES``, or ``--script``):
 
 Every run happens in a directory of its own (no snapshot leaks between runs).
 
-    python benchmarks/torchrun_rightsizing.py --out benchmarks/results/torchrun_rightsizing.json
-    python benchmarks/torchrun_rightsizing.py --cases slow-data --policies goodput --quick
-    python benchmarks/torchrun_rightsizing.py --rounds-from benchmarks/results/torchrun_rightsizing.json \
+    python benchmarks/torchrun/torchrun_rightsizing.py --out benchmarks/results/torchrun_rightsizing.json
+    python benchmarks/torchrun/torchrun_rightsizing.py --cases slow-data --policies goodput --quick
+    python benchmarks/torchrun/torchrun_rightsizing.py --rounds-from benchmarks/results/torchrun_rightsizing.json \
         --public /tmp/public --cases nanogpt --rounds 3 --out benchmarks/results/torchrun_rightsizing_rounds.json
 """
 
@@ -32,8 +32,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_io import write_report
-from torchrun_common import ROOT, load_note, rightsize_torchrun
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.envelope import write_report
+from benchmarks.lib.load import load_note
+from benchmarks.torchrun.torchrun_common import ROOT, rightsize_torchrun
 
 #: The static sweep: every shape of the 2-cpu budget at half-core steps but the start, which
 #: holds a quarter of it (its time kept static is 1 x 0.5's: measured by --with-start).
@@ -63,7 +65,7 @@ CASES = {
 
 
 def nanogpt_case(public: Path) -> Case:
-    """karpathy/nanoGPT's train.py as ``benchmarks/public_scripts.py --prepare`` wrote it into
+    """karpathy/nanoGPT's train.py as ``benchmarks/torchrun/public_scripts.py --prepare`` wrote it into
     ``public`` (it reads its data, and writes its checkpoint, where it runs)."""
     from public_scripts import NANOGPT_ARGS
 
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                              "within a round, so that the host's drift cancels)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--public", metavar="DIR", help="also the public scripts prepared in DIR "
-                        "by benchmarks/public_scripts.py --prepare (nanoGPT)")
+                        "by benchmarks/torchrun/public_scripts.py --prepare (nanoGPT)")
     parser.add_argument("--out", default="benchmarks/results/torchrun_rightsizing.json")
     args = parser.parse_args(argv)
     if args.again_only:
@@ -189,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"case": case.name, "script": str(case.script), "args": case.args,
                         "why": case.why, "sweep": sweep, "best_static": best,
                         "start": {"ranks": START[0], "cpu": START[1]}, "policies": rows})  # fmt: skip
-    command = " ".join(argv or sys.argv[1:])
-    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
-                            "results": results, "load": load_note()})
+    write_report(args.out, {"results": results, "load": load_note()})
     return 0
 
 
@@ -212,7 +212,7 @@ def again_only(path: Path, args: argparse.Namespace, argv: list[str] | None) -> 
             print(f"{case.name}: {row['policy']} {row['jct_s']:.1f}s = {row['jct_over_best']:.2f} "
                   f"x best static ({best['jct_s']:.1f}s, again {best['jct_again_s']:.1f}s)")
     command = " ".join(argv or sys.argv[1:])
-    data["again_command"] = "python benchmarks/torchrun_rightsizing.py " + command
+    data["again_command"] = "python benchmarks/torchrun/torchrun_rightsizing.py " + command
     write_report(args.out, data)
     return 0
 
@@ -253,9 +253,7 @@ def rounds(path: Path, args: argparse.Namespace, argv: list[str] | None) -> int:
                                    m["paid"] is False for r in runs for m in r[policy]["moves"])}
         results.append({"case": name, "best_static": best, "rounds": runs,
                         "summary": summary})  # fmt: skip
-    command = " ".join(argv or sys.argv[1:])
-    write_report(args.out, {"command": "python benchmarks/torchrun_rightsizing.py " + command,
-                            "sweep_from": str(path), "results": results,
+    write_report(args.out, {"sweep_from": str(path), "results": results,
                             "load": load_note()})  # fmt: skip
     return 0
 

@@ -25,8 +25,8 @@ threads sum a product's terms in another order than one, and on some CPUs
 ``packing_hyperband.py`` checks packed against original at the same threads.
 
 Usage:
-    python benchmarks/packing_ceiling.py --out benchmarks/results/packing_ceiling.json
-    python benchmarks/packing_ceiling.py --quick      # a smoke run, numbers meaningless
+    python benchmarks/tune/packing_ceiling.py --out benchmarks/results/packing_ceiling.json
+    python benchmarks/tune/packing_ceiling.py --quick      # a smoke run, numbers meaningless
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-from packing_common import setup_process, write_report
-from packing_hyperband import VARIANTS, run_variant, search_arguments
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.tune.packing_common import setup_process, write_report
+from benchmarks.tune.packing_hyperband import VARIANTS, run_variant, search_arguments
 from rightsize.packing.optimizers import VectorOptimizer
 from rightsize.packing.pack import Pack
 from rightsize.packing.runner import model_option_names
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "medians": medians,
     }
-    write_report(args.out, "packing_ceiling", "packing_ceiling.py", argv, body)
+    write_report(args.out, "packing_ceiling", argv, body)
     return 0
 
 

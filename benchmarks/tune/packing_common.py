@@ -1,25 +1,20 @@
-"""Helpers shared by the packing benchmarks: interleaved timing, trial sets, JSON output.
+"""Helpers shared by the packing benchmarks: the process set-up, trial sets, JSON output.
 
-Not a benchmark itself. Timing follows the rest of ``benchmarks/``: every
-variant is timed once per round, in a shuffled order, and medians over rounds
-are kept, so drift on a shared machine lands on all variants alike; ratios are
-taken between medians measured in the same run.
+Not a benchmark itself. Timing (``benchmarks/lib/timing.py``) follows the rest of
+``benchmarks/``: every variant is timed once per round, in a shuffled order, and medians
+over rounds are kept, so drift on a shared machine lands on all variants alike; ratios
+are taken between medians measured in the same run.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import random
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-import bench_io
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib import envelope
 from rightsize.packing.allocator import retain_freed_memory
 from rightsize.packing.data import DataStream
 from rightsize.packing.optimizers import OPTIMIZER_KINDS, OptimizerSpec
@@ -71,51 +66,7 @@ def _spread(values: tuple[int, ...], n: int) -> list[int]:
     return [values[round(i * (len(values) - 1) / (n - 1))] for i in range(n)]
 
 
-def interleaved_medians(
-    variants: dict[str, Callable[[], None]], rounds: int, inner: int = 1, warmup: int = 2
-) -> dict[str, dict]:
-    """Median (and all) seconds per call of each variant, timed round-robin in shuffled order."""
-    for fn in variants.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    order = list(variants)
-    rng = random.Random(0)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for name in order:
-            start = time.perf_counter()
-            for _ in range(inner):
-                variants[name]()
-            times[name].append((time.perf_counter() - start) / inner)
-    return {name: {"median_s": statistics.median(t), "runs_s": t} for name, t in times.items()}
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def write_report(path: str, name: str, script: str, argv: list[str] | None, body: dict) -> None:
-    """Write the benchmark's JSON atomically, with the command that produced it."""
-    report = {
-        "benchmark": name,
-        "command": f"python benchmarks/{script} "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "simulated": False,
-        "machine": machine(),
-        **body,
-    }
-    print(f"wrote {bench_io.write_report(path, report, indent=1)}", file=sys.stderr)
+def write_report(path: str, name: str, argv: list[str] | None, body: dict) -> None:
+    """Write the benchmark's JSON in the envelope (``argv``: ``main``'s own arguments)."""
+    report = {"benchmark": name, "simulated": False, **body}
+    print(f"wrote {envelope.write_report(path, report, indent=1, args=argv)}", file=sys.stderr)

@@ -31,17 +31,16 @@ count; the ``headline`` is the reference at its best thread count against the
 fastest packed variant that agrees with it.
 
 Usage:
-    python benchmarks/packing_hyperband.py --out benchmarks/results/packing_hyperband_mlp3.json
-    python benchmarks/packing_hyperband.py --workload small-cnn --dataset digits \\
+    python benchmarks/tune/packing_hyperband.py --out benchmarks/results/packing_hyperband_mlp3.json
+    python benchmarks/tune/packing_hyperband.py --workload small-cnn --dataset digits \\
         --out benchmarks/results/packing_hyperband_small_cnn.json
-    python benchmarks/packing_hyperband.py --quick      # a smoke run, numbers meaningless
+    python benchmarks/tune/packing_hyperband.py --quick      # a smoke run, numbers meaningless
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -49,7 +48,10 @@ from pathlib import Path
 
 import torch
 
-from packing_common import setup_process, write_report
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import shuffled_rounds
+from benchmarks.tune.packing_common import setup_process, write_report
 from rightsize.core.units import parse_memory
 from rightsize.packing.pack import PackSettings
 from rightsize.packing.packopt import PackOptSettings
@@ -64,7 +66,7 @@ from rightsize.packing.runner import (
 from rightsize.packing.space import load_space
 from rightsize.workloads.registry import WorkloadRegistry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -312,10 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         if VARIANTS[name].workers == 1 or threads == 1
     ]
     reports: dict[tuple[str, int], list[dict]] = {run: [] for run in runs}
-    rng = random.Random(args.seed)
-    for repeat in range(args.repeats):
-        rng.shuffle(runs)  # interleaved: drift lands on every variant alike
-        for name, threads in runs:
+    for repeat, order in shuffled_rounds(runs, args.repeats, args.seed):
+        for name, threads in order:
             report = run_variant(name, threads, args, registry, space)
             reports[(name, threads)].append(report)
             best = report["best"]
@@ -345,14 +345,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     body = {
         "process": process,
-        "load_average": os.getloadavg(),
+        "load": load_note(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "space_size": space.size,
         "variants": rows,
         "headline": top,
         "reports": {f"{n}@{t}t": runs[0] for (n, t), runs in reports.items()},
     }
-    write_report(args.out, "packing_hyperband", "packing_hyperband.py", argv, body)
+    write_report(args.out, "packing_hyperband", argv, body)
     return 0
 
 

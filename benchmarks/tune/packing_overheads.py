@@ -11,20 +11,23 @@
    its measurements instead of one each), interleaved.
 
 Usage:
-    python benchmarks/packing_overheads.py --out benchmarks/results/packing_overheads.json
+    python benchmarks/tune/packing_overheads.py --out benchmarks/results/packing_overheads.json
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import sys
 from contextlib import nullcontext
+from pathlib import Path
 from unittest import mock
 
 import torch
 
-from packing_common import (
-    interleaved_medians,
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.timing import interleaved_medians
+from benchmarks.tune.packing_common import (
     setup_process,
     trial_set,
     workload_setup,
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{footprint['median_s']['collect_each']:.3f} -> {footprint['median_s']['frozen_heap']:.3f} s"
     )
     write_report(
-        args.out, "packing_overheads", "packing_overheads.py", argv,
+        args.out, "packing_overheads", argv,
         {"process": process, "checkpoint_codec": codec, "footprint": footprint},
     )  # fmt: skip
     return 0

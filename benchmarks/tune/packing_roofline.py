@@ -18,27 +18,29 @@ measures how close it gets:
    the largest speedup packing can give at this thread count.
 
 Usage:
-    python benchmarks/packing_roofline.py --out benchmarks/results/packing_roofline.json
-    python benchmarks/packing_roofline.py --quick
+    python benchmarks/tune/packing_roofline.py --out benchmarks/results/packing_roofline.json
+    python benchmarks/tune/packing_roofline.py --quick
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from packing_common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.timing import interleaved_medians
+from benchmarks.tune.packing_common import (
     SAME_BATCH,
-    interleaved_medians,
     setup_process,
     trial_set,
     workload_setup,
     write_report,
 )
-from packing_step import Alone, packed
+from benchmarks.tune.packing_step import Alone, packed
 from rightsize.packing.optimizers import OptimizerSpec, new_state, torch_optimizer
 from rightsize.packing.pack import PackSettings
 
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch": b,
         "packs": rows,
     }
-    write_report(args.out, "packing_roofline", "packing_roofline.py", argv, body)
+    write_report(args.out, "packing_roofline", argv, body)
     return 0
 
 

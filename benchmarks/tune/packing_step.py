@@ -25,8 +25,8 @@ finishes first is checkpointed and the rest repacked (§3.1.2); the switching
 overhead is the time spent in those repacks.
 
 Usage:
-    python benchmarks/packing_step.py --out benchmarks/results/packing_step.json
-    python benchmarks/packing_step.py --quick          # a smoke run, numbers meaningless
+    python benchmarks/tune/packing_step.py --out benchmarks/results/packing_step.json
+    python benchmarks/tune/packing_step.py --quick          # a smoke run, numbers meaningless
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from packing_common import (
-    interleaved_medians,
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.timing import interleaved_medians
+from benchmarks.tune.packing_common import (
     setup_process,
     trial_set,
     workload_setup,
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     write_report(
-        args.out, "packing_step", "packing_step.py", argv,
+        args.out, "packing_step", argv,
         {"process": process, "rounds": rounds, "inner": inner, "steps": results, "switching": switching, "summary": summary},
     )  # fmt: skip
     return 0

@@ -61,9 +61,9 @@ function (``--retrain-seeds`` seeds, one thread), so quality is compared on
 equal terms.
 
 Usage:
-    python benchmarks/tune_peers.py --out benchmarks/results/tune_peers_mlp3.json
-    python benchmarks/tune_peers.py --workload small-cnn --out benchmarks/results/tune_peers_small_cnn.json
-    python benchmarks/tune_peers.py --quick --out /tmp/tune_peers_quick.json  # numbers meaningless
+    python benchmarks/tune/tune_peers.py --out benchmarks/results/tune_peers_mlp3.json
+    python benchmarks/tune/tune_peers.py --workload small-cnn --out benchmarks/results/tune_peers_small_cnn.json
+    python benchmarks/tune/tune_peers.py --quick --out /tmp/tune_peers_quick.json  # numbers meaningless
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ import importlib
 import json
 import math
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -86,21 +85,13 @@ from typing import Any
 
 import torch
 
-from packing_common import setup_process, write_report
-from packing_hyperband import VARIANTS as SEARCHES
-from packing_hyperband import search_arguments, tune_settings
-from rightsize.packing.runner import (
-    TuneSettings,
-    model_option_names,
-    prepare_search,
-    run_search,
-    search_report,
-    seeded_sampler,
-)
-from rightsize.packing.space import load_space
-from rightsize.packing.trial import trial_seed
-from rightsize.workloads.registry import WorkloadRegistry
-from tune_peers_common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks.`
+from benchmarks.lib.load import load_note
+from benchmarks.lib.repeats import median_or_none, shuffled_rounds
+from benchmarks.tune.packing_common import setup_process, write_report
+from benchmarks.tune.packing_hyperband import VARIANTS as SEARCHES
+from benchmarks.tune.packing_hyperband import search_arguments, tune_settings
+from benchmarks.tune.tune_peers_common import (
     Meter,
     Problem,
     TrialRun,
@@ -115,8 +106,20 @@ from tune_peers_common import (
     self_cpu_s,
     trial_spec,
 )
+from rightsize.packing.runner import (
+    TuneSettings,
+    model_option_names,
+    prepare_search,
+    run_search,
+    search_report,
+    seeded_sampler,
+)
+from rightsize.packing.space import load_space
+from rightsize.packing.trial import trial_seed
+from rightsize.workloads.registry import WorkloadRegistry
 
-BENCHMARKS = Path(__file__).resolve().parent
+#: The repo root: Ray's workers import ``benchmarks.tune.tune_peers_common`` from it.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 METRIC = "val_loss"
 #: Ray: the key of the drawn weight seed in a trial's config (Ray gives trials no number).
 SEED_KEY = "weights_seed"
@@ -367,8 +370,9 @@ def run_ray(name: str, variant: PeerVariant, args) -> VariantResult:
     from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    # workers import tune_peers_common; results between rungs carry no loss (see ray_trial)
-    paths = [str(BENCHMARKS), os.environ.get("PYTHONPATH")]
+    # workers import benchmarks.tune.tune_peers_common; results between rungs carry no loss
+    # (see ray_trial)
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -627,7 +631,7 @@ def summarize(runs: dict[str, list[VariantResult]], errors: dict[str, list[str]]
             "same_counts_every_run": len({_counts(r) for r in results}) == 1,
             "best": asdict(first.best) if first.best else None,
             "bests": [asdict(r.best) if r.best else None for r in results],
-            "retrain_val_loss": _median_of([r.retrain.get("mean") for r in results]),
+            "retrain_val_loss": median_or_none([r.retrain.get("mean") for r in results]),
             "retrain": [r.retrain for r in results],
             "details": first.details, "errors": errors.get(name, []),
         }  # fmt: skip
@@ -636,11 +640,6 @@ def summarize(runs: dict[str, list[VariantResult]], errors: dict[str, list[str]]
 
 def _medians(results: list[VariantResult], *keys: str) -> dict[str, float]:
     return {k: statistics.median(getattr(r, k) for r in results) for k in keys}
-
-
-def _median_of(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return statistics.median(kept) if kept else None
 
 
 def _counts(result: VariantResult) -> tuple:
@@ -717,10 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.variants.split(",")
     runs: dict[str, list[VariantResult]] = {n: [] for n in names}
     errors: dict[str, list[str]] = {n: [] for n in names}
-    rng = random.Random(args.seed)
-    for repeat in range(args.repeats):
-        order = names[:]
-        rng.shuffle(order)  # interleaved: drift lands on every variant alike
+    for repeat, order in shuffled_rounds(names, args.repeats, args.seed):
         for name in order:
             outcome = run_variant(name, args, argv)
             if isinstance(outcome, str):
@@ -744,11 +740,11 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_accounting": (
             "RUSAGE_CHILDREN of a subreaper parent" if subreaper else "RUSAGE_CHILDREN"
         ) + " + /proc samples of processes whose parent ignores SIGCHLD",
-        "load_average": os.getloadavg(),
+        "load": load_note(),
         "variants": rows,
         "comparison": comparison,
     }  # fmt: skip
-    write_report(args.out, "tune_peers", "tune_peers.py", argv, body)
+    write_report(args.out, "tune_peers", argv, body)
     return 0
 
 

@@ -6,8 +6,8 @@ Several files (the same command with other ``--seed`` values): per seed, each
 chosen variant's wall time, trial-steps and re-trained loss, and the wall-time
 ratio of every variant to the first one named, with the median over seeds::
 
-    python benchmarks/tune_peers_table.py benchmarks/results/tune_peers_small_cnn.json
-    python benchmarks/tune_peers_table.py benchmarks/results/tune_peers_small_cnn_seed*.json \\
+    python benchmarks/tune/tune_peers_table.py benchmarks/results/tune_peers_small_cnn.json
+    python benchmarks/tune/tune_peers_table.py benchmarks/results/tune_peers_small_cnn_seed*.json \\
         --variants rightsize-packed-sha,ray-asha,rightsize-packed
 """
 
