@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", help="reuse probe records (JSON) instead of probing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="benchmarks/results/comm_model.json")
-    parser.add_argument("--model-out", default="benchmarks/results/comm-model.json")
-    parser.add_argument("--records-out", default="benchmarks/results/comm-probes.json")
+    parser.add_argument("--model-out", default="benchmarks/results/comm_learned_model.json")
+    parser.add_argument("--records-out", default="benchmarks/results/comm_probes.json")
     args = parser.parse_args(argv)
     if args.records:
         records = records_from_dicts(json.loads(Path(args.records).read_text()))

@@ -23,7 +23,7 @@ with the roofline ratio (perf/roofline.py). Variants, side by side:
   (``rightsize plan --exchange ddp-probe``).
 
 Usage:
-    python benchmarks/plan/planner_accuracy.py --comm-model benchmarks/results/comm-model.json
+    python benchmarks/plan/planner_accuracy.py --comm-model benchmarks/results/comm_learned_model.json
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ ceiling runs at other PS settings than the one it predicts. The stored curves ar
 without running anything with ``--refit``:
 
     python benchmarks/ps/ps_scaling.py --refit benchmarks/results/ps_scaling.json \\
-        --ceiling benchmarks/results/ps_ceiling.json benchmarks/results/ps_ceiling_run2.json \\
+        --ceiling benchmarks/results/ps_ceiling_wide_deep.json benchmarks/results/ps_ceiling_mlp3.json \\
         --out benchmarks/results/ps_scaling.json
 """
 
