@@ -40,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/compute_model.py --out benchmarks/results/compute_model.json
+	$(BIN)/python benchmarks/plan/compute_model.py --out benchmarks/results/compute_model.json
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

@@ -1,4 +1,4 @@
-"""How benchmarks/runtime_moves.py names the moves of a report's timeline, by hand.
+"""How benchmarks/run/runtime_moves.py names the moves of a report's timeline, by hand.
 
 No job runs here: timelines written out, each row with the shape it left the job in.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-import runtime_moves as rm  # noqa: E402
+from benchmarks.run import runtime_moves as rm  # noqa: E402
 
 MI = 2**20
 

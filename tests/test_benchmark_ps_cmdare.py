@@ -1,14 +1,14 @@
-"""The CM-DARE check's inputs (benchmarks/ps_cmdare.py): its models and the curves it reads."""
+"""The CM-DARE check's inputs (benchmarks/ps/ps_cmdare.py): its models and the curves it reads."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-import gpu_models  # noqa: E402
-import ps_cmdare  # noqa: E402
+from benchmarks.plan import gpu_models  # noqa: E402
+from benchmarks.ps import ps_cmdare  # noqa: E402
 
 
 def test_the_cifar_resnets_have_he_et_al_s_sizes_and_train_on_cifar_images():

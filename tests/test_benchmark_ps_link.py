@@ -1,4 +1,4 @@
-"""The shaped-link PS benchmark (benchmarks/ps_link.py): its link, and its fits on curves
+"""The shaped-link PS benchmark (benchmarks/ps/ps_link.py): its link, and its fits on curves
 made by hand."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo root: `benchmarks.`
 
-import ps_link  # noqa: E402
+from benchmarks.ps import ps_link  # noqa: E402
 
 MOVED = ps_link.moved_per_step()  # MLP-3: 3.7 MB of gradients in, 3.7 MB of parameters out
 CORES = 0.3  # each worker's quota
@@ -100,8 +100,8 @@ def own_network_namespace() -> bool:
 def test_the_shaped_loopback_carries_no_more_than_its_rate_and_counts_what_it_carried():
     script = f"""
 import socket, sys, threading, time
-sys.path.insert(0, {str(BENCHMARKS)!r})
-import ps_link
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks.ps import ps_link
 ps_link.shape("80", 1500)
 before, charged = ps_link.carried_bytes(), ps_link.charged_bytes()
 server = socket.create_server(("127.0.0.1", 0))

@@ -1,4 +1,4 @@
-"""The PS-scaling benchmark's fits (benchmarks/ps_scaling.py) on curves made by hand."""
+"""The PS-scaling benchmark's fits (benchmarks/ps/ps_scaling.py) on curves made by hand."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-import ps_scaling as ps  # noqa: E402
+from benchmarks.ps import ps_scaling as ps  # noqa: E402
 
 
 def curve(ps_cpu: float, update_s: float, per_byte: float, think_s: float, moved: float):

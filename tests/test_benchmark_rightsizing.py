@@ -1,4 +1,4 @@
-"""The right-sizing benchmark's arithmetic (benchmarks/runtime_rightsizing.py), by hand.
+"""The right-sizing benchmark's arithmetic (benchmarks/run/runtime_rightsizing.py), by hand.
 
 No job runs here: synthetic timelines and throughput rows, with the expected
 numbers worked out in the comments.
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-import rightsizing_sim as sim  # noqa: E402
-import runtime_rightsizing as rs  # noqa: E402
+from benchmarks.lib.errors import relative_error_percent  # noqa: E402
+from benchmarks.run import runtime_rightsizing as rs  # noqa: E402
 
 
 def shape(*cpus: float) -> dict:
@@ -73,8 +73,8 @@ def test_sweep_grid_stays_within_the_budget():
 
 
 def test_relative_error_and_ratio():
-    assert sim.relative_error(55.0, 50.0) == pytest.approx(10.0)
-    assert sim.relative_error(None, 50.0) is None
+    assert relative_error_percent(55.0, 50.0) == pytest.approx(10.0)
+    assert relative_error_percent(None, 50.0) is None
     assert rs.relative(30.0, 60.0) == 0.5
     assert rs.relative(None, 60.0) is None
 

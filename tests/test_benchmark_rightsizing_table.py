@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-import rightsizing_table as rt  # noqa: E402
+from benchmarks.run import rightsizing_table as rt  # noqa: E402
 
 RUN = {
     "start": "too-small", "policy": "nearchus+", "jct_s": 84.73, "jct_over_oracle": 2.549,

@@ -6,7 +6,7 @@ runtime's own logs. A schedule passes when the job ends with exit 0 and every sa
 was applied exactly ``epochs`` times in every tensor, or fails loudly (non-zero exit,
 one ``error:`` line). The named schedules are the failures issue 16 found; the seeded
 ones run with ``--chaos-schedules N`` (CI runs as many as fit its budget; the chaos
-benchmark runs 30+: benchmarks/runtime_chaos.py).
+benchmark runs 30+: benchmarks/run/runtime_chaos.py).
 """
 
 import os

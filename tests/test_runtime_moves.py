@@ -5,7 +5,7 @@ it — the file's job, the registry's policy with the file's parameters on the f
 interval, the master — with its checkpoints in a temporary directory. The policies run at
 their defaults: the moves happen for the reasons each file's header gives. A test ends the
 job a few steps after the move (the job's whole work is the benchmark's:
-``benchmarks/runtime_moves.py``), reads the move from the report's timeline with the
+``benchmarks/run/runtime_moves.py``), reads the move from the report's timeline with the
 benchmark's own reading (``moves_of``: what was applied, from the shapes and the
 mechanism's timings) and requires every sample the servers applied to have been applied
 exactly once per epoch, checked on the final checkpoint's update logs. Four of them take
@@ -25,9 +25,9 @@ from rightsize.core.spec import parse_job_spec
 from rightsize.runtime.master import Master
 from rightsize.scaling.registry import make_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-from runtime_moves import moves_of  # noqa: E402
+from benchmarks.run.runtime_moves import moves_of  # noqa: E402
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

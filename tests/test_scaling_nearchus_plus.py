@@ -83,7 +83,7 @@ def test_a_job_with_an_idle_component_is_rebalanced_not_grown():
 
 
 def test_saturated_workers_beside_an_idle_ps_at_its_floor_grow_the_job():
-    # The real small CNN's start (benchmarks/runtime_rightsizing.py): the PS at the
+    # The real small CNN's start (benchmarks/run/runtime_rightsizing.py): the PS at the
     # 0.1-core floor using 0.013, two workers using all of their 0.25; budget 2. e_job 0.85
     # < 0.95 and the PS cannot give more, so faithful NEARCHUS reads an MU bottleneck and
     # adds a worker sharing the same 0.5 cpu; nearchus+ grows the job into its budget.

@@ -5,7 +5,7 @@ Where the numbers come from:
 - **Compute per sample, PS update cost, tensor sizes, memory** — measured on
   this machine by ``rightsize profile`` with one thread (so seconds are
   core-seconds) for the zoo models, collected in ``data/profiled_models.json``
-  by ``benchmarks/schedule_models.py``. Compute is taken at the largest
+  by ``benchmarks/schedule/schedule_models.py``. Compute is taken at the largest
   profiled batch.
 - **NEARCHUS's five CNNs** (Table II: MobileNet, DenseNet-201, NasNetLarge,
   ResNet-50, Inception-V3) — parameter counts from NEARCHUS Table II; compute

@@ -59,7 +59,7 @@ FOOTPRINT_PEAK_BATCHES = (256, 512)
 FOOTPRINT_PEAK_REPEATS = 3
 #: Margin on a pack's estimate before it is compared with the capacity. Measured
 #: step peaks of fused MLP-3 packs were up to 1.21x the estimate (n = 8, batch
-#: sizes 20-70, benchmarks/packing_step.py); 1.25 covers that. Set 1.0 for the bare model.
+#: sizes 20-70, benchmarks/tune/packing_step.py); 1.25 covers that. Set 1.0 for the bare model.
 MEMORY_HEADROOM = 1.25
 
 

@@ -146,11 +146,11 @@ def _knn(remaining: list[TrialSpec], settings, admits, rng, space) -> list[list[
 
 #: ``balance``'s price of one more pack, in trials: a pack's training step costs
 #: about 0.6 ms per MLP-3 trial plus ~1.3 ms per pack on this CPU (one thread,
-#: ragged; benchmarks/packing_step.py), so halving a pack adds about two trials' work.
+#: ragged; benchmarks/tune/packing_step.py), so halving a pack adds about two trials' work.
 BALANCE_PACK_OVERHEAD_TRIALS = 2.0
 #: A trial-step's work grows with its rows, plus an optimizer update that costs
 #: about as much as this many more rows (MLP-3, one thread: a fused Adam update
-#: 0.198 ms against 7.2 µs per row of products; benchmarks/packing_roofline.py).
+#: 0.198 ms against 7.2 µs per row of products; benchmarks/tune/packing_roofline.py).
 UPDATE_ROWS = 27.0
 
 Work = Callable[[TrialSpec], float]

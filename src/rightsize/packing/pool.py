@@ -82,7 +82,7 @@ class _CheckpointPickler(pickle.Pickler):
 
     ``torch.save`` writes a zip archive with a record per storage: 3.9x slower
     to write and 3.7x slower to read for MLP-3 checkpoints with Adam's state
-    (``benchmarks/packing_overheads.py``), and a search moves hundreds of
+    (``benchmarks/tune/packing_overheads.py``), and a search moves hundreds of
     them. The bytes are the same either way, so a trial's result cannot depend
     on the codec. Anything else (a dtype NumPy lacks, a view with gaps, a
     tensor needing gradients, a device tensor) takes the default path.

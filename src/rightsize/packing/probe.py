@@ -3,7 +3,7 @@
 pack_opt (§5.3) groups trials by similarity and memory only: it takes for
 granted that a pack trains faster than its trials one after another. On this
 CPU that holds for MLP-3 (IMPV +0.28 to +0.35) and fails for the small CNN
-(IMPV -0.03 at two trials to -1.48 at eight; benchmarks/packing_step.py):
+(IMPV -0.03 at two trials to -1.48 at eight; benchmarks/tune/packing_step.py):
 grouped convolutions and padding cost more than the pack saves. The gate
 measures instead of assuming. For each group pack_opt proposes it trains a
 few steps of the pack, and of each member alone with plain PyTorch, on

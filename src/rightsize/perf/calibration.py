@@ -188,7 +188,7 @@ def ratio_errors(measurements: Sequence[Measurement], eff: Efficiencies,
     the same batch and precision — measured by one source (``same_source``, the default: a
     ratio of one software stack on two GPUs, which is what decides between instances), or by
     any two (a ratio that also carries the sources' differences: ~20% apart on the same GPU,
-    benchmarks/source_agreement.py)."""
+    benchmarks/plan/source_agreement.py)."""
     return [_ratio_error(a, b, eff) for a, b in _gpu_pairs(measurements, same_source)]
 
 

@@ -15,7 +15,7 @@ their own curve.
 ``method="srift"`` uses exactly those four samples (faithful). ``method="dense"``
 joins every latency sample in the profile (the profiler's default sampling adds
 powers of two), the improvement measured side by side in
-``benchmarks/compute_model.py``. ``auto`` picks dense when the profile has more
+``benchmarks/plan/compute_model.py``. ``auto`` picks dense when the profile has more
 than Srift's samples.
 """
 

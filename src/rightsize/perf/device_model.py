@@ -16,7 +16,7 @@ where η_c is the fraction of the peak a class of operation reaches (one for the
 CUDA cores, one for the tensor cores), η_mem the fraction of the datasheet
 bandwidth, and κ the fixed cost of one kernel (launch and tail). These few
 numbers are the same for every GPU: they are fitted on published measurements of
-real training (perf/calibration.py, benchmarks/gpu_predictions.py) and shipped
+real training (perf/calibration.py, benchmarks/plan/gpu_predictions.py) and shipped
 with the package as ``device_efficiencies.json`` with their held-out errors, so
 a GPU nobody measured is predicted from its datasheet alone. The fitted spread
 of the held-out errors is each prediction's interval.
@@ -149,7 +149,7 @@ class Efficiencies:
 
     @classmethod
     def shipped(cls) -> Efficiencies:
-        """The calibration that ships with the package (benchmarks/gpu_predictions.py)."""
+        """The calibration that ships with the package (benchmarks/plan/gpu_predictions.py)."""
         text = resources.files("rightsize.perf").joinpath(EFFICIENCIES_FILE).read_text()
         return cls.from_dict(json.loads(text))
 

@@ -15,7 +15,7 @@ eq. 2); every change of concurrency re-times the active transfers. ``t_pe`` is
 when the last transfer finishes.
 
 Exchange modes (:data:`EXCHANGES`), each selectable and measured side by side
-in ``benchmarks/planner_accuracy.py``:
+in ``benchmarks/plan/planner_accuracy.py``:
 
 - ``per-layer`` — Srift as written: one allreduce per layer, overlapping backward;
 - ``ddp-buckets`` — what a PyTorch DDP step does: layers grouped into DDP's

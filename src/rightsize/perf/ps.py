@@ -24,13 +24,13 @@ PS training is: ``n`` workers each compute for ``Z`` seconds (the delay), then
 queue at the PS's CPU (service demand ``D_cpu = (update + bytes · cpu_per_byte)
 / cores``) and its link (``D_net = bytes / (link · efficiency)``). Throughput
 bends smoothly towards ``1 / max(D)`` as workers are added, as measured curves
-do (benchmarks/ps_scaling.py). One worker's step is DLRover's eq. 1 with the
+do (benchmarks/ps/ps_scaling.py). One worker's step is DLRover's eq. 1 with the
 transfer timed over the worker's link and then the PS's. Both models stay
 selectable (:class:`PSModel`).
 
 Co-located nodes share their host's CPU (``PSSpec.host_cores``, issue 18 item 4): on
 one 2-core host with a 1-core PS and six 1/6-core workers, the PS never used more than
-half a core, and benchmarks/ps_ceiling.py found why: not its one serving thread (idle a
+half a core, and benchmarks/ps/ps_ceiling.py found why: not its one serving thread (idle a
 third of the time, never throttled) but the host — every process runnable and waiting
 for a CPU (the PS 36% of its time, each worker 49%). With ``host_cores`` set, the
 queueing model adds the host's CPU as a station every step queues at, with demand
@@ -40,7 +40,7 @@ cap ``host_cores`` over the same CPU per step. Unset (infinite), both are as bef
 A worker on a CPU quota (``WorkerSpec.cores``, a cgroup's share of a core) cannot step faster
 than its quota refills: its CPU per step over its cores bounds its step from below. On that
 host a 1/6-core Wide & Deep worker spends 24 ms of CPU per step alone and 27 ms with five
-others (benchmarks/ps_ceiling.py: contended caches and the scheduler), so its CPU per step
+others (benchmarks/ps/ps_ceiling.py: contended caches and the scheduler), so its CPU per step
 grows with the workers beside it (``cpu_growth_s`` each). While it waits for the PS its quota
 refills, so that wait hides under the bound: a worker's step is the larger of its quota bound
 and its unthrottled step (its own time plus what it queues for), not their sum — at one worker
@@ -55,7 +55,7 @@ parameters coming back and the PS's CPU serving them. The push's transfer and th
 take the link's and the PS's time — the stations' utilisation counts them, and no station
 works past 100% (:func:`at_most_saturated`) — but not the worker's. The queueing model takes
 both; DLRover's eq. 1 keeps its serial step. Measured on a shaped kernel link
-(benchmarks/ps_link.py), a TCP link at an Ethernet MTU carries the model's bytes at 0.95 of its
+(benchmarks/ps/ps_link.py), a TCP link at an Ethernet MTU carries the model's bytes at 0.95 of its
 line rate (:data:`PS_NETWORK_EFFICIENCY`): a segment's 1448 bytes of payload take 1514 on the
 wire.
 """
@@ -68,10 +68,10 @@ from enum import StrEnum
 
 FC2_HEADROOM = 0.95  # p in FC2's Scala-Opt: keep the PS link below 95% (FC2 §8.2 footnote 11)
 #: CPU-seconds rightsize's own PS spends per byte pulled or pushed over TCP, fitted on this
-#: machine's runtime (benchmarks/ps_scaling.py; docs/benchmarks.md): ~1 ns/B.
+#: machine's runtime (benchmarks/ps/ps_scaling.py; docs/benchmarks.md): ~1 ns/B.
 PS_CPU_S_PER_BYTE = 1e-9
 #: Goodput over line rate of a PS's TCP link at an Ethernet MTU, measured through this machine's
-#: runtime on shaped links (benchmarks/ps_link.py; docs/benchmarks.md "PS across a shaped
+#: runtime on shaped links (benchmarks/ps/ps_link.py; docs/benchmarks.md "PS across a shaped
 #: link"): 0.945-0.956 at saturation, 0.935-0.965 fitted held out.
 PS_NETWORK_EFFICIENCY = 0.95
 
@@ -140,7 +140,7 @@ class PSSpec:
         host_cores: cores of the host the PS shares with co-located nodes, less what the
             OS and other processes take (infinite: a host of its own, the default).
         colocated_cpu_s_per_step: CPU-seconds the co-located workers and master spend per
-            step on that host (benchmarks/ps_ceiling.py measures both), beyond the workers'
+            step on that host (benchmarks/ps/ps_ceiling.py measures both), beyond the workers'
             own ``WorkerSpec.cpu_s_per_step`` (which the host's demand adds where it is set).
     """
 

@@ -14,7 +14,7 @@ its prediction, one of two ways (``HistoryFit``):
   throughput (a saturated device, Srift's insight 1); below the smallest, the
   profile's shape anchored at it. With one measured batch it is ``scale``.
 
-Measured (benchmarks/plan_history.py): on this host the profile's curve over batches
+Measured (benchmarks/plan/plan_history.py): on this host the profile's curve over batches
 is wrong in shape, not only in level (it has throughput falling with the batch where
 real runs hold it flat), so scaling it leaves most of the error; interpolating what
 was measured removes it. The spread of the runs' factors becomes the option's

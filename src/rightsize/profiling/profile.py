@@ -42,7 +42,7 @@ def sample_batches(sampling: str, bmax: int, min_batch: int = 1) -> list[int]:
     """The batch sizes a profile times.
 
     ``srift``: Srift's four. ``dense``: those plus every power of two between
-    them — the denser curve that ``benchmarks/compute_model.py`` measured to
+    them — the denser curve that ``benchmarks/plan/compute_model.py`` measured to
     follow models whose per-sample cost is not piecewise-linear in three pieces
     (docs/benchmarks.md).
     """

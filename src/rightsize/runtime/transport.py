@@ -4,7 +4,7 @@ Why ZeroMQ: it is a proven message transport (pyzmq is a dependency already),
 multipart messages carry a tensor's bytes as their own frame with no
 serialisation step (sent zero-copy above :data:`ZERO_COPY_BYTES`), a ROUTER
 socket lets one parameter server serve any number of workers from one loop,
-and DEALER sockets reconnect by themselves. ``benchmarks/runtime_transport.py``
+and DEALER sockets reconnect by themselves. ``benchmarks/run/runtime_transport.py``
 measures it against torch.distributed's point-to-point ``send``/``recv`` for
 the model's tensor sizes (docs/benchmarks.md).
 

@@ -72,7 +72,7 @@ class DLRoverParams:
         replace_hot_ps: §4.2 — a hot PS is *replaced* by a new PS with more CPU (its
             tensors move there, the hot one leaves; true). False: resize the hot PS in place,
             which a mechanism that changes quotas in place (this runtime) can do without
-            moving a tensor (ours; measured beside it in benchmarks/runtime_elastic.py).
+            moving a tensor (ours; measured beside it in benchmarks/run/runtime_elastic.py).
         core_step: the unit worker CPU is rounded up to (eq. 6's ``⌈ŵ⌉``: 1 core) ...
         core_step_fraction: ours — ... or this fraction of the budget where that is
             smaller (0.05). At the paper's and the simulator's budgets (30+ cores) it is

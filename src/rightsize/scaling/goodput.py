@@ -55,7 +55,7 @@ class GoodputParams:
             DLRover's PS threshold).
         growth: a saturated rank's CPU grows by at most this factor (none: to what the
             budget and node limit allow, DLRover's ``C_max`` sampling; 2 is DLRover's PS
-            growth, measured beside it in benchmarks/torchrun_rightsizing.py).
+            growth, measured beside it in benchmarks/torchrun/torchrun_rightsizing.py).
         min_gain: a move must make the job this much faster to be kept (0.05, NEARCHUS's
             stability bound).
         settle_samples: samples after a move left out (the ranks start, load, warm up; the
@@ -65,7 +65,7 @@ class GoodputParams:
         grow_after_samples: settled samples after which a saturated rank grows in place
             (rule 3), before the other rules judge (1: at once, as DLRover's sampling stage
             does; ``judge_samples`` waits for them, the first version, measured beside it
-            in benchmarks/torchrun_rightsizing.py).
+            in benchmarks/torchrun/torchrun_rightsizing.py).
         core_step: CPU is planned in whole multiples of this many cores.
     """
 

@@ -92,7 +92,7 @@ class NearchusParams:
             with exactly what it used at the old speed, so it saturates as soon as the
             workers speed up (the PSC bottleneck of §III-B) and the job oscillates at
             its launch size. Keeping a tenth lets the job climb; 1.0 is measured beside
-            it in ``benchmarks/schedule_experiments.py`` (``nearchus-all-idle``).
+            it in ``benchmarks/schedule/schedule_experiments.py`` (``nearchus-all-idle``).
         min_gain: ours — ``patience`` scale-outs (add PS, add worker) in a row that
             raise the speed by less than this fraction mean no improvement is left
             (the paper gives no number; 2% is above the measurement noise after

@@ -67,7 +67,7 @@ check and stop rule, and changes eleven things:
   (:func:`evident_imbalance`). On real jobs here a 2-s interval's
   speed varies by 5-10% (samples/s from a few hundred steps), so the 5% CV test
   can hold the first decision of a starved job for tens of seconds
-  (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
+  (benchmarks/run/runtime_rightsizing.py, docs/benchmarks.md).
 - **Fold an idle PS** into the others when the servers are idle beside busy workers
   and the busiest link would stay under ``fold_link_max`` (half its capacity) with
   one PS fewer; NEARCHUS only adds PS, so a job started with too many keeps paying
@@ -140,18 +140,18 @@ class NearchusPlusParams(NearchusParams):
             growth at ``R_up`` (or ``mu_free_cores``) and adds the rest as workers, as for a
             PS job. In place costs no restart; another rank costs one, and on a script's
             compute-bound ranks here one rank of 2 CPU trained 1.2-1.5x faster than two of 1
-            (benchmarks/torchrun_rightsizing.py).
+            (benchmarks/torchrun/torchrun_rightsizing.py).
         in_place_points: with ``grow_ranks_in_place``, ranks that used at least
             ``E_thd_job`` of their CPU in this many stability points in a row (2) grow in
             place at once. §IV's ``N_comp`` (5) guards moves that restart the job; a move
             that restarts nothing is undone as cheaply, and the three points between, at
             the runtime's 2 s each, are 6 s at the too-small size: a tenth of a one-minute
-            script (benchmarks/torchrun_rightsizing.py).
+            script (benchmarks/torchrun/torchrun_rightsizing.py).
         mu_free_cores: a worker's CPU may grow to at least this (1 core) in one move,
             whatever ``R_up`` allows: the MU bottleneck sets in at 16-37 vCPUs in the
             paper (§III), never below a core, and a small CNN's workers at 0.25 CPU grown
             by ``R_up`` became five workers at 0.37 that trained at 0.71 of the two at 0.8
-            of the measured sweep (benchmarks/runtime_rightsizing.py).
+            of the measured sweep (benchmarks/run/runtime_rightsizing.py).
     """
 
     ps_slack: float = 0.2
@@ -420,7 +420,7 @@ class NearchusPlusPolicy(NearchusPolicy):
         E_thd_job``, which an idle PS keeps it below: on a real small CNN here, started
         at 0.6 of its 2 CPUs with its PS at the 0.1-core floor using 0.013, the workers
         read 1.00 and ``e_job`` 0.85, and the job ran to the end at 0.6 CPU
-        (benchmarks/runtime_rightsizing.py, docs/benchmarks.md).
+        (benchmarks/run/runtime_rightsizing.py, docs/benchmarks.md).
         """
         _, e_wk = role_efficiencies(obs.shape, stable.node_used())
         if e_wk < self.params.e_thd_job:

@@ -1,0 +1,112 @@
+"""The tables of docs/benchmarks.md from tune_peers.py's results (nothing is measured here).
+
+One result file: a row per variant (median wall and CPU seconds over the repeats,
+trial-steps, trials, overhead, the best configuration and its re-trained loss).
+Several files (the same command with other ``--seed`` values): per seed, each
+chosen variant's wall time, trial-steps and re-trained loss, and the wall-time
+ratio of every variant to the first one named, with the median over seeds::
+
+    python benchmarks/tune/tune_peers_table.py benchmarks/results/tune_peers_small_cnn.json
+    python benchmarks/tune/tune_peers_table.py benchmarks/results/tune_peers_small_cnn_seed*.json \\
+        --variants rightsize-packed-sha,ray-asha,rightsize-packed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+CONFIG_KEYS = ("batch_size", "optimizer", "lr", "activation")
+
+
+def variant_table(result: dict[str, Any]) -> str:
+    """Markdown: one row per variant that has a result."""
+    head = ["variant", "wall s", "wall / packed", "CPU s", "trial-steps", "to R / stopped",
+            "overhead ms/trial", "best (batch, optimizer, lr, activation)", "re-trained val loss"]  # fmt: skip
+    rows = []
+    for name, row in result["variants"].items():
+        if "wall_s" not in row:
+            continue
+        best = row["best"]["config"] if row.get("best") else {}
+        retrain = row.get("retrain_val_loss")
+        rows.append([
+            name, f"{row['wall_s']:.1f}", f"{row.get('wall_vs_packed', float('nan')):.2f}×",
+            f"{row['cpu_s']:.1f}", _steps(row),
+            f"{row['trials_finished']}/{row['trials_pruned']}",
+            f"{1000 * row['overhead_per_trial_s']:.0f}",
+            ", ".join(str(best.get(k, "-")) for k in CONFIG_KEYS),
+            "-" if retrain is None else f"{retrain:.4f}",
+        ])  # fmt: skip
+    return _markdown(head, rows)
+
+
+def _steps(row: dict[str, Any]) -> str:
+    """Trial-steps; the range over the repeats where an asynchronous tool's count varies."""
+    runs = row.get("trial_steps_runs") or [row["trial_steps"]]
+    low, high = min(runs), max(runs)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def seeds_table(results: list[dict[str, Any]], variants: list[str]) -> str:
+    """Markdown: per result (seed), each variant's wall s, trial-steps and re-trained loss,
+    and each variant's wall time over the first's; the last row holds the medians."""
+    base = variants[0]
+    head = ["seed"] + [f"{v}: wall s, steps, loss" for v in variants]
+    head += [f"{v} / {base}" for v in variants[1:]]
+    rows, ratios = [], {v: [] for v in variants[1:]}
+    for result in sorted(results, key=lambda r: r["settings"]["seed"]):
+        found = result["variants"]
+        row = [str(result["settings"]["seed"])]
+        for v in variants:
+            r = found.get(v, {})
+            row.append(
+                f"{r['wall_s']:.1f}, {r['trial_steps']:,}, {r['retrain_val_loss']:.4f}"
+                if "wall_s" in r else "-"
+            )  # fmt: skip
+        for v in variants[1:]:
+            if "wall_s" in found.get(v, {}) and "wall_s" in found.get(base, {}):
+                ratios[v].append(found[v]["wall_s"] / found[base]["wall_s"])
+                row.append(f"{ratios[v][-1]:.2f}×")
+            else:
+                row.append("-")
+        rows.append(row)
+    medians = ["median"] + [_median_cell(results, v) for v in variants]
+    medians += [f"{statistics.median(ratios[v]):.2f}×" if ratios[v] else "-" for v in variants[1:]]
+    return _markdown(head, rows + [medians])
+
+
+def _median_cell(results: list[dict[str, Any]], variant: str) -> str:
+    rows = [r["variants"][variant] for r in results if "wall_s" in r["variants"].get(variant, {})]
+    if not rows:
+        return "-"
+    wall = statistics.median(r["wall_s"] for r in rows)
+    steps = statistics.median(r["trial_steps"] for r in rows)
+    loss = statistics.median(r["retrain_val_loss"] for r in rows)
+    return f"{wall:.1f}, {steps:,.0f}, {loss:.4f}"
+
+
+def _markdown(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="tune_peers.py result files")
+    parser.add_argument("--variants", help="several files: the variants to compare, base first")
+    args = parser.parse_args(argv)
+    results = [json.loads(path.read_text()) for path in args.results]
+    if len(results) == 1 and not args.variants:
+        print(variant_table(results[0]))
+        return 0
+    if not args.variants:
+        parser.error("several result files: name the variants to compare with --variants")
+    print(seeds_table(results, args.variants.split(",")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
