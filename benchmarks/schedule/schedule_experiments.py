@@ -42,16 +42,12 @@ from benchmarks.lib.repeats import median_or_none
 from rightsize.cli.args import parse_options
 from rightsize.cluster.clusters import parse_cluster
 from rightsize.cluster.config import SimConfig
-from rightsize.cluster.links import (
-    LINK_SHARING,
-    OBSERVED_LINK,
-    check_link_sharing,
-    check_observed_link,
-)
+from rightsize.cluster.links import LINK_SHARING, OBSERVED_LINK, LinkSharing, ObservedLink
 from rightsize.cluster.models import NEARCHUS_CNNS
 from rightsize.cluster.report import SIMULATED_NOTE
 from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import nearchus_trace, single_job
+from rightsize.core.errors import choose
 from rightsize.scaling.registry import make_policy
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "schedule_experiments.json"
@@ -96,7 +92,8 @@ def policies(names: list[str], variants: list[str]) -> dict[str, tuple[str, dict
 def settings(sharing: str, observed: str) -> dict[str, dict]:
     """``SHARING/OBSERVED`` label -> SimConfig fields, for every pair of the comma lists."""
     return {
-        f"{s}/{o}": {"link_sharing": check_link_sharing(s), "observed_link": check_observed_link(o)}
+        f"{s}/{o}": {"link_sharing": choose(LinkSharing, s, "link sharing"),
+                   "observed_link": choose(ObservedLink, o, "observed link")}
         for s in sharing.split(",")
         for o in observed.split(",")
     }
