@@ -27,7 +27,7 @@ from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import JobModel
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
-from rightsize.cluster.simjob import JobState, measured_row, node_metrics, sample_template
+from rightsize.cluster.simjob import SimJobState, measured_row, node_metrics, sample_template
 from rightsize.cluster.simulator import Simulator, _Run
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.resources import Resources
@@ -190,7 +190,7 @@ def through_the_simulator(name: str, model: str, prior) -> tuple[Plan, list]:
         plan = run._plan(job, run._observe(job))
         if plan is not None:
             apply(job, plan, run.now)
-            assert job.state == JobState.RUNNING
+            assert job.state == SimJobState.RUNNING
     return launch, log
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rightsize.cluster.jobmodel import Performance
-from rightsize.cluster.simjob import JobState, SimJob
+from rightsize.cluster.simjob import SimJob, SimJobState
 from rightsize.core.errors import unknown_name
 
 LINK_SHARING = ("job", "cluster")
@@ -98,7 +98,7 @@ class LinkBook:
             return []  # every node had a link of its own, and still has
         out = []
         for job in jobs:
-            if job.link_nodes and job.state == JobState.RUNNING:
+            if job.link_nodes and job.state == SimJobState.RUNNING:
                 perf = job.model.evaluate_shared(job.shape, self.nodes)
                 link = self.observed_link(job)
                 if perf is not job.perf or link != job.observed_link_bytes_per_s:

@@ -119,7 +119,10 @@ def measured_row(
     ]
 
 
-class JobState(StrEnum):
+class SimJobState(StrEnum):
+    """Where a simulated job is in its life (the scheduler's queues). Not the runtime's
+    ``runtime.jobstate.JobState``, a real job's record: this one is a phase alone."""
+
     WAITING = "waiting"
     STARTING = "starting"  # launching or restarting: holds resources, makes no progress
     RUNNING = "running"
@@ -153,7 +156,7 @@ class SimJob:
     model: JobModel
     samples_total: float
     rng: np.random.Generator
-    state: JobState = JobState.WAITING
+    state: SimJobState = SimJobState.WAITING
     shape: ClusterShape = field(default_factory=ClusterShape)
     perf: Performance | None = None
     samples_done: float = 0.0
@@ -248,13 +251,13 @@ class SimJob:
         self.shape = plan.shape
         self.perf = self.model.evaluate(plan.shape)
         self.observed_link_bytes_per_s = 0.0  # until it trains (``LinkBook.start``)
-        self.state = JobState.STARTING
+        self.state = SimJobState.STARTING
         self.ready_s = now + restart_s
         self.set_rate(now, 0.0, 0.0)
 
     def ready(self, now: float) -> None:
         """The (re)start is over: train at the shape's speed, or report OOM-killed nodes."""
-        self.state = JobState.RUNNING
+        self.state = SimJobState.RUNNING
         self.next_sample_s = now
         oom = self.perf.oom_nodes
         if oom:

@@ -45,7 +45,7 @@ from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import JobState, SimJob, sample_detail
+from rightsize.cluster.simjob import SimJob, SimJobState, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import ResourceError, RightsizeError, SpecError
 from rightsize.core.resources import Resources
@@ -165,7 +165,7 @@ class _Run:
             t, _, kind, job, version = heapq.heappop(self.heap)
             self.now = t
             if kind == COMPLETE:
-                if version == job.version and job.state == JobState.RUNNING:
+                if version == job.version and job.state == SimJobState.RUNNING:
                     self.complete(job)
             elif kind != TICK or version == job.epoch:  # a tick from before a restart is void
                 handlers[kind](job)
@@ -269,7 +269,7 @@ class _Run:
         return when
 
     def tick(self, job: SimJob) -> None:
-        if job.state != JobState.RUNNING:
+        if job.state != SimJobState.RUNNING:
             return
         cfg = self.config
         if not job.quiet:
@@ -331,7 +331,7 @@ class _Run:
 
     def complete(self, job: SimJob) -> None:
         job.advance(self.now)
-        job.state = JobState.FINISHED
+        job.state = SimJobState.FINISHED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
         if self.links.stop(job):
@@ -370,7 +370,7 @@ class _Run:
             self.push(when, COMPLETE, job, job.version)
 
     def _fail(self, job: SimJob) -> None:
-        job.state = JobState.FAILED
+        job.state = SimJobState.FAILED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
         self.links.stop(job)  # (only OOM-killed jobs fail, and they hold no link share)
@@ -414,7 +414,7 @@ class _Run:
                 mechanism made or raised (to the memory floors) that does not fit is refused
                 instead — as the runtime refuses it: the job keeps its shape, or waits.
         """
-        held = job.shape.total() if job.state != JobState.WAITING else None
+        held = job.shape.total() if job.state != SimJobState.WAITING else None
         rules = (job.budget, Strategy.PS, held, free, self.cluster.node_limit)
         problems = plan_problems(plan.shape, *rules)
         if not problems:
