@@ -30,7 +30,6 @@ from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
 from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
-from rightsize.scaling.frozen import remembered_property
 from rightsize.scaling.nearchus_stability import stability_points
 from rightsize.scaling.optimus import (
     KnownSpeeds,
@@ -327,10 +326,11 @@ def test_a_run_leaves_no_reference_cycle_so_the_paused_collector_misses_nothing(
     assert gc.isenabled()
 
 
-def test_remembered_properties_are_computed_once_and_stay_out_of_the_value():
+def test_derived_fields_are_computed_once_and_stay_out_of_the_value():
     obs = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
     headroom = obs.headroom
     assert obs.headroom is headroom and obs.__dict__["headroom"] is headroom
+    other = dataclasses.replace(obs, free=Resources(20, 100))
+    assert other != obs and other.headroom == Resources(20, 30)
     plain = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
-    assert plain == obs and repr(plain) == repr(obs)  # one read it, the other did not
-    assert isinstance(Observation.headroom, remembered_property)  # the descriptor, on the class
+    assert plain == obs and repr(plain) == repr(obs) and "headroom" not in repr(obs)

@@ -22,15 +22,17 @@ from __future__ import annotations
 import math
 import statistics
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
 from rightsize.scaling.frozen import remembered_property
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -232,24 +234,22 @@ class Observation:
     node_limit: Resources | None = None  # the largest single node the mechanism can place
     shape_since_s: float = 0.0  # when the current shape was requested (plan applied or launch)
     worker_range: WorkerRange = WorkerRange()  # the workers a plan may have
+    # Derived, not fields (so not in equality, repr or ``dataclasses.fields``): what the job
+    # may still grow by (``headroom()``), and what policies read from the window (see
+    # ``Readings``). The observation book supplies both, one ``Readings`` per window; an
+    # observation built directly, or by ``dataclasses.replace``, makes its own.
+    if TYPE_CHECKING:
+        headroom: Resources
+        readings: Readings
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "headroom", headroom(self.shape, self.budget, self.free))
+        object.__setattr__(self, "readings", Readings())
 
     @property
     def last_plan(self) -> Plan | None:
         """The plan that produced the current shape (its ``details`` carry a policy's notes)."""
         return self.plans[-1] if self.plans else None
-
-    @remembered_property
-    def headroom(self) -> Resources:
-        """What the job may still grow by: the smaller of budget left and cluster free.
-        (Cached: an observation is frozen, and policies ask for this several times.)"""
-        # ``Resources(budget left).clipped_to(free)`` in one object: rounding the smaller of
-        # the CPU left and the free CPU (already rounded) equals the smaller of the two rounded.
-        total, budget, free = self.shape.total(), self.budget, self.free
-        return Resources(
-            min(max(0.0, budget.cpu_cores - total.cpu_cores), free.cpu_cores),
-            min(max(0, budget.memory_bytes - total.memory_bytes), free.memory_bytes),
-            min(max(0, budget.gpus - total.gpus), free.gpus),
-        )
 
     def mean_speed(self, last: int | None = None) -> float:
         """Mean job steps/s over the window (or its last ``last`` samples); 0 if empty."""
@@ -363,6 +363,45 @@ class LaunchRequest:
     free: Resources
     prior: tuple[ShapeRecord, ...] = ()
     node_limit: Resources | None = None
+
+
+def headroom(shape: ClusterShape, budget: Resources, free: Resources) -> Resources:
+    """What a job running ``shape`` may still grow by: the smaller of the budget left and what
+    the cluster has free (:attr:`Observation.headroom`)."""
+    # ``Resources(budget left).clipped_to(free)`` in one object: rounding the smaller of the
+    # CPU left and the free CPU (already rounded) equals the smaller of the two rounded.
+    total = shape.total()
+    return Resources(
+        min(max(0.0, budget.cpu_cores - total.cpu_cores), free.cpu_cores),
+        min(max(0, budget.memory_bytes - total.memory_bytes), free.memory_bytes),
+        min(max(0, budget.gpus - total.gpus), free.gpus),
+    )
+
+
+class Readings:
+    """What policies read from one window of samples — NEARCHUS's stability verdict,
+    nearchus+'s evident imbalance — each computed once for the window.
+
+    The observation book keeps one per window and starts a new one whenever the window
+    changes, handing it to every observation of that window: a mechanism asks a policy twice
+    about one window (``decision_due_s``, then ``decide``), and the verdict is computed once
+    without the policy remembering windows itself. ``key`` names the computation by value
+    (what is read and the parameters it is read with), so policies sharing the window never
+    share a value by accident. A window belongs to one shape (a plan starts a new one).
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+
+    def of(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value ``compute()`` gives for this window, computed on the first ask."""
+        values = self._values
+        if key in values:
+            return values[key]
+        value = values[key] = compute()
+        return value
 
 
 def window_speed(samples: Sequence[MetricSample]) -> float:

@@ -202,7 +202,6 @@ class NearchusPolicy(Policy):
     def __init__(self, params: NearchusParams | None = None,
                  metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
         self.params = on_clock(with_overrides(NearchusParams, params, overrides), metric_interval_s)
-        self._last: tuple[tuple[MetricSample, ...], StableWindow | None] | None = None
 
     # -- launch -------------------------------------------------------------------------
     def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
@@ -243,12 +242,13 @@ class NearchusPolicy(Policy):
         return min(p.min_step_cores, p.min_step_fraction * obs.budget.cpu_cores)
 
     def stable(self, observation: Observation) -> StableWindow | None:
-        """The Stability Detector's verdict on ``observation.window``, remembered for the
-        last window asked about (``decide`` and ``decision_due_s`` see the same one)."""
-        window = observation.window
-        if self._last is None or self._last[0] is not window:
-            self._last = (window, stable_window(window, self.params))
-        return self._last[1]
+        """The Stability Detector's verdict on ``observation.window``, computed once per
+        window (``Observation.readings``: ``decide`` and ``decision_due_s`` read the same)."""
+        params, window = self.params, observation.window
+        return observation.readings.of(
+            ("stable", params.stability_period_s, params.n_comp, params.cv_max),
+            lambda: stable_window(window, params),
+        )
 
     def decide(self, observation: Observation) -> Plan | None:
         stable = self.stable(observation)

@@ -325,8 +325,6 @@ class NearchusPlusPolicy(NearchusPolicy):
     def __init__(self, params: NearchusPlusParams | None = None,
                  metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip
         super().__init__()
-        #: The last window asked about and its evident imbalance (as ``stable`` remembers).
-        self._evident: tuple[Sequence[MetricSample], Evident | None] | None = None
         params = with_overrides(NearchusPlusParams, params, overrides)
         self.params = on_clock(params, metric_interval_s)
 
@@ -353,12 +351,14 @@ class NearchusPlusPolicy(NearchusPolicy):
         """The window's evident imbalance (only while the detector is not yet satisfied)."""
         if not self.params.act_on_evident or not obs.window or self.finished(obs):
             return None
-        if self._evident is None or self._evident[0] is not obs.window:
-            found = evident_imbalance(obs.window, obs.shape, self.params)
-            if found is None and self.params.grow_ranks_in_place:
-                found = saturated_ranks(obs.window, obs.shape, self.params)
-            self._evident = (obs.window, found)
-        return self._evident[1]
+        return obs.readings.of(("evident", self.params), lambda: self.read_evident(obs))
+
+    def read_evident(self, obs: Observation) -> Evident | None:
+        """:func:`evident_imbalance`, else for ranks alone :func:`saturated_ranks`."""
+        found = evident_imbalance(obs.window, obs.shape, self.params)
+        if found is None and self.params.grow_ranks_in_place:
+            found = saturated_ranks(obs.window, obs.shape, self.params)
+        return found
 
     def decide_evident(self, obs: Observation) -> Plan | None:
         """Grow a job whose PS is saturated (else give the PS its balanced share), give an

@@ -218,7 +218,7 @@ class OptimusPolicy(Policy):
         # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
         # id stays unique): a mechanism hands the same tuple to every decision of a job, and
         # jobs of several models interleave.
-        self._prior_speeds: dict[int, tuple[tuple[ShapeRecord, ...], KnownSpeeds]] = {}
+        self._prior_speeds: dict[tuple[ShapeRecord, ...], KnownSpeeds] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -280,11 +280,14 @@ class OptimusPolicy(Policy):
         )
 
     def _known(self, prior: tuple[ShapeRecord, ...]) -> KnownSpeeds:
-        if id(prior) not in self._prior_speeds:
+        """The prior's speeds grouped by (p, w), remembered by the prior's value: every job
+        of one model and budget has the same prior, and a decision reads it again."""
+        known = self._prior_speeds.get(prior)
+        if known is None:
             if len(self._prior_speeds) >= PRIOR_MEMO:
                 self._prior_speeds.clear()
-            self._prior_speeds[id(prior)] = (prior, KnownSpeeds.of(prior))
-        return self._prior_speeds[id(prior)][1]
+            known = self._prior_speeds[prior] = KnownSpeeds.of(prior)
+        return known
 
     def _explore(self, obs: Observation, node: Resources) -> Plan:
         """Too few (p, w) points to fit: add a worker, or a PS once that point is known."""

@@ -62,7 +62,7 @@ class FaBfPolicy(Policy):
         if cores_per_node <= 0:
             raise SpecError(f"fa-bf: cores_per_node={cores_per_node} must be > 0")
         self.cores_per_node = cores_per_node
-        self._best: dict[tuple[int, Resources], tuple] = {}
+        self._best: dict[tuple[tuple[ShapeRecord, ...], Resources], tuple] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -108,8 +108,9 @@ class FaBfPolicy(Policy):
         self, prior: tuple[ShapeRecord, ...], budget: Resources
     ) -> tuple[ShapeRecord | None, int]:
         """The fastest record of ``cores_per_node`` nodes within ``budget`` (fewest nodes on
-        a tie) and how many records qualified; remembered per prior, which mechanisms reuse."""
-        key = (id(prior), budget)
+        a tie) and how many records qualified; remembered by the prior's value and the budget
+        (every job of one model and budget has the same prior)."""
+        key = (prior, budget)
         if key not in self._best:
             if len(self._best) >= BEST_CACHE:
                 self._best.clear()
@@ -122,8 +123,8 @@ class FaBfPolicy(Policy):
                 and abs(r.shape.nodes[0].resources.cpu_cores - self.cores_per_node) < 1e-6
             ]
             best = max(fitting, key=lambda r: (r.steps_per_s, -len(r.shape.nodes)), default=None)
-            self._best[key] = (prior, best, len(fitting))  # keeps ``prior`` alive for its id
-        _, best, count = self._best[key]
+            self._best[key] = (best, len(fitting))
+        best, count = self._best[key]
         return best, count
 
     def decide(self, observation: Observation) -> Plan | None:
