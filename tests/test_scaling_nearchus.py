@@ -18,6 +18,7 @@ from rightsize.scaling.api import (
     ShapeRecord,
 )
 from rightsize.scaling.nearchus import NearchusPolicy, psn_bottleneck
+from rightsize.scaling.nearchus_rules import KEEP, Branch, first_proposal, inserted, replaced
 from rightsize.scaling.nearchus_stability import stability_points, stable_window
 from rightsize.scaling.registry import make_policy
 
@@ -366,3 +367,32 @@ def test_a_small_budget_moves_less_than_half_a_core():
     assert plan.shape.node("ps-0").resources.cpu_cores == pytest.approx(0.28)
     at_scale = NearchusPolicy().decide(observe(shape, window, budget=100.0))
     assert at_scale.action == Action.ADD_WORKER  # the same move is too small for half a core
+
+
+def test_rules_are_walked_in_order_and_keep_ends_the_walk():
+    shape = shape_of()
+    plan = Plan(shape, Action.RESHAPE, "a")
+
+    class Answer:
+        def __init__(self, name, answer, branch=None):
+            self.name, self.answer, self.branch, self.asked = name, answer, branch, 0
+
+        def propose(self, obs, stable):
+            self.asked += 1
+            return self.answer
+
+    window = steady(shape, (1.0, 5.0, 5.0), speed=1.0)
+    stable = NearchusPolicy().stable(observe(shape, window))
+    obs = observe(shape, window)
+    rules = (Answer("a", None), Answer("b", KEEP), Answer("c", plan))
+    assert first_proposal(rules, obs, stable, None) is None and rules[2].asked == 0
+    rules = replaced(rules, "b", Answer("b2", None))
+    assert [r.name for r in rules] == ["a", "b2", "c"]
+    assert first_proposal(rules, obs, stable, None) is plan
+    rules = inserted(rules, Answer("up", plan, Branch.SCALE_UP), after="a")
+    assert [r.name for r in rules] == ["a", "up", "b2", "c"]
+    assert stable.e_job < 0.95  # the engine's test skips the scale-up side's rule
+    assert first_proposal(rules, obs, stable, 0.95) is plan and rules[1].asked == 0
+    assert first_proposal(rules, obs, stable, None) is plan and rules[1].asked == 1
+    with pytest.raises(KeyError):
+        replaced(rules, "nope", Answer("x", None))
