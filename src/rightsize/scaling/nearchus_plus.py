@@ -279,7 +279,7 @@ def grow(p: NearchusPlusParams, obs: Observation, stable: StableWindow, busy: st
     total = shape.total().cpu_cores
     extra = min(growth_cores(p, obs), total * p.max_r_up)
     c_ps, c_wk = costs_per_step(shape, used, stable.speed)
-    if extra < max(min_step(p, obs), 1e-3) or c_wk <= 0:
+    if extra < max(min_step(p, obs), MILLICORE) or c_wk <= 0:
         return None
     grown_total = total + extra
     ps_cores = balanced_ps_cores(grown_total, c_ps, c_wk, p.ps_slack)
@@ -442,7 +442,7 @@ class ScaleUpInOneMove:
         factor = min(p.max_r_up, growth_cores(p, obs) / total.cpu_cores if total.cpu_cores else 0.0)
         if total.memory_bytes:
             factor = min(factor, room.memory_bytes / total.memory_bytes)
-        if total.cpu_cores * factor < max(min_step(p, obs), 1e-3):
+        if total.cpu_cores * factor < max(min_step(p, obs), MILLICORE):
             return None
         shape = grown_by(p, obs, factor)
         return Plan(
