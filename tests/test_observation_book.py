@@ -116,6 +116,10 @@ def test_readings_are_computed_once_per_window_and_start_over_when_it_changes():
     # An observation built directly, or replaced, reads its own window.
     plain = dataclasses.replace(first, time_s=121.0)
     assert plain.readings is not first.readings and plain.readings.of("n", read) == 5
+    # What is read from the job's prior and budget lasts the job's life, windows and plans.
+    assert first.job_readings.of("prior", read) == 6
+    assert b.observe(200.0, BIGGER, Resources(6, GI), 1).job_readings.of("prior", read) == 6
+    assert book().observe(0.0, SHAPE, Resources(6, GI), 0).job_readings.of("prior", read) == 7
 
 
 def test_close_lets_go_of_what_only_the_policy_read():

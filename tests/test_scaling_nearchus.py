@@ -6,16 +6,17 @@ import pytest
 
 from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import (
     Action,
     MetricSample,
-    NodeColumns,
     NodeMetrics,
     Observation,
     Plan,
     ShapeRecord,
+    metric_sample,
+    node_columns,
 )
 from rightsize.scaling.nearchus import NearchusPolicy, psn_bottleneck
 from rightsize.scaling.nearchus_rules import KEEP, Branch, first_proposal, inserted, replaced
@@ -297,15 +298,15 @@ def test_parameters_are_named_validated_and_overridable_by_the_registry():
     assert defaults.e_thd_opt == 0.8
 
 
-# -- the columns view (speed: a mechanism may give NEARCHUS columns instead of nodes) --------
-def columns_only(window: tuple[MetricSample, ...]) -> tuple[MetricSample, ...]:
-    """The same samples as a mechanism may give a policy that does not need node objects."""
-    lean = []
-    for s in window:
-        copy = MetricSample(s.time_s, (), s.steps_per_s, s.samples_per_s)
-        copy.__dict__["columns"] = NodeColumns.of(s.nodes)  # what the simulator supplies
-        lean.append(copy)
-    return tuple(lean)
+# -- one sample form: nodes kept as columns, whichever mechanism made them -------------------
+def as_the_simulator_makes_it(s: MetricSample) -> MetricSample:
+    """The same sample made as the simulator makes its own: columns given straight to
+    ``metric_sample``, no NodeMetrics made."""
+    c = s.nodes
+    columns = node_columns(c.names, c.roles, c.cpu_used_cores, c.cpu_allocated_cores,
+                           c.memory_used_bytes, c.memory_allocated_bytes, c.net_in_bytes_per_s,
+                           c.net_out_bytes_per_s, c.net_capacity_bytes_per_s, c.steps_per_s)  # fmt: skip
+    return metric_sample(s.time_s, columns, s.steps_per_s, s.samples_per_s)
 
 
 def test_columns_view_the_nodes_and_feed_the_sums():
@@ -317,11 +318,16 @@ def test_columns_view_the_nodes_and_feed_the_sums():
     assert s.columns.net_utilization_of("ps-0") == 0.95
     assert s.columns.net_utilization_of("ps-9") is None
     assert s.cpu_used_cores == 11.5 and s.cpu_allocated_cores == 15.0
-    assert columns_only((s,))[0].e_job == s.e_job == 11.5 / 15
+    lean = as_the_simulator_makes_it(s)
+    assert lean == s and repr(lean) == repr(s) and lean.__dict__ == s.__dict__
+    assert lean.e_job == s.e_job == 11.5 / 15
+    # The nodes come back as the NodeMetrics they were made of, one at a time.
+    ps = NodeMetrics("ps-0", NodeRole.PS, 2.0, 5.0, 0, 0, 95.0, 95.0, LINK, 0.0)
+    assert s.nodes[0] == ps and s.node("ps-0") == ps and s.role(NodeRole.PS) == (ps,)
+    assert MetricSample(60.0, tuple(s.nodes), 10.0) == s and len(s.nodes) == 3
 
 
-def test_nearchus_decides_the_same_from_columns_as_from_nodes():
-    assert NearchusPolicy.needs_node_objects is False
+def test_nearchus_decides_the_same_on_samples_made_either_way():
     shape = shape_of(ps=(5.0, 5.0), workers=(5.0, 5.0))
     hot = {"ps-0": 95.0, "ps-1": 40.0}  # PSN on ps-0 in every sample
     for window, action in (
@@ -329,7 +335,7 @@ def test_nearchus_decides_the_same_from_columns_as_from_nodes():
         (steady(shape, [4.9, 4.8, 4.9, 4.9]), Action.SCALE_UP),  # e_job 0.975
         (steady(shape, [1.0, 1.0, 4.9, 4.9]), Action.REBALANCE),  # idle PS, no PSN
     ):
-        lean = columns_only(window)
+        lean = tuple(map(as_the_simulator_makes_it, window))
         params = NearchusPolicy().params
         full, thin = stable_window(window, params), stable_window(lean, params)
         assert (thin.e_job, thin.speed, thin.used) == (full.e_job, full.speed, full.used)

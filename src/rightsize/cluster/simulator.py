@@ -45,7 +45,7 @@ from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import SimJob, SimJobState, sample_detail
+from rightsize.cluster.simjob import SimJob, SimJobState
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import ResourceError, RightsizeError, SpecError
 from rightsize.core.resources import Resources
@@ -132,7 +132,6 @@ class _Run:
         self._launches: dict[str, Plan] = {}
         self._checked: set[tuple] = set()  # (model, budget, initial shape) checked
         self._results: dict[int, JobResult] = {}  # by id(job) (a SimJob is not hashable)
-        self.detail = sample_detail(self.policy)
         self.links = LinkBook(config.link_sharing, cluster.servers, config.observed_link)
         seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
         models: dict[str, JobModel] = {}
@@ -273,10 +272,7 @@ class _Run:
             return
         cfg = self.config
         if not job.quiet:
-            job.collect(
-                self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
-                self.detail,
-            )  # fmt: skip
+            job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise)
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
@@ -357,8 +353,7 @@ class _Run:
         cfg = self.config
         for job, perf, link in self.links.changed(self.scheduler.running):
             if not job.quiet:
-                job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
-                            self.detail)  # fmt: skip
+                job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise)
             job.observed_link_bytes_per_s = link
             if perf is not job.perf:
                 job.rerate(self.now, perf)

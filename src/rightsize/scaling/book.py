@@ -29,7 +29,6 @@ from rightsize.scaling.api import (
     Readings,
     ShapeRecord,
     WorkerRange,
-    headroom,
     window_speed,
 )
 from rightsize.scaling.frozen import filled
@@ -70,6 +69,8 @@ class ObservationBook:
     #: What policies read from ``window``, computed once per window: a new one whenever the
     #: window changes (``record``, ``applied``, ``close``), so no policy remembers windows.
     readings: Readings = field(default_factory=Readings, repr=False, compare=False)
+    #: What policies read from the job's prior and budget, computed once for its life.
+    job_readings: Readings = field(default_factory=Readings, repr=False, compare=False)
 
     @property
     def decisions(self) -> int:
@@ -106,7 +107,7 @@ class ObservationBook:
         """The job is over: let go of what only its policy read (a long simulated trace keeps
         every finished job, and their windows were most of what the garbage collector walked)."""
         self.window = self.events = self.history = self.plans = ()
-        self.readings = Readings()
+        self.readings, self.job_readings = Readings(), Readings()
 
     def observe(
         self, time_s: float, shape: ClusterShape, free: Resources, steps_done: int
@@ -115,7 +116,8 @@ class ObservationBook:
         steps behind it, when the cluster can still give it ``free``.
 
         Built with :func:`~rightsize.scaling.frozen.filled` (every field given, of its
-        type, the derived ones too): the simulator builds one or two per decision tick.
+        type, the window's and the job's readings too): the simulator builds one or two per
+        decision tick.
         """
         plans = self.plans
         return filled(
@@ -137,7 +139,7 @@ class ObservationBook:
                 "node_limit": self.node_limit,
                 "shape_since_s": self.shape_since_s,
                 "worker_range": self.worker_range,
-                "headroom": headroom(shape, self.budget, free),
                 "readings": self.readings,
+                "job_readings": self.job_readings,
             },
         )

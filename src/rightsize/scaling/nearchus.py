@@ -68,7 +68,6 @@ class NearchusPolicy(Policy):
     """The faithful NEARCHUS policy (§IV). Parameters: see :class:`NearchusParams`."""
 
     name = "nearchus"
-    needs_node_objects = False  # per-node metrics through ``MetricSample.columns`` only
 
     def __init__(self, params: NearchusParams | None = None,
                  metric_interval_s: float = PAPER_METRIC_INTERVAL_S, **overrides: Any) -> None:  # fmt: skip

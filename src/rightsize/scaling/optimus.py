@@ -41,7 +41,6 @@ from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget, 
 
 MODES = ("async", "sync")
 INTERVALS_PER_STEP = 10  # metric intervals between added nodes (§V: 10 minutes at 1/minute)
-PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
 FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
 DESIGNS = 1024  # remembered regressor matrices (a cache bound)
 
@@ -186,7 +185,6 @@ class OptimusPolicy(Policy):
     """Optimus with fixed ``cores_per_node``, NNLS speed model, one node per interval."""
 
     name = "optimus"
-    reads_node_metrics = False  # only the job's speed (see decide)
 
     def __init__(
         self,
@@ -218,7 +216,6 @@ class OptimusPolicy(Policy):
         # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
         # id stays unique): a mechanism hands the same tuple to every decision of a job, and
         # jobs of several models interleave.
-        self._prior_speeds: dict[tuple[ShapeRecord, ...], KnownSpeeds] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -260,7 +257,7 @@ class OptimusPolicy(Policy):
         node = node_of(obs.budget, self.cores_per_node)
         if not node.fits_within(obs.headroom):
             return None
-        points = self._known(obs.prior).points([*obs.history, current])
+        points = obs.job_readings.of("optimus.prior", lambda: KnownSpeeds.of(obs.prior)).points([*obs.history, current])
         model = SpeedModel.fit(points, self.mode, self.global_batch)
         if model is None:
             return self._explore(obs, node)
@@ -278,16 +275,6 @@ class OptimusPolicy(Policy):
             f"(measured {speed:.3g} at ({p}, {w}))",
             {"gain_steps_per_s": gains[role], "predicted": base + gains[role]},
         )
-
-    def _known(self, prior: tuple[ShapeRecord, ...]) -> KnownSpeeds:
-        """The prior's speeds grouped by (p, w), remembered by the prior's value: every job
-        of one model and budget has the same prior, and a decision reads it again."""
-        known = self._prior_speeds.get(prior)
-        if known is None:
-            if len(self._prior_speeds) >= PRIOR_MEMO:
-                self._prior_speeds.clear()
-            known = self._prior_speeds[prior] = KnownSpeeds.of(prior)
-        return known
 
     def _explore(self, obs: Observation, node: Resources) -> Plan:
         """Too few (p, w) points to fit: add a worker, or a PS once that point is known."""
