@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rightsize.core.errors import SpecError
+from rightsize.core.errors import RightsizeError, SpecError
 from rightsize.packing.hyperband import (
     Hyperband,
     hyperband_schedule,
@@ -71,11 +71,11 @@ def test_successive_halving_is_the_top_bracket_over_as_many_trials_as_hyperband(
     [
         ("successive-halving", 8, "needs at least 9 configurations (eta^2) for one to reach R"),
         ("hyperband", 20, "set it only with the successive-halving algorithm"),
-        ("asha", None, "algorithm 'asha': choose one of hyperband, successive-halving"),
+        ("asha", None, "unknown algorithm 'asha'; choose one of: hyperband, successive-halving"),
     ],
 )
 def test_search_schedule_refuses(algorithm, configurations, message):
-    with pytest.raises(SpecError, match=re.escape(message)):
+    with pytest.raises(RightsizeError, match=re.escape(message)):
         search_schedule(algorithm, 9, 3, configurations)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rightsize.core.errors import SpecError
+from rightsize.core.errors import SpecError, UnknownNameError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import (
@@ -115,7 +115,7 @@ def test_launch_and_profiling_shapes():
     pairs = {(s.n_ps, s.n_workers) for s in shapes}
     assert len(pairs) == 20 and all(p + w <= 20 for p, w in pairs)  # 20 configs, 20 nodes max
     assert shapes == OptimusPolicy().prior_shapes(Resources(100))  # deterministic by seed
-    with pytest.raises(SpecError, match="mode"):
+    with pytest.raises(UnknownNameError, match="optimus mode .*choose one of: async, sync"):
         OptimusPolicy(mode="fast")
 
 

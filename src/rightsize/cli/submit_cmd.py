@@ -50,7 +50,7 @@ def script_source(spec: JobSpec) -> str | None:
     if not spec.is_script or spec.script.startswith(SCRIPT_PREFIX):
         return None
     if spec.module:
-        raise SpecError("script: the service runs an uploaded file; give the script's path, "
-                        "not a module (module: true)")  # fmt: skip
+        raise SpecError("the service runs an uploaded file; give the script's path, "
+                        "not a module (module: true)", field="script")  # fmt: skip
     check_script(spec)
     return read_text(spec.script, "script")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rightsize.cluster.links import check_link_sharing, check_observed_link
+from rightsize.cluster.links import LinkSharing, ObservedLink
 from rightsize.cluster.simjob import Noise
+from rightsize.core.errors import choose
 from rightsize.core.shape import ClusterShape, NodeRole
 
 
@@ -45,13 +46,15 @@ class SimConfig:
     max_window_s: float = 600.0
     oom_patience_s: float = 900.0
     order: str = "fcfs"
-    link_sharing: str = "job"
-    observed_link: str = "server"
+    link_sharing: LinkSharing = LinkSharing.JOB
+    observed_link: ObservedLink = ObservedLink.SERVER
     seed: int = 1
 
     def __post_init__(self) -> None:
-        check_link_sharing(self.link_sharing)
-        check_observed_link(self.observed_link)
+        object.__setattr__(self, "link_sharing",
+                           choose(LinkSharing, self.link_sharing, "link sharing"))
+        object.__setattr__(self, "observed_link",
+                           choose(ObservedLink, self.observed_link, "observed link"))  # fmt: skip
 
     @property
     def restart_s(self) -> float:

@@ -29,35 +29,39 @@ against which NEARCHUS's PSN check measures utilization) is ``observed``:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 
 from rightsize.cluster.jobmodel import Performance
 from rightsize.cluster.simjob import SimJob, SimJobState
-from rightsize.core.errors import unknown_name
-
-LINK_SHARING = ("job", "cluster")
-OBSERVED_LINK = ("server", "share")
+from rightsize.core.errors import choose
 
 
-def _check(what: str, modes: tuple[str, ...]):
-    def check(mode: str) -> str:
-        """``mode`` if it is one of the modes; else UnknownNameError, with "did you mean"."""
-        if mode not in modes:
-            raise unknown_name(what, mode, modes)
-        return mode
+class LinkSharing(StrEnum):
+    """Who shares the servers' links: each ``job`` alone, or the whole ``cluster``."""
 
-    return check
+    JOB = "job"
+    CLUSTER = "cluster"
 
 
-check_link_sharing = _check("link sharing", LINK_SHARING)
-check_observed_link = _check("observed link", OBSERVED_LINK)
+class ObservedLink(StrEnum):
+    """The link capacity node metrics report: the ``server``'s, or the ``share`` its nodes
+    train at."""
+
+    SERVER = "server"
+    SHARE = "share"
+
+
+LINK_SHARING: tuple[str, ...] = tuple(LinkSharing)  # the command line's choices
+OBSERVED_LINK: tuple[str, ...] = tuple(ObservedLink)
 
 
 class LinkBook:
     """How many nodes are training on the cluster, and each job's speed at its link share."""
 
-    def __init__(self, mode: str, servers: int, observed: str = "server") -> None:
-        self.cluster_wide = check_link_sharing(mode) == "cluster"
-        self.observe_share = check_observed_link(observed) == "share"
+    def __init__(self, mode: LinkSharing, servers: int,
+                 observed: ObservedLink = ObservedLink.SERVER) -> None:  # fmt: skip
+        self.cluster_wide = choose(LinkSharing, mode, "link sharing") is LinkSharing.CLUSTER
+        self.observe_share = choose(ObservedLink, observed, "observed link") is ObservedLink.SHARE
         self.servers = servers  # 0: a link per node, however many
         self.nodes = 0  # training nodes of every job
         self._last = 0  # ``nodes`` when the jobs' performances were last brought up to date

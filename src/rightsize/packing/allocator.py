@@ -16,6 +16,7 @@ they compare, packed and unpacked alike.
 from __future__ import annotations
 
 import ctypes
+from enum import StrEnum
 
 # glibc's mallopt parameter numbers (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -26,7 +27,14 @@ MMAP_THRESHOLD_BYTES = 32 * 2**20
 #: Free memory at the top of the heap kept before any is returned to the kernel.
 TRIM_THRESHOLD_BYTES = 2**30
 
-ALLOCATOR_MODES = ("retain", "default")
+class AllocatorMode(StrEnum):
+    """A tuning worker's allocator: ``retain`` freed memory (mallopt above) or glibc's ``default``."""
+
+    RETAIN = "retain"
+    DEFAULT = "default"
+
+
+ALLOCATOR_MODES: tuple[str, ...] = tuple(AllocatorMode)
 
 
 def retain_freed_memory(

@@ -49,8 +49,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rightsize.core.errors import SpecError
-from rightsize.packing.choices import ALGORITHMS
+from rightsize.core.errors import SpecError, choose
+from rightsize.packing.choices import Algorithm
 from rightsize.packing.trial import TrialSpec, TrialState
 
 # Integer parts of log_eta(R) and eta^-i products computed in floats land a hair
@@ -131,24 +131,24 @@ def sampled(schedule: Sequence[Bracket]) -> int:
 
 
 def search_schedule(
-    algorithm: str, max_resource: float, eta: float, configurations: int | None = None
+    algorithm: Algorithm | str, max_resource: float, eta: float,
+    configurations: int | None = None,
 ) -> list[Bracket]:
-    """The brackets ``algorithm`` (one of :data:`ALGORITHMS`) runs.
+    """The brackets ``algorithm`` runs.
 
     Raises:
         SpecError: an unknown algorithm, ``configurations`` given to Hyperband (its
             brackets fix their own), or what the schedule itself refuses.
     """
-    if algorithm == "hyperband":
+    algorithm = choose(Algorithm, algorithm, "algorithm")
+    if algorithm is Algorithm.HYPERBAND:
         if configurations is not None:
             raise SpecError(
                 "configurations: Hyperband's brackets fix how many trials they sample; "
                 "set it only with the successive-halving algorithm"
             )
         return hyperband_schedule(max_resource, eta)
-    if algorithm == "successive-halving":
-        return successive_halving_schedule(max_resource, eta, configurations)
-    raise SpecError(f"algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    return successive_halving_schedule(max_resource, eta, configurations)
 
 
 def _tidy(value: float) -> float:

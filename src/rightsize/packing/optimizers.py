@@ -26,8 +26,8 @@ from torch.optim import adagrad as _adagrad
 from torch.optim import adam as _adam
 from torch.optim import sgd as _sgd
 
-from rightsize.core.errors import SpecError, unknown_name
-from rightsize.packing.choices import IMPLEMENTATIONS
+from rightsize.core.errors import SpecError, choose, unknown_name
+from rightsize.packing.choices import Implementation
 
 #: The optimizer kinds a trial may use (the packing paper's Table 3).
 OPTIMIZER_KINDS: tuple[str, ...] = ("sgd", "momentum", "adam", "adagrad")
@@ -172,11 +172,11 @@ class VectorOptimizer:
     def __init__(
         self,
         members: Sequence[tuple[OptimizerSpec, list[torch.Tensor], list[State]]],
-        implementation: str = "fused",
+        implementation: Implementation | str = Implementation.FUSED,
     ) -> None:
-        if implementation not in IMPLEMENTATIONS:
-            raise unknown_name("optimizer implementation", implementation, IMPLEMENTATIONS)
-        self._kernel = {"fused": True} if implementation == "fused" else {"foreach": False}
+        implementation = choose(Implementation, implementation, "optimizer implementation")
+        fused = implementation is Implementation.FUSED
+        self._kernel = {"fused": True} if fused else {"foreach": False}
         self._members = [_Member(spec, list(params), states) for spec, params, states in members]
         self._groups: dict[OptimizerSpec, list[int]] = {}
         for index, member in enumerate(self._members):

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rightsize.core.errors import SpecError, unknown_name
-from rightsize.packing.choices import BACKWARDS, BATCH_MODES, IMPLEMENTATIONS
+from rightsize.core.errors import choose
+from rightsize.packing.choices import Backward, BatchMode, Implementation
 from rightsize.packing.data import EVAL_ROWS, DataStream
 from rightsize.packing.direct import DirectStep
 from rightsize.packing.fused import fuse, structure
@@ -77,23 +77,20 @@ class PackSettings:
     """
 
     fuse: bool = True
-    batch_mode: str = "pad"
+    batch_mode: BatchMode = BatchMode.PAD
     mix_activations: bool = False
     bucket_overhead_rows: float = BUCKET_OVERHEAD_ROWS
     eval_rows: int = EVAL_ROWS
     stack_optimizer: bool = True
-    optimizer_impl: str = "fused"
-    backward: str = "direct"
+    optimizer_impl: Implementation = Implementation.FUSED
+    backward: Backward = Backward.DIRECT
 
     def __post_init__(self) -> None:
-        if self.batch_mode not in BATCH_MODES:
-            raise SpecError(
-                f"batch mode {self.batch_mode!r}: choose one of {', '.join(BATCH_MODES)}"
-            )
-        if self.optimizer_impl not in IMPLEMENTATIONS:
-            raise unknown_name("optimizer implementation", self.optimizer_impl, IMPLEMENTATIONS)
-        if self.backward not in BACKWARDS:
-            raise unknown_name("backward", self.backward, BACKWARDS)
+        # unknown names are refused here, with "did you mean"
+        object.__setattr__(self, "batch_mode", choose(BatchMode, self.batch_mode, "batch mode"))
+        object.__setattr__(self, "optimizer_impl", choose(
+            Implementation, self.optimizer_impl, "optimizer implementation"))  # fmt: skip
+        object.__setattr__(self, "backward", choose(Backward, self.backward, "backward"))
 
 
 @dataclass(frozen=True)
@@ -235,7 +232,7 @@ class Pack:
     @property
     def _stack(self) -> bool:
         # stacked updates are bit-identical only with the fused kernels (optimizers.stackable)
-        return self.settings.stack_optimizer and self.settings.optimizer_impl == "fused"
+        return self.settings.stack_optimizer and self.settings.optimizer_impl is Implementation.FUSED
 
 
 def pack(
@@ -301,7 +298,7 @@ def _checkpoint(group, index: int) -> TrialState:
 def _build_groups(trials: list[LoadedTrial], stream: DataStream, settings: PackSettings) -> list:
     by_key: dict[tuple, list[LoadedTrial]] = {}
     for trial in trials:
-        rows = trial.spec.batch_size if settings.batch_mode == "exact" else None
+        rows = trial.spec.batch_size if settings.batch_mode is BatchMode.EXACT else None
         if settings.mix_activations:
             architecture = structure(trial.model, ignore_activations=True)
         else:
@@ -319,7 +316,7 @@ def _build_groups(trials: list[LoadedTrial], stream: DataStream, settings: PackS
 
 
 def _split(members: list[LoadedTrial], settings: PackSettings) -> list[list[LoadedTrial]]:
-    if settings.batch_mode != "bucket":
+    if settings.batch_mode is not BatchMode.BUCKET:
         return [members]
     members = sorted(members, key=lambda t: -t.spec.batch_size)
     sizes = [t.spec.batch_size for t in members]
@@ -352,7 +349,7 @@ def _try_fuse(members: list[LoadedTrial], probe, settings: PackSettings) -> Fuse
     inputs, target = probe
     if rows_loss is None or len(inputs) != 1 or target.dim() != 1:
         return None
-    ragged = settings.batch_mode == "ragged"
+    ragged = settings.batch_mode is BatchMode.RAGGED
 
     def order(t: LoadedTrial) -> tuple:
         # padded: batch sizes largest first; then equal activations and equal
@@ -369,6 +366,6 @@ def _try_fuse(members: list[LoadedTrial], probe, settings: PackSettings) -> Fuse
     for member in members:
         member.model = None  # the fused model's stacked tensors now hold its weights
     direct = None
-    if ragged and settings.backward == "direct":  # rows_loss: a classification loss
+    if ragged and settings.backward is Backward.DIRECT:  # rows_loss: a classification loss
         direct = DirectStep.compile(model, len(members), inputs[0])
     return FusedGroup(members, model, rows_loss, ragged, direct)

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rightsize.core.errors import SpecError, unknown_name
-from rightsize.packing.choices import DISTANCES, PACK_STRATEGIES
+from rightsize.core.errors import SpecError, choose
+from rightsize.packing.choices import Distance, PackStrategy
 from rightsize.packing.space import SearchSpace
 from rightsize.packing.trial import TrialSpec
 
@@ -53,16 +53,14 @@ class PackOptSettings:
         distance: ``l1`` (the paper's worked example) or ``euclidean``.
     """
 
-    strategy: str = "knn"
+    strategy: PackStrategy = PackStrategy.KNN
     threshold: float = math.inf
     max_pack_size: int | None = None
-    distance: str = "l1"
+    distance: Distance = Distance.L1
 
     def __post_init__(self) -> None:
-        if self.strategy not in PACK_STRATEGIES:
-            raise unknown_name("pack strategy", self.strategy, PACK_STRATEGIES)
-        if self.distance not in DISTANCES:
-            raise unknown_name("distance", self.distance, DISTANCES)
+        object.__setattr__(self, "strategy", choose(PackStrategy, self.strategy, "pack strategy"))
+        object.__setattr__(self, "distance", choose(Distance, self.distance, "distance"))
         if self.threshold < 0:
             raise SpecError(f"pack threshold must be >= 0, got {self.threshold}")
         if self.max_pack_size is not None and self.max_pack_size < 1:
@@ -76,7 +74,7 @@ def distance(space: SearchSpace, a: TrialSpec, b: TrialSpec, metric: str = "l1")
         space.names, space.indices(a.config), space.indices(b.config), strict=True
     ):
         parts.append(abs(i - j) if name in space.numeric else float(i != j))
-    return math.sqrt(sum(p * p for p in parts)) if metric == "euclidean" else float(sum(parts))
+    return math.sqrt(sum(p * p for p in parts)) if metric == Distance.EUCLIDEAN else float(sum(parts))
 
 
 def pack_opt(
@@ -100,12 +98,12 @@ def pack_opt(
     def admits(group: list[TrialSpec], trial: TrialSpec) -> bool:
         return len(group) < limit and fits([*group, trial])
 
-    if settings.strategy == "none":
+    if settings.strategy is PackStrategy.NONE:
         return [[t] for t in trials]
-    if settings.strategy == "random":
+    if settings.strategy is PackStrategy.RANDOM:
         order = [trials[i] for i in rng.permutation(len(trials))]
         return _fill_in_order(order, admits)
-    if settings.strategy == "batch-size":
+    if settings.strategy is PackStrategy.BATCH_SIZE:
         by_batch: dict[int, list[TrialSpec]] = {}
         for trial in trials:
             by_batch.setdefault(trial.batch_size, []).append(trial)

@@ -15,15 +15,16 @@ import itertools
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from rightsize.core.errors import SpecError, unknown_name
-from rightsize.packing.allocator import retain_freed_memory
-from rightsize.packing.choices import STEPS_PER_UNIT
+from rightsize.core.errors import SpecError, choose, unknown_name
+from rightsize.packing.allocator import AllocatorMode, retain_freed_memory
+from rightsize.packing.choices import STEPS_PER_UNIT, Algorithm, BatchMode, PackStrategy
 from rightsize.packing.data import DataStream
 from rightsize.packing.executor import RungExecutor
 from rightsize.packing.hyperband import (
@@ -65,7 +66,13 @@ _PLAN_STREAM = 1  # keeps pack_opt's random numbers apart from sampling's
 #: optimizer (bit-identical math to a pack's, the default), with torch.optim's
 #: default for-loop implementation (what most code uses; same math, different
 #: rounding), or as a pack of one.
-ENGINES = ("torch-fused", "torch-for-loop", "pack")
+class UnpackedEngine(StrEnum):
+    TORCH_FUSED = "torch-fused"
+    TORCH_FOR_LOOP = "torch-for-loop"
+    PACK = "pack"
+
+
+ENGINES: tuple[str, ...] = tuple(UnpackedEngine)
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ class TuneSettings:
     fixed_options: ModelOptions = ()
     max_resource: float = 81
     eta: float = 3
-    algorithm: str = "hyperband"
+    algorithm: Algorithm = Algorithm.HYPERBAND
     configurations: int | None = None
     seed: int = 0
     steps_per_unit: int = STEPS_PER_UNIT
@@ -116,9 +123,9 @@ class TuneSettings:
     packopt: PackOptSettings = field(default_factory=PackOptSettings)
     pack: PackSettings = field(default_factory=PackSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
-    unpacked_engine: str = "torch-fused"
+    unpacked_engine: UnpackedEngine = UnpackedEngine.TORCH_FUSED
     workers: int = 1
-    worker_allocator: str = "retain"
+    worker_allocator: AllocatorMode = AllocatorMode.RETAIN
     dataset_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -126,10 +133,10 @@ class TuneSettings:
             raise SpecError(f"workers must be >= 1, got {self.workers}")
         if self.steps_per_unit < 1:
             raise SpecError(f"steps per unit must be >= 1, got {self.steps_per_unit}")
-        if self.unpacked_engine not in ENGINES:
-            raise SpecError(
-                f"unpacked engine {self.unpacked_engine!r}: choose one of {', '.join(ENGINES)}"
-            )
+        for name, choices, kind in (("algorithm", Algorithm, "algorithm"),
+                                    ("unpacked_engine", UnpackedEngine, "unpacked engine"),
+                                    ("worker_allocator", AllocatorMode, "worker allocator")):
+            object.__setattr__(self, name, choose(choices, getattr(self, name), kind))
 
     def schedule(self) -> list[Bracket]:
         """The brackets the search runs (raises SpecError for a bad eta, R or count)."""
@@ -195,7 +202,7 @@ def prepare_search(
 
 
 def _gate(settings, architectures, executor: RungExecutor, space, progress) -> PackGate | None:
-    if settings.packopt.strategy == "none" or not settings.probe.enabled:
+    if settings.packopt.strategy is PackStrategy.NONE or not settings.probe.enabled:
         return None
     batches = space.values("batch_size")
     return PackGate(
@@ -228,7 +235,7 @@ def search_executor(settings, architectures, width: int, clock, pool=None) -> Ru
 def worker_trainer(settings: TuneSettings, width: int) -> RungExecutor:
     """A worker process's trainer: one torch thread, the same stream and models as the parent."""
     torch.set_num_threads(1)
-    if settings.worker_allocator == "retain":
+    if settings.worker_allocator is AllocatorMode.RETAIN:
         retain_freed_memory()
     architectures = search_architectures(settings, WorkloadRegistry())
     return search_executor(settings, architectures, width, time.perf_counter)
@@ -240,9 +247,9 @@ def _alone_engine(settings: TuneSettings) -> str | None:
     Packing with the gate: the trials it leaves alone train with the pack's kernels in
     plain PyTorch, which is what the gate timed them as.
     """
-    if settings.packopt.strategy != "none":
+    if settings.packopt.strategy is not PackStrategy.NONE:
         return settings.pack.optimizer_impl if settings.probe.enabled else None
-    if settings.unpacked_engine == "pack":
+    if settings.unpacked_engine is UnpackedEngine.PACK:
         return None
     return settings.unpacked_engine.removeprefix("torch-")
 
@@ -342,7 +349,7 @@ def _memory(
         return cache[options]
 
     # a bucket pads at most as much as pad mode; exact and ragged compute a trial at its own batch
-    pad = settings.pack.batch_mode in ("pad", "bucket")
+    pad = settings.pack.batch_mode in (BatchMode.PAD, BatchMode.BUCKET)
     return PackMemory(footprint, capacity, pad, settings.pack.mix_activations)
 
 

@@ -24,7 +24,7 @@ from rightsize.planning.options import (
     make_option,
 )
 from rightsize.planning.plan import CloudPlan
-from rightsize.planning.search import SearchSettings, search
+from rightsize.planning.search import SearchMode, SearchSettings, search
 from rightsize.profiling.profile import Profile
 
 DEFAULT_CAP = 16  # VMs of one type assumed available when the user gives no availability
@@ -35,7 +35,7 @@ EXHAUSTIVE_MAX_TYPES = 4  # auto mode searches exhaustively up to this many inst
 class PlanResult:
     plans: list[CloudPlan]
     baselines: list[CloudPlan]
-    mode: str
+    mode: SearchMode
 
 
 def parse_instances(text: str, catalog: Catalog, flag: str = "--instances") -> dict[str, int]:
@@ -92,18 +92,19 @@ def main_region(catalog: Catalog) -> str:
 
 
 def plan(options: Sequence[InstanceOption], comm: CommModel, request: PlanRequest,
-         mode: str = "auto", top: int = 5) -> PlanResult:  # fmt: skip
+         mode: SearchMode | str = "auto", top: int = 5) -> PlanResult:  # fmt: skip
     """Srift's search over ``options`` (exhaustive when few types, else eager) and CAP/TAP beside it."""
     if request.global_batch < 1 or request.iterations < 1:
         raise SpecError("the global batch and the number of iterations must be at least 1")
     # A budget is the whole job's: one below an instance-hour is fine when the job costs less
     # (billing is per second, as plan.total_cost computes it); the search says when no plan fits.
     if mode == "auto":
-        mode = "exhaustive" if len(options) <= EXHAUSTIVE_MAX_TYPES else "eager"
+        mode = SearchMode.EXHAUSTIVE if len(options) <= EXHAUSTIVE_MAX_TYPES else SearchMode.EAGER
+    settings = SearchSettings(mode=mode, top=top)  # an unknown mode is refused here
     estimator = Estimator({o.name: o for o in options}, comm, request)
-    plans = search(options, estimator, SearchSettings(mode=mode, top=top))
+    plans = search(options, estimator, settings)
     baselines = [p for p in (cap_plan(options, estimator), tap_plan(options, estimator)) if p]
-    return PlanResult(plans, baselines, mode)
+    return PlanResult(plans, baselines, settings.mode)
 
 
 def best_single_type(options: Sequence[InstanceOption], comm: CommModel,
@@ -117,4 +118,4 @@ def best_single_type(options: Sequence[InstanceOption], comm: CommModel,
         InfeasiblePlanError: no single-type configuration meets the constraints.
     """
     estimator = Estimator({o.name: o for o in options}, comm, request)
-    return search(options, estimator, SearchSettings(mode="exhaustive", top=1, max_types=1))[0]
+    return search(options, estimator, SearchSettings(mode=SearchMode.EXHAUSTIVE, top=1, max_types=1))[0]

@@ -32,8 +32,9 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
-from rightsize.core.errors import RightsizeError
+from rightsize.core.errors import RightsizeError, choose
 from rightsize.core.spec import Constraints, Objective
 from rightsize.core.units import format_duration, format_money
 from rightsize.planning.bounds import Bounds, Brancher, TypeTable, type_table
@@ -51,13 +52,24 @@ class InfeasiblePlanError(RightsizeError, ValueError):
     """No configuration meets the constraints; the message names the closest one."""
 
 
+class SearchMode(StrEnum):
+    """How the search visits configurations: every one (``exhaustive``), or Srift's
+    best-effort heuristic for large catalogs (``eager``), which stops when its time is up."""
+
+    EXHAUSTIVE = "exhaustive"
+    EAGER = "eager"
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    mode: str = "exhaustive"  # or "eager"
+    mode: SearchMode = SearchMode.EXHAUSTIVE
     top: int = 5
     max_types: int = MAX_TYPES
     eager_k: int = EAGER_K
     eager_budget_s: float = EAGER_BUDGET_S
+
+    def __post_init__(self) -> None:  # an unknown mode is refused, never run as exhaustive
+        object.__setattr__(self, "mode", choose(SearchMode, self.mode, "search mode", "mode"))
 
 
 def configurations(options: Sequence[InstanceOption], global_batch: int, max_types: int,
@@ -160,7 +172,7 @@ def search(options: Sequence[InstanceOption], estimator: Estimator,
             names the fastest or cheapest one and what it misses by), or eager mode
             found none within its budget.
     """
-    eager = settings.mode == "eager"
+    eager = settings.mode is SearchMode.EAGER
     budget = Budget(settings.eager_budget_s if eager else math.inf, clock)
     plans = _solve(options, estimator, settings, budget)
     if not plans:
@@ -175,7 +187,7 @@ def _solve(
     """The k best plans found (unordered by preference), over every subset the mode visits."""
     best = _Best(estimator, settings.top)
     ranked = rank_instances(options, estimator.request.objective)
-    eager = settings.mode == "eager"
+    eager = settings.mode is SearchMode.EAGER
     count_limit = settings.eager_k if eager else None
     global_batch = estimator.request.global_batch
     bounds = Bounds(estimator)

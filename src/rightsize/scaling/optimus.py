@@ -27,19 +27,28 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from itertools import islice
 
 import numpy as np
 
-from rightsize.core.errors import SpecError
+from rightsize.core.errors import SpecError, choose
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import Action, Observation, Plan, Policy, ShapeRecord
 from rightsize.scaling.pace import PAPER_METRIC_INTERVAL_S, paced
 from rightsize.scaling.shapes import fixed_node_shape, node_of, require_budget, with_node
 
-MODES = ("async", "sync")
+
+class OptimusMode(StrEnum):
+    """How workers update: ``async`` (each pushes on its own) or ``sync`` (in lockstep)."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+MODES: tuple[str, ...] = tuple(OptimusMode)
 INTERVALS_PER_STEP = 10  # metric intervals between added nodes (§V: 10 minutes at 1/minute)
 FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
 DESIGNS = 1024  # remembered regressor matrices (a cache bound)
@@ -56,7 +65,7 @@ class SpeedModel:
     @staticmethod
     def features(mode: str, p: float, w: float, global_batch: float = 1.0) -> list[float]:
         """The regressors of one (p, w) point; the target is ``w/f`` (async) or ``1/f`` (sync)."""
-        if mode == "async":
+        if mode == OptimusMode.ASYNC:
             return [1.0, w / p, float(w), float(p)]
         return [global_batch / w, 1.0, w / p, float(w), float(p)]
 
@@ -70,7 +79,7 @@ class SpeedModel:
         if a is None:
             return None
         b = np.array(
-            [w / f for _, w, f in usable] if mode == "async" else [1 / f for *_, f in usable]
+            [w / f for _, w, f in usable] if mode == OptimusMode.ASYNC else [1 / f for *_, f in usable]
         )
         from scipy.optimize import nnls  # scipy loads in about a second; only a fit needs it
 
@@ -88,7 +97,7 @@ class SpeedModel:
         denominator = float(np.dot(self._theta, features))
         if denominator <= 0:
             return 0.0
-        return w / denominator if self.mode == "async" else 1 / denominator
+        return w / denominator if self.mode == OptimusMode.ASYNC else 1 / denominator
 
 
 def _mean(values: list[float]) -> float:
@@ -191,7 +200,7 @@ class OptimusPolicy(Policy):
         cores_per_node: float = 5.0,
         interval_s: float | None = None,
         profile_configs: int = 20,
-        mode: str = "async",
+        mode: OptimusMode = OptimusMode.ASYNC,
         global_batch: float = 1024.0,
         seed: int = 0,
         metric_interval_s: float = PAPER_METRIC_INTERVAL_S,
@@ -203,8 +212,7 @@ class OptimusPolicy(Policy):
                 "optimus: cores_per_node, interval_s and global_batch must be > 0, got "
                 f"{cores_per_node}, {interval_s}, {global_batch}"
             )
-        if mode not in MODES:
-            raise SpecError(f"optimus: mode {mode!r} must be one of {', '.join(MODES)}")
+        mode = choose(OptimusMode, mode, "optimus mode")
         if profile_configs < 0:
             raise SpecError(f"optimus: profile_configs={profile_configs} must be >= 0")
         self.cores_per_node = cores_per_node

@@ -197,25 +197,25 @@ class Allocator:
         """
         budget = spec.budget.resources
         if budget.cpu_cores > self.capacity.cpu_cores:
-            raise SpecError(f"budget.cpu: {budget.cpu_cores:g} cores is more than the service's "
-                            f"capacity of {self.capacity.cpu_cores:g}")  # fmt: skip
+            raise SpecError(f"{budget.cpu_cores:g} cores is more than the service's "
+                            f"capacity of {self.capacity.cpu_cores:g}", field="budget.cpu")  # fmt: skip
         if budget.memory_bytes > self.capacity.memory_bytes:
-            raise SpecError(f"budget.memory: {budget} is more than the service's capacity "
-                            f"{self.capacity}")  # fmt: skip
+            raise SpecError(f"{budget} is more than the service's capacity "
+                            f"{self.capacity}", field="budget.memory")  # fmt: skip
         if budget.gpus > self.capacity.gpus:
-            raise SpecError(f"budget.gpus: {budget.gpus} but the service has "
-                            f"{self.capacity.gpus}")  # fmt: skip
+            raise SpecError(f"{budget.gpus} but the service has "
+                            f"{self.capacity.gpus}", field="budget.gpus")  # fmt: skip
         try:
             policy = policy_of(spec)
         except RightsizeError as exc:
-            raise SpecError(f"policy: {exc}") from None
+            raise SpecError(str(exc), field="policy") from None
         if not isinstance(spec.initial_shape, ShapeSpec):
             try:  # the policy's launch on an empty service: a budget it cannot start in fails now
                 prior = self._predicted_prior(spec, policy)
                 policy.launch_plan(LaunchRequest(spec.name, budget, self.capacity, prior,
                                                  self.capacity))  # fmt: skip
             except RightsizeError as exc:
-                raise SpecError(f"budget: {exc}") from None
+                raise SpecError(str(exc), field="budget") from None
         if spec.is_script:
             self.uploads.script_path(spec.script, owner_id)  # the owner's upload, or refused
         else:
@@ -240,7 +240,7 @@ class Allocator:
         spec = self._resolved(spec, owner_id)
         probe = QueuedJob(spec.name, time.time(), samples_of(spec), 0, spec)
         if self._launch_now(probe, self.capacity, alone=True) is None or probe.plan is None:
-            raise SpecError("budget: the job cannot start even on an empty service")
+            raise SpecError("the job cannot start even on an empty service", field="budget")
         plan, total = probe.plan, probe.plan.shape.total()
         expected = _expected(plan, spec)
         with self.lock:
@@ -588,7 +588,7 @@ def _check_names(spec: JobSpec) -> None:
     if ":" not in spec.workload:
         names = [m.name for m in registry.models()]
         if spec.workload not in names:
-            raise SpecError(f"workload: {unknown_name('workload', spec.workload, names)}")
+            raise SpecError(f"{unknown_name('workload', spec.workload, names)}", field="workload")
     datasets = registry.dataset_names()
     if spec.dataset is not None and spec.dataset not in datasets:
-        raise SpecError(f"dataset: {unknown_name('dataset', spec.dataset, datasets)}")
+        raise SpecError(f"{unknown_name('dataset', spec.dataset, datasets)}", field="dataset")

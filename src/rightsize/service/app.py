@@ -11,7 +11,6 @@ at ``/openapi.json``.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
@@ -40,7 +39,6 @@ from rightsize.service.simulations import SimulationRequest, Simulations
 from rightsize.service.store import Store
 from rightsize.service.uploads import ScriptUpload, WorkloadUpload
 
-_FIELD = re.compile(r"[a-z_][a-z0-9_.]*")
 _bearer = HTTPBearer(auto_error=False, description="a token from `rightsize serve token create`")
 
 
@@ -91,12 +89,10 @@ def create_app(store: Store, allocator: Allocator, profiles: ProfileBook | None 
 
     @app.exception_handler(RightsizeError)
     async def refused(_request: Request, exc: RightsizeError) -> JSONResponse:
-        message = limits.short(str(exc))
-        head = message.split(":", 1)[0]
-        field = head if ":" in message and _FIELD.fullmatch(head) else None
-        loc, msg = (["body"], message)
-        if field:
-            loc, msg = ["body", *field.split(".")], message.split(":", 1)[1].strip()
+        if exc.field:  # named where it was raised
+            loc, msg = ["body", *exc.field.split(".")], limits.short(exc.reason)
+        else:
+            loc, msg = ["body"], limits.short(str(exc))
         return JSONResponse(status_code=422, content={"detail": [
             {"loc": loc, "msg": msg, "type": "value_error"}]})  # fmt: skip
 

@@ -69,12 +69,12 @@ def workload_key(request: RecommendationRequest) -> WorkloadKey:
     from rightsize.workloads.registry import WorkloadRegistry
 
     if ":" in request.workload:
-        raise SpecError("workload: the service profiles zoo workloads only; profile your own "
-                        "with `rightsize profile` and plan it with `rightsize plan`")  # fmt: skip
+        raise SpecError("the service profiles zoo workloads only; profile your own "
+                        "with `rightsize profile` and plan it with `rightsize plan`", field="workload")  # fmt: skip
     try:
         workload = WorkloadRegistry().get(request.workload, request.dataset, request.options)
     except RightsizeError as exc:
-        raise SpecError(f"workload: {exc}") from None
+        raise SpecError(str(exc), field="workload") from None
     options = tuple(sorted((k, str(v)) for k, v in request.options.items()))
     return WorkloadKey(workload.name, workload.dataset.name, options)
 
@@ -92,7 +92,7 @@ def recommend(request: RecommendationRequest, profiles: ProfileBook,
         market = Market.of(catalog, request.instances, spot=request.spot,
                            device=DeviceChoice(precision=request.precision))  # fmt: skip
     except RightsizeError as exc:
-        raise SpecError(f"instances: {exc}") from None
+        raise SpecError(str(exc), field="instances") from None
     state = profiles.request(key)
     profile = profiles.profile(key)
     if profile is None:

@@ -80,11 +80,11 @@ class Simulations:
         try:
             cluster = parse_cluster(request.cluster, flag="")
         except RightsizeError as exc:
-            raise SpecError(f"cluster: {exc}") from None
+            raise SpecError(str(exc), field="cluster") from None
         try:
             policies_named(request.policies, flag="policies")
         except RightsizeError as exc:
-            raise SpecError(f"policies: {exc}") from None
+            raise SpecError(str(exc), field="policies") from None
         home = self.directory / uuid.uuid4().hex
         home.mkdir(parents=True)
         trace_arg, field = self._trace(request, home)
@@ -92,7 +92,7 @@ class Simulations:
             trace = load_trace(trace_arg, seed=request.seed)
             check_fits(trace, cluster.capacity, cluster.name, flag="cluster")
         except RightsizeError as exc:  # the upload's path on this machine is not the user's
-            raise SpecError(f"{field}: {str(exc).replace(trace_arg, 'the CSV')}") from None
+            raise SpecError(str(exc).replace(trace_arg, "the CSV"), field=field) from None
         view = self.store.add_simulation(owner_id, trace.name,
                                          request.model_dump(exclude={"trace_csv"}), home)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize", "simulate", "--trace", trace_arg, "--cluster",
@@ -111,11 +111,11 @@ class Simulations:
         """The ``--trace`` argument and the field that names it."""
         if request.trace != UPLOAD:
             if request.trace not in BUILTIN_TRACES:
-                raise SpecError(f"trace: no built-in trace {request.trace!r}; choose "
-                                f"{', '.join(BUILTIN_TRACES)} or {UPLOAD!r} with trace_csv")  # fmt: skip
+                raise SpecError(f"no built-in trace {request.trace!r}; choose "
+                                f"{', '.join(BUILTIN_TRACES)} or {UPLOAD!r} with trace_csv", field="trace")  # fmt: skip
             return request.trace, "trace"
         if not request.trace_csv:
-            raise SpecError(f"trace_csv: give the CSV when trace is {UPLOAD!r}")
+            raise SpecError(f"give the CSV when trace is {UPLOAD!r}", field="trace_csv")
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.trace_name or "uploaded")
         path = home / f"{stem.removesuffix('.csv')[:80] or 'uploaded'}.csv"
         path.write_text(request.trace_csv)

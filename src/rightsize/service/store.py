@@ -125,7 +125,7 @@ class Store:
                 return self.job_by_id(row.id)
             except IntegrityError:
                 continue
-        raise SpecError(f"name: too many jobs named {spec.name!r}; give the job another name")
+        raise SpecError(f"too many jobs named {spec.name!r}; give the job another name", field="name")
 
     def job_by_id(self, job_id: int) -> JobView:
         with self.session() as session:

@@ -71,12 +71,12 @@ def check_source(source: str, factory: str) -> None:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise SpecError(f"source: line {exc.lineno}: {exc.msg}") from None
+        raise SpecError(f"line {exc.lineno}: {exc.msg}", field="source") from None
     functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     if factory not in functions:
         defined = ", ".join(functions) or "none"
-        raise SpecError(f"factory: the file defines no top-level function {factory!r} "
-                        f"(its functions: {defined})")  # fmt: skip
+        raise SpecError(f"the file defines no top-level function {factory!r} "
+                        f"(its functions: {defined})", field="factory")  # fmt: skip
 
 
 class Uploads:
@@ -106,7 +106,7 @@ class Uploads:
         try:
             ast.parse(upload.source)
         except SyntaxError as exc:
-            raise SpecError(f"source: line {exc.lineno}: {exc.msg}") from None
+            raise SpecError(f"line {exc.lineno}: {exc.msg}", field="source") from None
         folder = self.folder(owner_id) / "scripts"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / upload.name).write_text(upload.source)
@@ -120,12 +120,12 @@ class Uploads:
         """
         name = script.removeprefix(SCRIPT_PREFIX)
         if not script.startswith(SCRIPT_PREFIX) or owner_id is None:
-            raise SpecError(f"script: {script!r}: a job on the service runs a script uploaded "
+            raise SpecError(f"{script!r}: a job on the service runs a script uploaded "
                             f"first (POST /scripts: {SCRIPT_PREFIX}NAME.py; rightsize submit "
-                            "uploads a job file's script for you)")  # fmt: skip
+                            "uploads a job file's script for you)", field="script")  # fmt: skip
         path = self.folder(owner_id) / "scripts" / name
         if "/" in name or not path.is_file():
-            raise SpecError(f"script: no uploaded script {name!r}; upload it first")
+            raise SpecError(f"no uploaded script {name!r}; upload it first", field="script")
         return path
 
     def folder_of(self, workload: str) -> Path | None:
@@ -145,9 +145,9 @@ class Uploads:
         if found is None:
             return None
         if owner_id is None or int(found.group(1)) != owner_id:
-            raise SpecError(f"workload: {module!r} is not one of your uploaded workloads")
+            raise SpecError(f"{module!r} is not one of your uploaded workloads", field="workload")
         if not (self.folder(owner_id) / f"{module}.py").is_file():
-            raise SpecError(f"workload: no uploaded file {module!r}; upload it first")
+            raise SpecError(f"no uploaded file {module!r}; upload it first", field="workload")
         return self.folder(owner_id)
 
 
@@ -169,6 +169,6 @@ def runner_cgroup(name: str, budget):
         cgroup.set_cpu(budget.cpu_cores)
         cgroup.set_memory(budget.memory_bytes)
     except (CgroupUnavailable, OSError) as exc:
-        raise SpecError(f"workload: uploaded code runs only inside cgroups, and this machine "
-                        f"gives none ({exc})") from None
+        raise SpecError(f"uploaded code runs only inside cgroups, and this machine "
+                        f"gives none ({exc})", field="workload") from None
     return cgroup

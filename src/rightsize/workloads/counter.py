@@ -69,7 +69,7 @@ def sample_counter(samples: int = 4096) -> Workload:
         SpecError: ``samples`` is not a whole number in 1..MAX_SAMPLES.
     """
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
-        raise SpecError(f"options.samples: {samples!r} must be a whole number in 1..{MAX_SAMPLES}")
+        raise SpecError(f"{samples!r} must be a whole number in 1..{MAX_SAMPLES}", field="options.samples")
     return Workload(
         "sample-counter",
         SampleIndices(samples),
