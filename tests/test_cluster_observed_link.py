@@ -42,9 +42,7 @@ class RecordingNearchus(NearchusPolicy):
 
 
 class RecordingStatic(StaticPolicy):
-    """A fixed shape, asked every interval with per-node metrics, deciding nothing."""
-
-    reads_node_metrics = True
+    """A fixed shape, asked every interval, deciding nothing."""
 
     def __init__(self, shape: ClusterShape) -> None:
         super().__init__(shape)

@@ -15,13 +15,9 @@ from rightsize.cluster.jobmodel import JobModel
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.simjob import (
     Noise,
-    SampleDetail,
     SimJob,
     measured,
     measured_row,
-    metric_sample,
-    node_metrics,
-    sample_detail,
     sample_template,
 )
 from rightsize.cluster.simulator import Simulator, _Run, cyclic_gc_paused
@@ -29,8 +25,15 @@ from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
-from rightsize.scaling.api import MetricSample, NodeColumns, NodeMetrics, Observation, ShapeRecord
-from rightsize.scaling.frozen import remembered_property
+from rightsize.scaling.api import (
+    MetricSample,
+    NodeColumns,
+    NodeMetrics,
+    Observation,
+    ShapeRecord,
+    metric_sample,
+    node_columns,
+)
 from rightsize.scaling.nearchus_stability import stability_points
 from rightsize.scaling.optimus import (
     KnownSpeeds,
@@ -53,21 +56,14 @@ SHAPE = ClusterShape.from_counts(1, 3, Resources(2.5, 10), Resources(4.25, 20))
 
 
 def test_fast_metric_objects_equal_the_normally_built_ones():
-    base = {
-        "name": "ps-0",
-        "role": NodeRole.PS,
-        "cpu_allocated_cores": 2.0,
-        "memory_used_bytes": 5,
-        "memory_allocated_bytes": 8,
-        "net_capacity_bytes_per_s": 100.0,
-        "steps_per_s": 1.5,
-    }
-    fast = node_metrics(base, 1.25, 40.0)
     plain = NodeMetrics("ps-0", NodeRole.PS, 1.25, 2.0, 5, 8, 40.0, 40.0, 100.0, 1.5)
-    assert fast == plain and repr(fast) == repr(plain) and hash(fast) == hash(plain)
-    assert fast.cpu_efficiency == 0.625
-    sample = metric_sample(60.0, (fast,), 2.0, 64.0)
-    assert sample == MetricSample(60.0, (plain,), 2.0, 64.0)
+    columns = node_columns(("ps-0",), (NodeRole.PS,), (1.25,), (2.0,), (5,), (8,), (40.0,),
+                           (40.0,), (100.0,), (1.5,))  # fmt: skip
+    assert columns == NodeColumns.of((plain,)) and columns.net_utilization == (0.4,)
+    assert tuple(columns) == (plain,) and columns[0].cpu_efficiency == 0.625
+    sample = metric_sample(60.0, columns, 2.0, 64.0)
+    made = MetricSample(60.0, (plain,), 2.0, 64.0)
+    assert sample == made and sample.__dict__ == made.__dict__ and repr(sample) == repr(made)
     assert sample.e_job == 0.625
 
 
@@ -112,76 +108,45 @@ def test_speed_points_from_a_grouped_prior_equal_the_ungrouped_ones():
         assert remembered.points(records) == speed_points([*prior, *records])
 
 
-def test_samples_without_nodes_keep_the_random_stream():
-    """A policy that reads no node metrics gets samples without them, one that reads columns
-    gets columns equal to those of the NodeMetrics it would have had, the same speeds, and the
-    same later samples (the node noise is drawn either way)."""
-    spec = nearchus_trace(1, 1).jobs[0]
-    model = JobModel(sim_model(spec.model), CLUSTERS["B"])
-    windows = {}
-    for detail in SampleDetail:
-        job = SimJob(spec, model, 1e9, np.random.default_rng(7))
-        job.perf, job.started_s, job.ready_s = model.evaluate(SHAPE), 0.0, 0.0
-        job.collect(300.0, 60.0, 600.0, Noise(), detail)
-        job.collect(600.0, 60.0, 600.0, Noise(), SampleDetail.NODES)
-        windows[detail] = job.window
-    with_nodes, without = windows[SampleDetail.NODES], windows[SampleDetail.NONE]
-    columns = windows[SampleDetail.COLUMNS]
-    assert [s.steps_per_s for s in with_nodes] == [s.steps_per_s for s in without]
-    assert all(s.nodes == () for s in without[:5]) and len(without[0:5]) == 5
-    assert with_nodes[5:] == without[5:] == columns[5:]
-    for full, lean in zip(with_nodes[:5], columns[:5], strict=True):
-        assert lean.nodes == () and lean.columns == NodeColumns.of(full.nodes)
-        assert lean.cpu_used_cores == full.cpu_used_cores == sum(lean.columns.cpu_used_cores)
-        assert (lean.time_s, lean.steps_per_s) == (full.time_s, full.steps_per_s)
-
-
-def test_samples_are_the_ones_the_plain_functions_build():
-    """``SimJob._samples`` writes out measured_row, metric_sample, node_metrics and the
-    template's columns: the same objects, field by field and bit for bit (warm-up and
-    steady noise alike, a link or none)."""
+def test_simulated_samples_are_the_ones_the_runtime_makes_of_its_node_metrics():
+    """``SimJob._samples`` makes each sample from a row of measurements as the runtime makes
+    its own: equal, field by field and bit for bit, to ``MetricSample`` built from the
+    NodeMetrics of those measurements (warm-up and steady noise alike, a link or none)."""
     spec = nearchus_trace(1, 1).jobs[0]
     model = JobModel(sim_model(spec.model), CLUSTERS["B"])
     shape = ClusterShape.from_counts(1, 3, Resources(2.5), Resources(4.25))  # no OOM kill
     perf, noise = model.evaluate(shape), Noise()
     times = [30.0, 90.0, 150.0, 210.0]  # the first two in the 60-s warm-up after 0 s
-    for detail in SampleDetail:
-        for link in (0.0, 1e9):
-            job = SimJob(spec, model, 1e9, np.random.default_rng(11))
-            job.perf, job.started_s, job.ready_s = perf, 10.0, 0.0
-            job.observed_link_bytes_per_s = link
-            samples = job._samples(times, noise, detail)
-            draws = np.random.default_rng(11).standard_normal((4, 2 * len(shape.nodes) + 1))
-            plain = plain_samples(job, times, draws.tolist(), noise, detail)
-            for sample, expected in zip(samples, plain, strict=True):
-                assert repr(sample.__dict__) == repr(expected.__dict__), (detail, link)
-                assert sample == expected and sample.columns == expected.columns
-                assert sample.steps_per_s > 0
-                assert detail == SampleDetail.NONE or sample.cpu_used_cores > 0
+    for link in (0.0, 1e9):
+        job = SimJob(spec, model, 1e9, np.random.default_rng(11))
+        job.perf, job.started_s, job.ready_s = perf, 10.0, 0.0
+        job.observed_link_bytes_per_s = link
+        samples = job._samples(times, noise)
+        draws = np.random.default_rng(11).standard_normal((4, 2 * len(shape.nodes) + 1))
+        plain = plain_samples(job, times, draws.tolist(), noise)
+        for sample, expected in zip(samples, plain, strict=True):
+            assert repr(sample.__dict__) == repr(expected.__dict__), link
+            assert sample == expected and sample.steps_per_s > 0 and sample.cpu_used_cores > 0
 
 
-def plain_samples(job, times, draws, noise, detail) -> list[MetricSample]:
-    """The samples ``job`` takes at ``times``, built by the plain functions."""
+def plain_samples(job, times, draws, noise) -> list[MetricSample]:
+    """The samples ``job`` takes at ``times``, each made by the constructor from NodeMetrics."""
     template, batch, out = job._template(), job.model.model.batch_size, []
-    count = len(template.bases)
+    count = len(template.names)
     for t, row in zip(times, draws, strict=True):
         cv = noise.warmup_cv if t - job.ready_s < noise.warmup_s else noise.steady_cv
         row = measured_row(template.true, cv, row, template.cap)
-        used, net, speed, time_s = row[:count], row[count:-1], row[-1], t - job.started_s
-        if detail == SampleDetail.NONE:
-            out.append(metric_sample(time_s, (), speed, speed * batch))
-        elif detail == SampleDetail.COLUMNS:
-            columns = template.columns(used, net)
-            out.append(metric_sample(time_s, (), speed, speed * batch, sum(used), columns))
-        else:
-            nodes = tuple(map(node_metrics, template.bases, used, net))
-            out.append(metric_sample(time_s, nodes, speed, speed * batch, sum(used)))
+        nodes = tuple(
+            NodeMetrics(template.names[i], template.roles[i], row[i], template.allocated[i],
+                        template.memory_used[i], template.memory_allocated[i], row[count + i],
+                        row[count + i], template.capacity[i], template.steps[i])
+            for i in range(count)
+        )  # fmt: skip
+        out.append(MetricSample(t - job.started_s, nodes, row[-1], row[-1] * batch))
     return out
 
 
-def test_optimus_reads_no_node_metrics_and_its_decisions_do_not_need_them():
-    assert OptimusPolicy.reads_node_metrics is False
-    assert make_policy("nearchus").reads_node_metrics is True
+def test_optimus_decides_nothing_before_it_has_a_window():
     obs = Observation("j", 0.0, SHAPE, Resources(40), Resources(40))
     assert OptimusPolicy().decide(obs) is None  # no window yet
 
@@ -211,13 +176,6 @@ def test_remembered_shape_moves_give_the_same_object_and_the_plain_value():
         SHAPE, NodeRole.WORKER, Resources(9)
     )
     assert one_ps_two_workers(Resources(15)) is one_ps_two_workers(Resources(15.0))
-
-
-def test_the_simulator_gives_each_policy_the_least_node_detail_it_reads():
-    assert sample_detail(make_policy("optimus")) == SampleDetail.NONE
-    assert sample_detail(make_policy("nearchus")) == SampleDetail.COLUMNS
-    assert sample_detail(make_policy("nearchus+")) == SampleDetail.COLUMNS
-    assert sample_detail(make_policy("dlrover")) == SampleDetail.NODES
 
 
 FINITE = st.floats(-1e12, 1e12, allow_nan=False)
@@ -284,7 +242,7 @@ def test_remembered_regressors_fit_exactly_what_the_plain_matrix_does():
 
 def test_stability_points_count_samples_and_tolerate_a_late_one():
     def at(*times):
-        return tuple(metric_sample(t, (), 1.0, 1.0) for t in times)
+        return tuple(MetricSample(t, (), 1.0, 1.0) for t in times)
 
     def sizes(window, period_s):
         return [len(p) for p in stability_points(window, period_s)]
@@ -327,10 +285,11 @@ def test_a_run_leaves_no_reference_cycle_so_the_paused_collector_misses_nothing(
     assert gc.isenabled()
 
 
-def test_remembered_properties_are_computed_once_and_stay_out_of_the_value():
+def test_derived_values_stay_out_of_the_value():
     obs = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
-    headroom = obs.headroom
-    assert obs.headroom is headroom and obs.__dict__["headroom"] is headroom
+    assert obs.headroom == Resources(24.75, 30) and obs.readings.of("k", lambda: 1) == 1
+    other = dataclasses.replace(obs, free=Resources(20, 100))
+    assert other != obs and other.headroom == Resources(20, 30)
+    assert other.readings.of("k", lambda: 2) == 2  # its own readings
     plain = Observation("j", 0.0, SHAPE, Resources(40, 100), Resources(30, 100))
-    assert plain == obs and repr(plain) == repr(obs)  # one read it, the other did not
-    assert isinstance(Observation.headroom, remembered_property)  # the descriptor, on the class
+    assert plain == obs and repr(plain) == repr(obs) and "readings" not in repr(obs)

@@ -91,6 +91,35 @@ def test_the_observation_carries_every_field_and_equals_the_plainly_built_one():
     plain = Observation(**fields)
     assert fast == plain and repr(fast) == repr(plain)
     assert fast.headroom == plain.headroom == Resources(6, GI)  # 10 cpu of budget left, 6 free
+    assert fast.readings is b.readings  # the book's, for this window
+
+
+def test_readings_are_computed_once_per_window_and_start_over_when_it_changes():
+    b = book(plans=(LAUNCH,))
+    b.record(samples(1.0, 2.0))
+    calls = []
+
+    def read() -> int:
+        calls.append(1)
+        return len(calls)
+
+    first = b.observe(120.0, SHAPE, Resources(6, GI), 1)
+    again = b.observe(150.0, SHAPE, Resources(6, GI), 1)  # the same window, a later time
+    assert first.readings.of("n", read) == again.readings.of("n", read) == 1
+    assert first.readings.of("other key", read) == 2
+    b.record(samples(3.0, start_s=180.0))
+    assert b.observe(180.0, SHAPE, Resources(6, GI), 1).readings.of("n", read) == 3
+    b.record((), keep_after_s=0.0)  # nothing left the window: still the same readings
+    assert b.observe(180.0, SHAPE, Resources(6, GI), 1).readings.of("n", read) == 3
+    b.applied(Plan(BIGGER, Action.ADD_WORKER, "more"), SHAPE, 200.0)
+    assert b.observe(200.0, BIGGER, Resources(6, GI), 1).readings.of("n", read) == 4
+    # An observation built directly, or replaced, reads its own window.
+    plain = dataclasses.replace(first, time_s=121.0)
+    assert plain.readings is not first.readings and plain.readings.of("n", read) == 5
+    # What is read from the job's prior and budget lasts the job's life, windows and plans.
+    assert first.job_readings.of("prior", read) == 6
+    assert b.observe(200.0, BIGGER, Resources(6, GI), 1).job_readings.of("prior", read) == 6
+    assert book().observe(0.0, SHAPE, Resources(6, GI), 0).job_readings.of("prior", read) == 7
 
 
 def test_close_lets_go_of_what_only_the_policy_read():

@@ -27,7 +27,7 @@ from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import JobModel
 from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
-from rightsize.cluster.simjob import JobState, measured_row, node_metrics, sample_template
+from rightsize.cluster.simjob import SimJobState, measured_row, sample_template
 from rightsize.cluster.simulator import Simulator, _Run
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.resources import Resources
@@ -78,9 +78,7 @@ class Metrics:
         template = sample_template(self.templates, perf, CLUSTER.link_bytes_per_s)
         draws = np.random.default_rng(int(time_s)).standard_normal(len(template.true))
         row = measured_row(template.true, 0.02, draws.tolist(), template.cap)
-        count = len(template.bases)
-        nodes = tuple(map(node_metrics, template.bases, row[:count], row[count:-1]))
-        return MetricSample(time_s, nodes, row[-1], row[-1] * self.model.model.batch_size)
+        return template.sample(time_s, row, self.model.model.batch_size)
 
 
 def recorded(policy: Policy) -> list[tuple[Observation, Plan | None]]:
@@ -190,7 +188,7 @@ def through_the_simulator(name: str, model: str, prior) -> tuple[Plan, list]:
         plan = run._plan(job, run._observe(job))
         if plan is not None:
             apply(job, plan, run.now)
-            assert job.state == JobState.RUNNING
+            assert job.state == SimJobState.RUNNING
     return launch, log
 
 

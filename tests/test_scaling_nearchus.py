@@ -6,18 +6,20 @@ import pytest
 
 from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.resources import Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling import nearchus_optimizer
 from rightsize.scaling.api import (
     Action,
     MetricSample,
-    NodeColumns,
     NodeMetrics,
     Observation,
     Plan,
     ShapeRecord,
+    metric_sample,
+    node_columns,
 )
 from rightsize.scaling.nearchus import NearchusPolicy, psn_bottleneck
+from rightsize.scaling.nearchus_rules import KEEP, Branch, first_proposal, inserted, replaced
 from rightsize.scaling.nearchus_stability import stability_points, stable_window
 from rightsize.scaling.registry import make_policy
 
@@ -296,15 +298,15 @@ def test_parameters_are_named_validated_and_overridable_by_the_registry():
     assert defaults.e_thd_opt == 0.8
 
 
-# -- the columns view (speed: a mechanism may give NEARCHUS columns instead of nodes) --------
-def columns_only(window: tuple[MetricSample, ...]) -> tuple[MetricSample, ...]:
-    """The same samples as a mechanism may give a policy that does not need node objects."""
-    lean = []
-    for s in window:
-        copy = MetricSample(s.time_s, (), s.steps_per_s, s.samples_per_s)
-        copy.__dict__["columns"] = NodeColumns.of(s.nodes)  # what the simulator supplies
-        lean.append(copy)
-    return tuple(lean)
+# -- one sample form: nodes kept as columns, whichever mechanism made them -------------------
+def as_the_simulator_makes_it(s: MetricSample) -> MetricSample:
+    """The same sample made as the simulator makes its own: columns given straight to
+    ``metric_sample``, no NodeMetrics made."""
+    c = s.nodes
+    columns = node_columns(c.names, c.roles, c.cpu_used_cores, c.cpu_allocated_cores,
+                           c.memory_used_bytes, c.memory_allocated_bytes, c.net_in_bytes_per_s,
+                           c.net_out_bytes_per_s, c.net_capacity_bytes_per_s, c.steps_per_s)  # fmt: skip
+    return metric_sample(s.time_s, columns, s.steps_per_s, s.samples_per_s)
 
 
 def test_columns_view_the_nodes_and_feed_the_sums():
@@ -316,11 +318,16 @@ def test_columns_view_the_nodes_and_feed_the_sums():
     assert s.columns.net_utilization_of("ps-0") == 0.95
     assert s.columns.net_utilization_of("ps-9") is None
     assert s.cpu_used_cores == 11.5 and s.cpu_allocated_cores == 15.0
-    assert columns_only((s,))[0].e_job == s.e_job == 11.5 / 15
+    lean = as_the_simulator_makes_it(s)
+    assert lean == s and repr(lean) == repr(s) and lean.__dict__ == s.__dict__
+    assert lean.e_job == s.e_job == 11.5 / 15
+    # The nodes come back as the NodeMetrics they were made of, one at a time.
+    ps = NodeMetrics("ps-0", NodeRole.PS, 2.0, 5.0, 0, 0, 95.0, 95.0, LINK, 0.0)
+    assert s.nodes[0] == ps and s.node("ps-0") == ps and s.role(NodeRole.PS) == (ps,)
+    assert MetricSample(60.0, tuple(s.nodes), 10.0) == s and len(s.nodes) == 3
 
 
-def test_nearchus_decides_the_same_from_columns_as_from_nodes():
-    assert NearchusPolicy.needs_node_objects is False
+def test_nearchus_decides_the_same_on_samples_made_either_way():
     shape = shape_of(ps=(5.0, 5.0), workers=(5.0, 5.0))
     hot = {"ps-0": 95.0, "ps-1": 40.0}  # PSN on ps-0 in every sample
     for window, action in (
@@ -328,7 +335,7 @@ def test_nearchus_decides_the_same_from_columns_as_from_nodes():
         (steady(shape, [4.9, 4.8, 4.9, 4.9]), Action.SCALE_UP),  # e_job 0.975
         (steady(shape, [1.0, 1.0, 4.9, 4.9]), Action.REBALANCE),  # idle PS, no PSN
     ):
-        lean = columns_only(window)
+        lean = tuple(map(as_the_simulator_makes_it, window))
         params = NearchusPolicy().params
         full, thin = stable_window(window, params), stable_window(lean, params)
         assert (thin.e_job, thin.speed, thin.used) == (full.e_job, full.speed, full.used)
@@ -366,3 +373,32 @@ def test_a_small_budget_moves_less_than_half_a_core():
     assert plan.shape.node("ps-0").resources.cpu_cores == pytest.approx(0.28)
     at_scale = NearchusPolicy().decide(observe(shape, window, budget=100.0))
     assert at_scale.action == Action.ADD_WORKER  # the same move is too small for half a core
+
+
+def test_rules_are_walked_in_order_and_keep_ends_the_walk():
+    shape = shape_of()
+    plan = Plan(shape, Action.RESHAPE, "a")
+
+    class Answer:
+        def __init__(self, name, answer, branch=None):
+            self.name, self.answer, self.branch, self.asked = name, answer, branch, 0
+
+        def propose(self, obs, stable):
+            self.asked += 1
+            return self.answer
+
+    window = steady(shape, (1.0, 5.0, 5.0), speed=1.0)
+    stable = NearchusPolicy().stable(observe(shape, window))
+    obs = observe(shape, window)
+    rules = (Answer("a", None), Answer("b", KEEP), Answer("c", plan))
+    assert first_proposal(rules, obs, stable, None) is None and rules[2].asked == 0
+    rules = replaced(rules, "b", Answer("b2", None))
+    assert [r.name for r in rules] == ["a", "b2", "c"]
+    assert first_proposal(rules, obs, stable, None) is plan
+    rules = inserted(rules, Answer("up", plan, Branch.SCALE_UP), after="a")
+    assert [r.name for r in rules] == ["a", "up", "b2", "c"]
+    assert stable.e_job < 0.95  # the engine's test skips the scale-up side's rule
+    assert first_proposal(rules, obs, stable, 0.95) is plan and rules[1].asked == 0
+    assert first_proposal(rules, obs, stable, None) is plan and rules[1].asked == 1
+    with pytest.raises(KeyError):
+        replaced(rules, "nope", Answer("x", None))

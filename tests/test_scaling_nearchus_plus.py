@@ -10,7 +10,7 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeRole
 from rightsize.scaling.api import Action, Plan, ShapeRecord
 from rightsize.scaling.nearchus import NearchusPolicy
-from rightsize.scaling.nearchus_plus import NearchusPlusPolicy, balanced_ps_cores
+from rightsize.scaling.nearchus_plus import NearchusPlusPolicy, PlusNotes, balanced_ps_cores
 
 
 def test_balanced_split_sizes_the_ps_for_the_speed_the_workers_will_reach():
@@ -318,3 +318,17 @@ def test_an_idle_rank_of_a_job_without_ps_gets_the_mu_answer_not_an_empty_rebala
     plan = NearchusPlusPolicy().decide(observe(shape, window, budget=2, free=1.5))
     assert plan.action == Action.ADD_WORKER and plan.shape.n_workers == 2
     assert plan.shape.total().cpu_cores == pytest.approx(0.5)
+
+
+def test_nearchus_plus_is_the_faithful_rule_list_with_named_replacements_and_additions():
+    faithful = [rule.name for rule in NearchusPolicy().rules]
+    assert faithful == ["stop", "scale_up", "add_ps", "rebalance", "add_worker"]
+    plus = [rule.name for rule in NearchusPlusPolicy().rules]
+    assert plus == ["finished", "stop+", "scale_up+", "add_ps+", "grow_saturated",
+                    "rebalance+", "grow_starved", "add_worker+"]  # fmt: skip
+    # The notes it keeps in its plans, typed, and the details they travel in.
+    notes = PlusNotes(final=True, worker_mu=16.0)
+    plan = Plan(shape_of(), Action.RESHAPE, "keep", notes.details())
+    assert plan.details == {"final": 1.0, "worker_mu": 16.0}
+    assert PlusNotes.of(plan) == notes == PlusNotes.of(Plan.from_json(plan.to_json()))
+    assert PlusNotes.of(None) == PlusNotes() and PlusNotes().details() == {}

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 
 from rightsize.cluster.jobmodel import Performance
-from rightsize.cluster.simjob import JobState, SimJob
+from rightsize.cluster.simjob import SimJob, SimJobState
 from rightsize.core.errors import choose
 
 
@@ -102,7 +102,7 @@ class LinkBook:
             return []  # every node had a link of its own, and still has
         out = []
         for job in jobs:
-            if job.link_nodes and job.state == JobState.RUNNING:
+            if job.link_nodes and job.state == SimJobState.RUNNING:
                 perf = job.model.evaluate_shared(job.shape, self.nodes)
                 link = self.observed_link(job)
                 if perf is not job.perf or link != job.observed_link_bytes_per_s:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from rightsize.cluster.simjob import JobState, SimJob
+from rightsize.cluster.simjob import SimJob, SimJobState
 
 REACH_FRACTION = 0.95  # "time to reach 95% of the best speed" (single-job experiment)
 
@@ -88,7 +88,7 @@ def job_result(job: SimJob) -> JobResult:
         job.arrival_s,
         job.started_s,
         job.finished_s,
-        job.state == JobState.FAILED or job.finished_s is None,
+        job.state == SimJobState.FAILED or job.finished_s is None,
         job.restarts,
         job.shape.describe(),
         tuple(p.reason for p in job.plans),

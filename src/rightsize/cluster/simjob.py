@@ -26,75 +26,14 @@ from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import (
     EventKind,
     MetricSample,
-    NodeColumns,
     NodeEvent,
-    NodeMetrics,
     Observation,
     Plan,
-    Policy,
+    metric_sample,
+    node_columns,
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
-from rightsize.scaling.frozen import filled, remembered_property
-
-# How :func:`~rightsize.scaling.frozen.filled` makes a frozen dataclass instance, for the loop
-# of ``SimJob._samples``, where the call to ``filled`` itself cost more than its work.
-_new, _fill = object.__new__, object.__setattr__
-
-
-def node_metrics(base: dict, cpu_used_cores: float, net_bytes_per_s: float) -> NodeMetrics:
-    """A :class:`NodeMetrics` from a node's fixed fields and one sample's measurements,
-    :func:`filled` directly."""
-    fields = {
-        **base,
-        "cpu_used_cores": cpu_used_cores,
-        "net_in_bytes_per_s": net_bytes_per_s,
-        "net_out_bytes_per_s": net_bytes_per_s,
-    }
-    return filled(NodeMetrics, fields)
-
-
-def metric_sample(
-    time_s: float,
-    nodes: tuple[NodeMetrics, ...],
-    steps_per_s: float,
-    samples_per_s: float,
-    cpu_used_cores: float | None = None,
-    columns: NodeColumns | None = None,
-) -> MetricSample:
-    """A :class:`MetricSample`, :func:`filled` directly.
-
-    ``cpu_used_cores`` and ``columns``, if given, fill the sample's remembered values, which
-    are then not derived from ``nodes``: the caller gives what they would be — the nodes' CPU
-    use summed in node order, and the nodes' metrics as columns (or instead of ``nodes``, for a
-    policy that reads only those: ``Policy.needs_node_objects``).
-    """
-    fields = {
-        "time_s": time_s,
-        "nodes": nodes,
-        "steps_per_s": steps_per_s,
-        "samples_per_s": samples_per_s,
-    }
-    if cpu_used_cores is not None:
-        fields["cpu_used_cores"] = cpu_used_cores
-    if columns is not None:
-        fields["columns"] = columns
-    return filled(MetricSample, fields)
-
-
-class SampleDetail(StrEnum):
-    """What of each node a simulated sample carries: what its policy reads."""
-
-    NONE = "none"  # job-level fields only (``Policy.reads_node_metrics`` False)
-    COLUMNS = "columns"  # ``MetricSample.columns`` only (``Policy.needs_node_objects`` False)
-    NODES = "nodes"  # a NodeMetrics per node (and the columns, derived when read)
-
-
-def sample_detail(policy: Policy) -> SampleDetail:
-    """The least per-node detail ``policy`` reads."""
-    if not policy.reads_node_metrics:
-        return SampleDetail.NONE
-    return SampleDetail.NODES if policy.needs_node_objects else SampleDetail.COLUMNS
 
 
 def measured(true: float, cv: float, draw: float, cap: float) -> float:
@@ -119,7 +58,10 @@ def measured_row(
     ]
 
 
-class JobState(StrEnum):
+class SimJobState(StrEnum):
+    """Where a simulated job is in its life (the scheduler's queues). Not the runtime's
+    ``runtime.jobstate.JobState``, a real job's record: this one is a phase alone."""
+
     WAITING = "waiting"
     STARTING = "starting"  # launching or restarting: holds resources, makes no progress
     RUNNING = "running"
@@ -153,7 +95,7 @@ class SimJob:
     model: JobModel
     samples_total: float
     rng: np.random.Generator
-    state: JobState = JobState.WAITING
+    state: SimJobState = SimJobState.WAITING
     shape: ClusterShape = field(default_factory=ClusterShape)
     perf: Performance | None = None
     samples_done: float = 0.0
@@ -248,13 +190,13 @@ class SimJob:
         self.shape = plan.shape
         self.perf = self.model.evaluate(plan.shape)
         self.observed_link_bytes_per_s = 0.0  # until it trains (``LinkBook.start``)
-        self.state = JobState.STARTING
+        self.state = SimJobState.STARTING
         self.ready_s = now + restart_s
         self.set_rate(now, 0.0, 0.0)
 
     def ready(self, now: float) -> None:
         """The (re)start is over: train at the shape's speed, or report OOM-killed nodes."""
-        self.state = JobState.RUNNING
+        self.state = SimJobState.RUNNING
         self.next_sample_s = now
         oom = self.perf.oom_nodes
         if oom:
@@ -293,86 +235,35 @@ class SimJob:
         interval_s: float,
         max_window_s: float,
         noise: Noise,
-        detail: SampleDetail = SampleDetail.NODES,
     ) -> None:
-        """Add the metric samples due up to ``now``, keeping at most ``max_window_s`` of them,
-        with the per-node ``detail`` the policy reads (see :func:`sample_detail`)."""
+        """Add the metric samples due up to ``now``, keeping at most ``max_window_s`` of them."""
         first = max(self.next_sample_s + interval_s, now - max_window_s + interval_s)
         if now < first:
             return
         times = [first + interval_s * k for k in range(int((now - first) // interval_s) + 1)]
         self.next_sample_s = times[-1]
         keep_after_s = now - max_window_s - (self.started_s or 0.0)  # on the policy's clock
-        self.book.record(self._samples(times, noise, detail), keep_after_s)
+        self.book.record(self._samples(times, noise), keep_after_s)
 
-    def _samples(
-        self, times: list[float], noise: Noise, detail: SampleDetail
-    ) -> tuple[MetricSample, ...]:
+    def _samples(self, times: list[float], noise: Noise) -> tuple[MetricSample, ...]:
         """Noisy samples at ``times``: one draw of every sample's noise from the job's generator,
-        then each value by :func:`measured`'s arithmetic in Python floats — the same IEEE
-        operations numpy would do on the block, without its per-call cost on a few numbers — and
-        only the frozen metric objects ``detail`` asks for built per sample.
-
-        This is the simulator's innermost loop, and a Python call per value or per object cost
-        a fifth of it: the loops are :func:`measured_row`, :func:`metric_sample`,
-        :func:`node_metrics` and :meth:`_SampleTemplate.columns` written out, each object made
-        as :func:`~rightsize.scaling.frozen.filled` makes it (its fields given at once, through
-        ``_new`` and ``_fill``). ``tests/test_cluster_speed.py`` holds the samples equal, field
-        by field and bit for bit, to the ones those functions build."""
+        then each sample's row by :func:`measured_row` and the sample made from it as the
+        runtime's are (:meth:`_SampleTemplate.sample`)."""
         template = self._template()
-        count = len(template.bases)
-        # Without per-node detail the per-node noise is still drawn, so the job's random
-        # stream, and every later sample, is the same whatever the detail.
+        count = len(template.names)
         block = self.rng.standard_normal((len(times), 2 * count + 1))
         batch = self.model.model.batch_size
         start, ready = self.started_s or 0.0, self.ready_s
         warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
         cpu_cv = noise.cpu_cv
+        true, cap, sample = template.true, template.cap, template.sample
         out = []
-        if detail == SampleDetail.NONE:  # the speed alone: the block's last column
-            true, cap = template.true[-1], template.cap[-1]
-            for t, draw in zip(times, block[:, -1].tolist(), strict=True):
-                cv = warmup_cv if t - ready < warmup_s else steady_cv
-                speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
-                speed = cap if cap < speed else speed
-                sample = _new(MetricSample)
-                _fill(sample, "__dict__", {"time_s": t - start, "nodes": (), "steps_per_s": speed,
-                                           "samples_per_s": speed * batch})  # fmt: skip
-                out.append(sample)
-            return tuple(out)
-        true, cap, link, bases = template.true, template.cap, template.link, template.bases
-        names, roles, allocated = template.names, template.roles, template.allocated
-        cpu_true, cpu_cap = true[:count], cap[:count]  # (read only with ``noise.cpu_cv``)
         for t, draws in zip(times, block.tolist(), strict=True):
-            cv = warmup_cv if t - ready < warmup_s else steady_cv
-            row = [
-                c if c < (value := v * (0.0 if 0.0 > (factor := 1.0 + cv * d) else factor))
-                else value
-                for v, d, c in zip(true, draws, cap, strict=True)
-            ]  # fmt: skip
-            if cpu_cv is not None and t - ready >= warmup_s:  # the CPU readings' own noise
-                row[:count] = measured_row(cpu_true, cpu_cv, draws[:count], cpu_cap)
-            used, speed = row[:count], row[-1]
-            fields = {"time_s": t - start, "nodes": (), "steps_per_s": speed,
-                      "samples_per_s": speed * batch, "cpu_used_cores": sum(used)}  # fmt: skip
-            if detail == SampleDetail.NODES:
-                nodes = []
-                for base, u, b in zip(bases, used, row[count:-1], strict=True):
-                    node = _new(NodeMetrics)
-                    _fill(node, "__dict__", {**base, "cpu_used_cores": u,
-                                             "net_in_bytes_per_s": b, "net_out_bytes_per_s": b})  # fmt: skip
-                    nodes.append(node)
-                fields["nodes"] = tuple(nodes)
-            else:
-                net = [b / link for b in row[count:-1]] if link else [None] * count
-                columns = fields["columns"] = _new(NodeColumns)
-                _fill(columns, "__dict__", {
-                    "names": names, "roles": roles, "cpu_used_cores": tuple(used),
-                    "cpu_allocated_cores": allocated, "net_utilization": tuple(net),
-                })  # fmt: skip
-            sample = _new(MetricSample)
-            _fill(sample, "__dict__", fields)
-            out.append(sample)
+            warm = t - ready < warmup_s
+            row = measured_row(true, warmup_cv if warm else steady_cv, draws, cap)
+            if cpu_cv is not None and not warm:  # the CPU readings' own noise
+                row[:count] = measured_row(true[:count], cpu_cv, draws[:count], cap[:count])
+            out.append(sample(t - start, row, batch))
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
@@ -406,63 +297,53 @@ class _SampleTemplate:
     ``[cpu used per node..., link bytes/s per node..., steps/s]``.
 
     Attributes:
-        bases: each node's metric fields that do not vary from sample to sample.
         true: the noise-free values of one row (zeros for an OOM-killed job).
         cap: what each value is clipped to after the noise (allocated CPU, the link;
             nothing for the speed).
+        link: each node's link capacity, as its metrics report it.
+        names, roles, allocated, memory_used, memory_allocated, capacity, steps: the
+            node columns that do not vary from sample to sample (see ``NodeColumns``).
     """
 
-    bases: tuple[dict, ...]
     true: tuple[float, ...]
     cap: tuple[float, ...]
     link: float
+    names: tuple[str, ...]
+    roles: tuple[NodeRole, ...]
+    allocated: tuple[float, ...]
+    memory_used: tuple[int, ...]
+    memory_allocated: tuple[int, ...]
+    capacity: tuple[float, ...]
+    steps: tuple[float, ...]
 
-    def columns(self, cpu_used: list[float], net_bytes_per_s: list[float]) -> NodeColumns:
-        """One sample's :class:`NodeColumns`, equal to ``NodeColumns.of`` the NodeMetrics
-        :func:`node_metrics` would build (each link's utilization: its bytes over capacity)."""
-        link = self.link
-        net = [b / link for b in net_bytes_per_s] if link else [None] * len(net_bytes_per_s)
-        fields = {
-            "names": self.names,
-            "roles": self.roles,
-            "cpu_used_cores": tuple(cpu_used),
-            "cpu_allocated_cores": self.allocated,
-            "net_utilization": tuple(net),
-        }
-        return filled(NodeColumns, fields)
-
-    @remembered_property
-    def names(self) -> tuple[str, ...]:
-        return tuple(b["name"] for b in self.bases)
-
-    @remembered_property
-    def roles(self) -> tuple[NodeRole, ...]:
-        return tuple(b["role"] for b in self.bases)
-
-    @remembered_property
-    def allocated(self) -> tuple[float, ...]:
-        return tuple(b["cpu_allocated_cores"] for b in self.bases)
+    def sample(self, time_s: float, row: list[float], batch: int) -> MetricSample:
+        """The sample a row of measurements makes at ``time_s`` (see the row layout; the
+        simulated link is full duplex: as many bytes in as out)."""
+        count, speed = len(self.names), row[-1]
+        net = tuple(row[count:-1])
+        columns = node_columns(self.names, self.roles, tuple(row[:count]), self.allocated,
+                               self.memory_used, self.memory_allocated, net, net, self.capacity,
+                               self.steps)  # fmt: skip
+        return metric_sample(time_s, columns, speed, speed * batch)
 
     @classmethod
     def of(cls, perf: Performance, link: float) -> _SampleTemplate:
         oom = bool(perf.oom_nodes)
         nodes = perf.nodes
-        bases = tuple(
-            {
-                "name": n.name,
-                "role": n.role,
-                "cpu_allocated_cores": n.cpu_allocated_cores,
-                "memory_used_bytes": min(
-                    n.memory_needed_bytes, n.memory_allocated_bytes or n.memory_needed_bytes
-                ),
-                "memory_allocated_bytes": n.memory_allocated_bytes,
-                "net_capacity_bytes_per_s": link,
-                "steps_per_s": 0.0 if oom else n.steps_per_s,
-            }
-            for n in nodes
-        )
         true = [0.0 if oom else n.cpu_used_cores for n in nodes]
         true += [0.0 if oom else n.net_bytes_per_s for n in nodes]
         true.append(0.0 if oom else perf.steps_per_s)
         cap = [n.cpu_allocated_cores for n in nodes] + [link] * len(nodes) + [math.inf]
-        return cls(bases, tuple(map(float, true)), tuple(map(float, cap)), link)
+        return cls(
+            tuple(map(float, true)),
+            tuple(map(float, cap)),
+            link,
+            tuple(n.name for n in nodes),
+            tuple(n.role for n in nodes),
+            tuple(n.cpu_allocated_cores for n in nodes),
+            tuple(min(n.memory_needed_bytes, n.memory_allocated_bytes or n.memory_needed_bytes)
+                  for n in nodes),
+            tuple(n.memory_allocated_bytes for n in nodes),
+            (link,) * len(nodes),
+            tuple(0.0 if oom else n.steps_per_s for n in nodes),
+        )  # fmt: skip

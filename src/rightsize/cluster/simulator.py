@@ -45,7 +45,7 @@ from rightsize.cluster.models import sim_model
 from rightsize.cluster.priors import PriorBook
 from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
-from rightsize.cluster.simjob import JobState, SimJob, sample_detail
+from rightsize.cluster.simjob import SimJob, SimJobState
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import ResourceError, RightsizeError, SpecError
 from rightsize.core.resources import Resources
@@ -132,7 +132,6 @@ class _Run:
         self._launches: dict[str, Plan] = {}
         self._checked: set[tuple] = set()  # (model, budget, initial shape) checked
         self._results: dict[int, JobResult] = {}  # by id(job) (a SimJob is not hashable)
-        self.detail = sample_detail(self.policy)
         self.links = LinkBook(config.link_sharing, cluster.servers, config.observed_link)
         seeds = np.random.SeedSequence(config.seed).spawn(len(trace.jobs))
         models: dict[str, JobModel] = {}
@@ -165,7 +164,7 @@ class _Run:
             t, _, kind, job, version = heapq.heappop(self.heap)
             self.now = t
             if kind == COMPLETE:
-                if version == job.version and job.state == JobState.RUNNING:
+                if version == job.version and job.state == SimJobState.RUNNING:
                     self.complete(job)
             elif kind != TICK or version == job.epoch:  # a tick from before a restart is void
                 handlers[kind](job)
@@ -269,14 +268,11 @@ class _Run:
         return when
 
     def tick(self, job: SimJob) -> None:
-        if job.state != JobState.RUNNING:
+        if job.state != SimJobState.RUNNING:
             return
         cfg = self.config
         if not job.quiet:
-            job.collect(
-                self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
-                self.detail,
-            )  # fmt: skip
+            job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise)
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
@@ -331,7 +327,7 @@ class _Run:
 
     def complete(self, job: SimJob) -> None:
         job.advance(self.now)
-        job.state = JobState.FINISHED
+        job.state = SimJobState.FINISHED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
         if self.links.stop(job):
@@ -357,8 +353,7 @@ class _Run:
         cfg = self.config
         for job, perf, link in self.links.changed(self.scheduler.running):
             if not job.quiet:
-                job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise,
-                            self.detail)  # fmt: skip
+                job.collect(self.now, cfg.metric_interval_s, cfg.max_window_s, cfg.noise)
             job.observed_link_bytes_per_s = link
             if perf is not job.perf:
                 job.rerate(self.now, perf)
@@ -370,7 +365,7 @@ class _Run:
             self.push(when, COMPLETE, job, job.version)
 
     def _fail(self, job: SimJob) -> None:
-        job.state = JobState.FAILED
+        job.state = SimJobState.FAILED
         job.finished_s = self.now
         job.set_rate(self.now, 0.0, 0.0)
         self.links.stop(job)  # (only OOM-killed jobs fail, and they hold no link share)
@@ -414,7 +409,7 @@ class _Run:
                 mechanism made or raised (to the memory floors) that does not fit is refused
                 instead — as the runtime refuses it: the job keeps its shape, or waits.
         """
-        held = job.shape.total() if job.state != JobState.WAITING else None
+        held = job.shape.total() if job.state != SimJobState.WAITING else None
         rules = (job.budget, Strategy.PS, held, free, self.cluster.node_limit)
         problems = plan_problems(plan.shape, *rules)
         if not problems:

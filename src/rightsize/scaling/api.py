@@ -22,15 +22,17 @@ from __future__ import annotations
 import math
 import statistics
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
-from rightsize.scaling.frozen import remembered_property
+from rightsize.scaling.frozen import filled
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,34 +79,79 @@ class NodeMetrics:
 
 
 @dataclass(frozen=True)
-class NodeColumns:
-    """One sample's per-node metrics as columns, in node order: the numbers a policy sums over
-    a window, without a :class:`NodeMetrics` object per node and sample.
+class NodeColumns(Sequence[NodeMetrics]):
+    """One sample's per-node metrics, as columns in node order: the one form in which both
+    mechanisms hand a policy its nodes' metrics (:attr:`MetricSample.nodes`).
+
+    A policy sums columns over a window (NEARCHUS reads every node's CPU in every sample at
+    every decision); one that wants a node at a time reads it as a sequence of
+    :class:`NodeMetrics`, each made when read. The runtime measures :class:`NodeMetrics` and
+    the constructor of :class:`MetricSample` turns them into columns (:meth:`of`); the
+    simulator builds the columns straight from its model (:func:`node_columns`): either
+    way, one function makes them.
 
     Attributes:
         names: each node's name.
         roles: each node's role.
         cpu_used_cores: each node's ``u_i``.
         cpu_allocated_cores: each node's ``a_i``.
+        memory_used_bytes, memory_allocated_bytes, net_in_bytes_per_s, net_out_bytes_per_s,
+        net_capacity_bytes_per_s, steps_per_s: each node's :class:`NodeMetrics` field.
         net_utilization: each node's :attr:`NodeMetrics.net_utilization` (``None`` if its link
-            capacity is unknown).
+            capacity is unknown): derived from the link columns when the columns are made.
     """
 
     names: tuple[str, ...]
     roles: tuple[NodeRole, ...]
     cpu_used_cores: tuple[float, ...]
     cpu_allocated_cores: tuple[float, ...]
-    net_utilization: tuple[float | None, ...]
+    memory_used_bytes: tuple[int, ...]
+    memory_allocated_bytes: tuple[int, ...]
+    net_in_bytes_per_s: tuple[float, ...]
+    net_out_bytes_per_s: tuple[float, ...]
+    net_capacity_bytes_per_s: tuple[float | None, ...]
+    steps_per_s: tuple[float, ...]
+    net_utilization: tuple[float | None, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "net_utilization", _net_utilization(
+            self.net_in_bytes_per_s, self.net_out_bytes_per_s, self.net_capacity_bytes_per_s))  # fmt: skip
 
     @classmethod
     def of(cls, nodes: Sequence[NodeMetrics]) -> NodeColumns:
-        return cls(
+        """The columns of ``nodes`` (the runtime's measured :class:`NodeMetrics`)."""
+        if isinstance(nodes, NodeColumns):
+            return nodes
+        return node_columns(
             tuple(n.name for n in nodes),
             tuple(n.role for n in nodes),
             tuple(n.cpu_used_cores for n in nodes),
             tuple(n.cpu_allocated_cores for n in nodes),
-            tuple(n.net_utilization for n in nodes),
+            tuple(n.memory_used_bytes for n in nodes),
+            tuple(n.memory_allocated_bytes for n in nodes),
+            tuple(n.net_in_bytes_per_s for n in nodes),
+            tuple(n.net_out_bytes_per_s for n in nodes),
+            tuple(n.net_capacity_bytes_per_s for n in nodes),
+            tuple(n.steps_per_s for n in nodes),
         )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> NodeMetrics:  # type: ignore[override]
+        """The ``index``-th node's metrics, made now."""
+        if isinstance(index, slice):
+            raise TypeError("NodeColumns are indexed one node at a time")
+        return NodeMetrics(
+            self.names[index], self.roles[index], self.cpu_used_cores[index],
+            self.cpu_allocated_cores[index], self.memory_used_bytes[index],
+            self.memory_allocated_bytes[index], self.net_in_bytes_per_s[index],
+            self.net_out_bytes_per_s[index], self.net_capacity_bytes_per_s[index],
+            self.steps_per_s[index],
+        )  # fmt: skip
+
+    def __iter__(self) -> Iterator[NodeMetrics]:
+        return (self[i] for i in range(len(self.names)))
 
     def net_utilization_of(self, name: str) -> float | None:
         """The first node named ``name``'s link utilization (``None`` if unknown or absent)."""
@@ -114,19 +161,68 @@ class NodeColumns:
         return None
 
 
+def _net_utilization(
+    net_in: tuple[float, ...], net_out: tuple[float, ...], capacity: tuple[float | None, ...]
+) -> tuple[float | None, ...]:
+    """Each node's busier link direction over its capacity (``NodeMetrics.net_utilization``)."""
+    if net_in is net_out:  # one column for both directions (a full-duplex model's): no max
+        return tuple([b / c if c else None for b, c in zip(net_in, capacity, strict=True)])
+    return tuple([
+        (i if i > o else o) / c if c else None
+        for i, o, c in zip(net_in, net_out, capacity, strict=True)
+    ])  # fmt: skip
+
+
+def node_columns(
+    names: tuple[str, ...],
+    roles: tuple[NodeRole, ...],
+    cpu_used_cores: tuple[float, ...],
+    cpu_allocated_cores: tuple[float, ...],
+    memory_used_bytes: tuple[int, ...],
+    memory_allocated_bytes: tuple[int, ...],
+    net_in_bytes_per_s: tuple[float, ...],
+    net_out_bytes_per_s: tuple[float, ...],
+    net_capacity_bytes_per_s: tuple[float | None, ...],
+    steps_per_s: tuple[float, ...],
+) -> NodeColumns:
+    """A :class:`NodeColumns`, made as its constructor would (``net_utilization`` derived),
+    without it: the simulator makes one per metric sample, millions in a long trace."""
+    return filled(NodeColumns, {
+        "names": names, "roles": roles, "cpu_used_cores": cpu_used_cores,
+        "cpu_allocated_cores": cpu_allocated_cores, "memory_used_bytes": memory_used_bytes,
+        "memory_allocated_bytes": memory_allocated_bytes,
+        "net_in_bytes_per_s": net_in_bytes_per_s, "net_out_bytes_per_s": net_out_bytes_per_s,
+        "net_capacity_bytes_per_s": net_capacity_bytes_per_s, "steps_per_s": steps_per_s,
+        "net_utilization": _net_utilization(
+            net_in_bytes_per_s, net_out_bytes_per_s, net_capacity_bytes_per_s),
+    })  # fmt: skip
+
+
 @dataclass(frozen=True)
 class MetricSample:
     """Every node's metrics for one interval ending at ``time_s``, and the job's speed.
 
-    ``columns`` views the same node metrics as columns; the sums below read it. A mechanism
-    may supply the columns and leave ``nodes`` empty for a policy that reads per-node
-    metrics only through them (``Policy.needs_node_objects``).
+    ``nodes`` may be given as :class:`NodeMetrics` (the runtime measures them so); the sample
+    keeps them as :class:`NodeColumns`, the one form both mechanisms hand a policy.
+    ``cpu_used_cores`` (``Σu_i`` in node order) is derived when the sample is made.
     """
 
     time_s: float
-    nodes: tuple[NodeMetrics, ...]
+    nodes: NodeColumns
     steps_per_s: float  # job-wide training steps per second
     samples_per_s: float = 0.0
+    if TYPE_CHECKING:  # derived, not a field (see __post_init__ and metric_sample)
+        cpu_used_cores: float
+
+    def __post_init__(self) -> None:
+        columns = NodeColumns.of(self.nodes)
+        object.__setattr__(self, "nodes", columns)
+        object.__setattr__(self, "cpu_used_cores", sum(columns.cpu_used_cores))
+
+    @property
+    def columns(self) -> NodeColumns:
+        """The nodes' metrics as columns (``nodes`` itself)."""
+        return self.nodes
 
     def node(self, name: str) -> NodeMetrics | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -134,27 +230,26 @@ class MetricSample:
     def role(self, role: NodeRole) -> tuple[NodeMetrics, ...]:
         return tuple(n for n in self.nodes if n.role == role)
 
-    # Remembered (a sample is frozen, and a stability detector reads the same samples at
-    # every decision); remembered_property keeps them out of the fields, equality and repr.
-    @remembered_property
-    def columns(self) -> NodeColumns:
-        """The nodes' metrics as columns (built from ``nodes`` unless supplied)."""
-        return NodeColumns.of(self.nodes)
-
-    @remembered_property
-    def cpu_used_cores(self) -> float:
-        """``Σu_i`` over the nodes, in node order."""
-        return sum(self.columns.cpu_used_cores)
-
     @property
     def cpu_allocated_cores(self) -> float:
-        return sum(self.columns.cpu_allocated_cores)
+        return sum(self.nodes.cpu_allocated_cores)
 
     @property
     def e_job(self) -> float:
         """NEARCHUS's job resource efficiency ``sum(u_i) / sum(a_i)``."""
         allocated = self.cpu_allocated_cores
         return self.cpu_used_cores / allocated if allocated else 0.0
+
+
+def metric_sample(
+    time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float
+) -> MetricSample:
+    """A :class:`MetricSample` of ``nodes``, made as its constructor would (``cpu_used_cores``
+    derived), without it: the simulator's samples."""
+    return filled(MetricSample, {
+        "time_s": time_s, "nodes": nodes, "steps_per_s": steps_per_s,
+        "samples_per_s": samples_per_s, "cpu_used_cores": sum(nodes.cpu_used_cores),
+    })  # fmt: skip
 
 
 class EventKind(StrEnum):
@@ -232,24 +327,28 @@ class Observation:
     node_limit: Resources | None = None  # the largest single node the mechanism can place
     shape_since_s: float = 0.0  # when the current shape was requested (plan applied or launch)
     worker_range: WorkerRange = WorkerRange()  # the workers a plan may have
+    # Derived, not fields (so not in equality, repr or ``dataclasses.fields``): what policies
+    # read from the window, and what they read from what stays the job's for its life — its
+    # prior, its budget (see ``Readings``). The observation book supplies both, one
+    # ``Readings`` per window and one per job; an observation built directly, or by
+    # ``dataclasses.replace``, makes its own.
+    if TYPE_CHECKING:
+        readings: Readings
+        job_readings: Readings
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "readings", Readings())
+        object.__setattr__(self, "job_readings", Readings())
+
+    @property
+    def headroom(self) -> Resources:
+        """What the job may still grow by: the smaller of budget left and cluster free."""
+        return headroom(self.shape, self.budget, self.free)
 
     @property
     def last_plan(self) -> Plan | None:
         """The plan that produced the current shape (its ``details`` carry a policy's notes)."""
         return self.plans[-1] if self.plans else None
-
-    @remembered_property
-    def headroom(self) -> Resources:
-        """What the job may still grow by: the smaller of budget left and cluster free.
-        (Cached: an observation is frozen, and policies ask for this several times.)"""
-        # ``Resources(budget left).clipped_to(free)`` in one object: rounding the smaller of
-        # the CPU left and the free CPU (already rounded) equals the smaller of the two rounded.
-        total, budget, free = self.shape.total(), self.budget, self.free
-        return Resources(
-            min(max(0.0, budget.cpu_cores - total.cpu_cores), free.cpu_cores),
-            min(max(0, budget.memory_bytes - total.memory_bytes), free.memory_bytes),
-            min(max(0, budget.gpus - total.gpus), free.gpus),
-        )
 
     def mean_speed(self, last: int | None = None) -> float:
         """Mean job steps/s over the window (or its last ``last`` samples); 0 if empty."""
@@ -298,14 +397,6 @@ class Policy(ABC):
     name: str = "policy"
     #: the training strategies whose jobs it sizes (the simulator models parameter servers)
     strategies: frozenset[Strategy] = frozenset(Strategy)
-    # False if the policy reads only job-level fields of the window's samples (``time_s``,
-    # ``steps_per_s``, ``samples_per_s``): a mechanism may then leave each sample's ``nodes``
-    # empty rather than build per-node metrics nobody reads (the simulator's biggest cost).
-    reads_node_metrics: bool = True
-    # False if the policy reads per-node metrics only through ``MetricSample.columns`` and the
-    # sample's sums, never ``nodes``: a mechanism may then supply the columns and leave
-    # ``nodes`` empty rather than build a NodeMetrics per node and sample.
-    needs_node_objects: bool = True
 
     @abstractmethod
     def initial_shape(self, budget: Resources, free: Resources) -> ClusterShape | None:
@@ -363,6 +454,47 @@ class LaunchRequest:
     free: Resources
     prior: tuple[ShapeRecord, ...] = ()
     node_limit: Resources | None = None
+
+
+def headroom(shape: ClusterShape, budget: Resources, free: Resources) -> Resources:
+    """What a job running ``shape`` may still grow by: the smaller of the budget left and what
+    the cluster has free (:attr:`Observation.headroom`)."""
+    # ``Resources(budget left).clipped_to(free)`` in one object: rounding the smaller of the
+    # CPU left and the free CPU (already rounded) equals the smaller of the two rounded.
+    total = shape.total()
+    return Resources(
+        min(max(0.0, budget.cpu_cores - total.cpu_cores), free.cpu_cores),
+        min(max(0, budget.memory_bytes - total.memory_bytes), free.memory_bytes),
+        min(max(0, budget.gpus - total.gpus), free.gpus),
+    )
+
+
+class Readings:
+    """What policies read from one window of samples — NEARCHUS's stability verdict,
+    nearchus+'s evident imbalance — each computed once for the window.
+
+    The observation book keeps one per window and starts a new one whenever the window
+    changes, handing it to every observation of that window: a mechanism asks a policy twice
+    about one window (``decision_due_s``, then ``decide``), and the verdict is computed once
+    without the policy remembering windows itself. It keeps another for the job's life
+    (``Observation.job_readings``), for what is read from the job's prior and budget alone
+    (Optimus's grouped prior speeds, read again at every decision). ``key`` names the computation by value
+    (what is read and the parameters it is read with), so policies sharing the window never
+    share a value by accident. A window belongs to one shape (a plan starts a new one).
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+
+    def of(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """The value ``compute()`` gives for this window, computed on the first ask."""
+        values = self._values
+        if key in values:
+            return values[key]
+        value = values[key] = compute()
+        return value
 
 
 def window_speed(samples: Sequence[MetricSample]) -> float:

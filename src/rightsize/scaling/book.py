@@ -17,7 +17,7 @@ Times are on the policy's clock (seconds since the job started).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
@@ -26,6 +26,7 @@ from rightsize.scaling.api import (
     NodeEvent,
     Observation,
     Plan,
+    Readings,
     ShapeRecord,
     WorkerRange,
     window_speed,
@@ -61,12 +62,15 @@ class ObservationBook:
     plans: tuple[Plan, ...] = ()
     shape_since_s: float = 0.0
     worker_range: WorkerRange = WorkerRange()
-    # Tuples, replaced rather than mutated: an observation takes them as they are, and a
-    # policy that remembers its verdict on a window (by identity) sees the same one until
-    # it changes.
+    # Tuples, replaced rather than mutated: an observation takes them as they are.
     window: tuple[MetricSample, ...] = ()
     events: tuple[NodeEvent, ...] = ()
     history: tuple[ShapeRecord, ...] = ()
+    #: What policies read from ``window``, computed once per window: a new one whenever the
+    #: window changes (``record``, ``applied``, ``close``), so no policy remembers windows.
+    readings: Readings = field(default_factory=Readings, repr=False, compare=False)
+    #: What policies read from the job's prior and budget, computed once for its life.
+    job_readings: Readings = field(default_factory=Readings, repr=False, compare=False)
 
     @property
     def decisions(self) -> int:
@@ -81,7 +85,8 @@ class ObservationBook:
             # (usually nothing has left the window: the test above is all it costs)
             drop = next((i for i, s in enumerate(window) if s.time_s > keep_after_s), len(window))
             window = window[drop:]
-        self.window = window
+        if len(window) != len(self.window) or samples:
+            self.window, self.readings = window, Readings()
 
     def noticed(self, events: Iterable[NodeEvent]) -> None:
         """Node events happened (a node was OOM-killed or failed)."""
@@ -93,7 +98,7 @@ class ObservationBook:
         start a new window with no events."""
         if self.window:
             self.history += (ShapeRecord(before, window_speed(self.window)),)
-        self.window = ()
+        self.window, self.readings = (), Readings()
         self.events = ()
         self.plans += (plan,)
         self.shape_since_s = time_s
@@ -102,6 +107,7 @@ class ObservationBook:
         """The job is over: let go of what only its policy read (a long simulated trace keeps
         every finished job, and their windows were most of what the garbage collector walked)."""
         self.window = self.events = self.history = self.plans = ()
+        self.readings, self.job_readings = Readings(), Readings()
 
     def observe(
         self, time_s: float, shape: ClusterShape, free: Resources, steps_done: int
@@ -110,7 +116,8 @@ class ObservationBook:
         steps behind it, when the cluster can still give it ``free``.
 
         Built with :func:`~rightsize.scaling.frozen.filled` (every field given, of its
-        type): the simulator builds one or two per decision tick.
+        type, the window's and the job's readings too): the simulator builds one or two per
+        decision tick.
         """
         plans = self.plans
         return filled(
@@ -132,5 +139,7 @@ class ObservationBook:
                 "node_limit": self.node_limit,
                 "shape_since_s": self.shape_since_s,
                 "worker_range": self.worker_range,
+                "readings": self.readings,
+                "job_readings": self.job_readings,
             },
         )

@@ -14,11 +14,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, Observation
-from rightsize.scaling.frozen import remembered_property
 from rightsize.scaling.shapes import DERIVED_SHAPES
 
 #: The least CPU eq. 11 may leave the PS: a millicore, the finest CPU a cgroup quota
@@ -107,38 +107,37 @@ class Usage:
         quota once training began (0.895 of it over the window, under the 0.9 threshold)."""
         return cls([s for s in obs.window if s.steps_per_s > 0] or obs.window, obs.shape)
 
-    # Each mean is computed when first read: a decision reads the CPU at every tick, and the
-    # memory only when it sizes new workers (the simulator asks DLRover every interval). The
-    # two loops are written out: a getter called per node and sample measured slower.
-    @remembered_property
-    def cpu(self) -> dict[str, float]:
-        """Each node's mean CPU cores used (added in sample order)."""
+    # Derived once, when the usage is made (a decision reads the CPU several times); the
+    # memory only when read (it sizes new workers, which few decisions do). The loops read
+    # the samples' node columns: no NodeMetrics made per node and sample.
+    if TYPE_CHECKING:
+        cpu: dict[str, float]  # each node's mean CPU cores used (added in sample order)
+        _role_used: dict[NodeRole, float]
+
+    def __post_init__(self) -> None:
         cpu: dict[str, float] = {}
         count = len(self.samples) or 1
         for sample in self.samples:
-            for node in sample.nodes:
-                name = node.name
-                cpu[name] = cpu.get(name, 0.0) + node.cpu_used_cores / count
-        return cpu
+            nodes = sample.nodes
+            for name, used in zip(nodes.names, nodes.cpu_used_cores, strict=True):
+                cpu[name] = cpu.get(name, 0.0) + used / count
+        role_used = {
+            role: sum(cpu.get(n.name, 0.0) for n in self.shape.role(role))
+            for role in (NodeRole.PS, NodeRole.WORKER)
+        }
+        object.__setattr__(self, "cpu", cpu)
+        object.__setattr__(self, "_role_used", role_used)
 
-    @remembered_property
+    @property
     def memory(self) -> dict[str, float]:
         """Each node's mean memory bytes used (added in sample order)."""
         memory: dict[str, float] = {}
         count = len(self.samples) or 1
         for sample in self.samples:
-            for node in sample.nodes:
-                name = node.name
-                memory[name] = memory.get(name, 0.0) + node.memory_used_bytes / count
+            nodes = sample.nodes
+            for name, used in zip(nodes.names, nodes.memory_used_bytes, strict=True):
+                memory[name] = memory.get(name, 0.0) + used / count
         return memory
-
-    @remembered_property
-    def _role_used(self) -> dict[NodeRole, float]:
-        cpu = self.cpu
-        return {
-            role: sum(cpu.get(n.name, 0.0) for n in self.shape.role(role))
-            for role in (NodeRole.PS, NodeRole.WORKER)
-        }
 
     def role_used(self, role: NodeRole) -> float:
         """The mean cores all nodes of ``role`` used."""

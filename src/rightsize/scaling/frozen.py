@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 def filled(cls: type[T], fields: dict) -> T:
     """An instance of the frozen dataclass ``cls`` whose ``__dict__`` is ``fields`` (every
-    field, plus any remembered ``cached_property`` values), made without ``__init__``.
+    field, plus the derived values its ``__post_init__`` would set), made without ``__init__``.
 
     The caller gives every field, already of its declared type: nothing is validated or
     defaulted. The result equals the normally built object.
@@ -34,10 +34,11 @@ class remembered_property(Generic[T]):  # noqa: N801 (a decorator, named like ca
     and repr ignore it, and :func:`filled` may supply it).
 
     Python 3.11's ``cached_property`` takes a lock on every first read, which costs more than
-    most values it guards here (an observation's headroom, a sample's columns), and the
+    most values it guards here (the simulator's cluster spec and performances), and the
     simulator makes millions of such first reads; 3.12 dropped the lock. Two threads reading
     at once may both compute the value — the same value: it is for pure properties of frozen
-    objects.
+    objects. Policies use none: what they read more than once per window is kept by the
+    observation book (``api.Readings``).
     """
 
     def __init__(self, func: Callable[[Any], T]) -> None:

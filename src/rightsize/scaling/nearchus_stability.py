@@ -16,12 +16,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
 
 from rightsize.scaling.api import MetricSample, window_speed
-
-if TYPE_CHECKING:  # the parameters live with the policy, which imports this module
-    from rightsize.scaling.nearchus import NearchusParams
+from rightsize.scaling.nearchus_params import NearchusParams
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,6 @@ class OptimusMode(StrEnum):
 
 MODES: tuple[str, ...] = tuple(OptimusMode)
 INTERVALS_PER_STEP = 10  # metric intervals between added nodes (§V: 10 minutes at 1/minute)
-PRIOR_MEMO = 256  # grouped prior tuples remembered (a cache bound, not a model parameter)
 FEATURE_ROWS = 4096  # remembered regressor rows (a cache bound)
 DESIGNS = 1024  # remembered regressor matrices (a cache bound)
 
@@ -195,7 +194,6 @@ class OptimusPolicy(Policy):
     """Optimus with fixed ``cores_per_node``, NNLS speed model, one node per interval."""
 
     name = "optimus"
-    reads_node_metrics = False  # only the job's speed (see decide)
 
     def __init__(
         self,
@@ -226,7 +224,6 @@ class OptimusPolicy(Policy):
         # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
         # id stays unique): a mechanism hands the same tuple to every decision of a job, and
         # jobs of several models interleave.
-        self._prior_speeds: dict[int, tuple[tuple[ShapeRecord, ...], KnownSpeeds]] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -268,7 +265,7 @@ class OptimusPolicy(Policy):
         node = node_of(obs.budget, self.cores_per_node)
         if not node.fits_within(obs.headroom):
             return None
-        points = self._known(obs.prior).points([*obs.history, current])
+        points = obs.job_readings.of("optimus.prior", lambda: KnownSpeeds.of(obs.prior)).points([*obs.history, current])
         model = SpeedModel.fit(points, self.mode, self.global_batch)
         if model is None:
             return self._explore(obs, node)
@@ -286,13 +283,6 @@ class OptimusPolicy(Policy):
             f"(measured {speed:.3g} at ({p}, {w}))",
             {"gain_steps_per_s": gains[role], "predicted": base + gains[role]},
         )
-
-    def _known(self, prior: tuple[ShapeRecord, ...]) -> KnownSpeeds:
-        if id(prior) not in self._prior_speeds:
-            if len(self._prior_speeds) >= PRIOR_MEMO:
-                self._prior_speeds.clear()
-            self._prior_speeds[id(prior)] = (prior, KnownSpeeds.of(prior))
-        return self._prior_speeds[id(prior)][1]
 
     def _explore(self, obs: Observation, node: Resources) -> Plan:
         """Too few (p, w) points to fit: add a worker, or a PS once that point is known."""

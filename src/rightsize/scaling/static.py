@@ -21,14 +21,12 @@ from rightsize.scaling.api import Action, LaunchRequest, Observation, Plan, Poli
 from rightsize.scaling.shapes import fixed_node_shape, node_of, one_ps_two_workers, require_budget
 
 __all__ = ["FaBfPolicy", "StaticPolicy", "one_ps_two_workers"]
-BEST_CACHE = 256  # remembered (prior, budget) searches
 
 
 class StaticPolicy(Policy):
     """Keeps ``shape`` (or the whole budget as 1 PS + 2 workers) and never changes it."""
 
     name = "static"
-    reads_node_metrics = False  # it decides nothing from metrics
 
     def __init__(self, shape: ClusterShape | None = None) -> None:
         self.shape = shape
@@ -56,13 +54,11 @@ class FaBfPolicy(Policy):
     """
 
     name = "fa-bf"
-    reads_node_metrics = False  # it decides nothing from metrics
 
     def __init__(self, cores_per_node: float = 5.0) -> None:
         if cores_per_node <= 0:
             raise SpecError(f"fa-bf: cores_per_node={cores_per_node} must be > 0")
         self.cores_per_node = cores_per_node
-        self._best: dict[tuple[int, Resources], tuple] = {}
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -108,23 +104,18 @@ class FaBfPolicy(Policy):
         self, prior: tuple[ShapeRecord, ...], budget: Resources
     ) -> tuple[ShapeRecord | None, int]:
         """The fastest record of ``cores_per_node`` nodes within ``budget`` (fewest nodes on
-        a tie) and how many records qualified; remembered per prior, which mechanisms reuse."""
-        key = (id(prior), budget)
-        if key not in self._best:
-            if len(self._best) >= BEST_CACHE:
-                self._best.clear()
-            max_nodes = self.max_nodes(budget)
-            fitting = [
-                r
-                for r in prior
-                if r.shape.nodes
-                and len(r.shape.nodes) <= max_nodes
-                and abs(r.shape.nodes[0].resources.cpu_cores - self.cores_per_node) < 1e-6
-            ]
-            best = max(fitting, key=lambda r: (r.steps_per_s, -len(r.shape.nodes)), default=None)
-            self._best[key] = (prior, best, len(fitting))  # keeps ``prior`` alive for its id
-        _, best, count = self._best[key]
-        return best, count
+        a tie) and how many records qualified. Searched at every ask: one pass over the
+        prior costs about what hashing it as a cache key would."""
+        max_nodes = self.max_nodes(budget)
+        fitting = [
+            r
+            for r in prior
+            if r.shape.nodes
+            and len(r.shape.nodes) <= max_nodes
+            and abs(r.shape.nodes[0].resources.cpu_cores - self.cores_per_node) < 1e-6
+        ]
+        best = max(fitting, key=lambda r: (r.steps_per_s, -len(r.shape.nodes)), default=None)
+        return best, len(fitting)
 
     def decide(self, observation: Observation) -> Plan | None:
         return None
