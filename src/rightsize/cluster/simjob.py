@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 import numpy as np
 
@@ -26,9 +27,11 @@ from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import (
     EventKind,
     MetricSample,
+    NodeColumns,
     NodeEvent,
     Observation,
     Plan,
+    lazy_metric_sample,
     metric_sample,
     node_columns,
     window_speed,
@@ -246,9 +249,10 @@ class SimJob:
         self.book.record(self._samples(times, noise), keep_after_s)
 
     def _samples(self, times: list[float], noise: Noise) -> tuple[MetricSample, ...]:
-        """Noisy samples at ``times``: one draw of every sample's noise from the job's generator,
-        then each sample's row by :func:`measured_row` and the sample made from it as the
-        runtime's are (:meth:`_SampleTemplate.sample`)."""
+        """Noisy samples at ``times``: one draw of every sample's noise from the job's generator
+        (the job's random stream is the same whatever a policy reads), the speed measured now,
+        and each sample's nodes measured from the same draws when a policy first reads them
+        (:meth:`_SampleTemplate.columns`, by :func:`measured_row`)."""
         template = self._template()
         count = len(template.names)
         block = self.rng.standard_normal((len(times), 2 * count + 1))
@@ -256,14 +260,16 @@ class SimJob:
         start, ready = self.started_s or 0.0, self.ready_s
         warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
         cpu_cv = noise.cpu_cv
-        true, cap, sample = template.true, template.cap, template.sample
+        true, cap, columns = template.true[-1], template.cap[-1], template.columns
         out = []
-        for t, draws in zip(times, block.tolist(), strict=True):
+        for t, draws, draw in zip(times, block, block[:, -1].tolist(), strict=True):
             warm = t - ready < warmup_s
-            row = measured_row(true, warmup_cv if warm else steady_cv, draws, cap)
-            if cpu_cv is not None and not warm:  # the CPU readings' own noise
-                row[:count] = measured_row(true[:count], cpu_cv, draws[:count], cap[:count])
-            out.append(sample(t - start, row, batch))
+            cv = warmup_cv if warm else steady_cv
+            # measured_row's last value, spelled the same way (the same float)
+            speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
+            speed = cap if cap < speed else speed
+            nodes = partial(columns, draws, cv, None if warm else cpu_cv)
+            out.append(lazy_metric_sample(t - start, nodes, speed, speed * batch))
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
@@ -320,11 +326,22 @@ class _SampleTemplate:
         """The sample a row of measurements makes at ``time_s`` (see the row layout; the
         simulated link is full duplex: as many bytes in as out)."""
         count, speed = len(self.names), row[-1]
+        return metric_sample(time_s, self._columns_of(row, count), speed, speed * batch)
+
+    def columns(self, draws: np.ndarray, cv: float, cpu_cv: float | None) -> NodeColumns:
+        """The node columns one sample's noise ``draws`` make (see the row layout): every value
+        measured with ``cv``, and the CPU readings again with ``cpu_cv`` if given."""
+        values, count = draws.tolist(), len(self.names)
+        row = measured_row(self.true, cv, values, self.cap)
+        if cpu_cv is not None:  # the CPU readings' own noise
+            row[:count] = measured_row(self.true[:count], cpu_cv, values[:count], self.cap[:count])
+        return self._columns_of(row, count)
+
+    def _columns_of(self, row: list[float], count: int) -> NodeColumns:
         net = tuple(row[count:-1])
-        columns = node_columns(self.names, self.roles, tuple(row[:count]), self.allocated,
-                               self.memory_used, self.memory_allocated, net, net, self.capacity,
-                               self.steps)  # fmt: skip
-        return metric_sample(time_s, columns, speed, speed * batch)
+        return node_columns(self.names, self.roles, tuple(row[:count]), self.allocated,
+                            self.memory_used, self.memory_allocated, net, net, self.capacity,
+                            self.steps)  # fmt: skip
 
     @classmethod
     def of(cls, perf: Performance, link: float) -> _SampleTemplate:
