@@ -8,13 +8,17 @@ until the job settles, and a settle after a shrink gives the rest back.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
 from rightsize.core.resources import Resources
+from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import parse_job_spec
-from rightsize.service.allocator import SLACK_CORES, Allocator, LaunchShare, QueuedJob
+from rightsize.scaling.plan_check import plan_problems
+from rightsize.service.allocator import Allocator, LaunchShare, QueuedJob
+from rightsize.service.lease import PipeLease, serve_lease
 from rightsize.service.models import JobPhase, Source
 from rightsize.service.store import Store
 
@@ -70,6 +74,32 @@ def test_no_cpu_to_grow_into_while_a_job_waits(books):
     why = books.reserve("a", Resources(1.2, 2 * GI))
     assert why and "1 job(s) wait" in why
     assert books.reserve("a", Resources(1.0, 3 * GI)) is None  # memory still may grow
+
+
+def seven_nodes_over_by_their_rounding() -> ClusterShape:
+    """1 PS and 6 workers splitting 2 CPU, each rounded up: 2.006 CPU, within the rounding of
+    seven nodes (``rounding_slack(7)``, 0.007) but above the flat 0.005 the books once had."""
+    return ClusterShape.from_counts(1, 6, Resources(0.29, GI // 2), Resources(0.286, GI // 2))
+
+
+def test_a_many_node_plan_the_runtime_accepts_is_granted_by_the_lease(books):
+    shape = seven_nodes_over_by_their_rounding()
+    running(books, "a", Resources(1.0, 2 * GI))
+    running(books, "b", Resources(1.0, 2 * GI))
+    books.settle("b", Resources())  # b ended its nodes: 1 CPU free beyond a's
+    free = books.free_beyond("a", Resources(1.0, 2 * GI))
+    assert shape.total().cpu_cores == pytest.approx(2.006)
+    assert not plan_problems(shape, Resources(2.0, 8 * GI), held=Resources(1.0, 2 * GI), free=free)
+    ours, theirs = socket.socketpair()
+    serve_lease(ours, "a", books)
+    lease = PipeLease(theirs)
+    try:
+        assert lease.reserve(shape.total()) is not None  # its node count unsaid: 5 nodes' slack
+        assert lease.reserve(shape.total(), len(shape.nodes)) is None
+        lease.settle(shape.total(), len(shape.nodes))
+        assert books.held("a") == shape.total()
+    finally:
+        theirs.close()
 
 
 def test_a_job_not_running_here_has_no_lease(books):
@@ -203,7 +233,7 @@ def test_jobs_submitted_together_launch_side_by_side_within_a_fair_share(tmp_pat
                       beside=lambda own: Resources(), launch_share=share)  # fmt: skip
     for i in range(4):
         books.scheduler.submit(ps_job(f"d{i}", "dlrover"))
-    started = books.scheduler.admit(books._admission, SLACK_CORES)
+    started = books.scheduler.admit(books._admission)
     if share == LaunchShare.FAIR:
         assert [j.name for j in started] == ["d0", "d1"]
         for job in started:
@@ -218,7 +248,7 @@ def test_jobs_submitted_together_launch_side_by_side_within_a_fair_share(tmp_pat
     books.scheduler.waiting.clear()
     books.scheduler.submit(ps_job("n0", "nearchus+"))
     books.scheduler.submit(ps_job("n1", "nearchus+"))
-    started = books.scheduler.admit(books._admission, SLACK_CORES)
+    started = books.scheduler.admit(books._admission)
     assert [j.name for j in started] == ["n0", "n1"]
     assert all(j.plan.shape.total().cpu_cores < 1.0 for j in started)  # R0 of 2 CPU
     assert not any("fair share" in j.plan.reason for j in started)

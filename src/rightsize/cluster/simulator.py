@@ -49,16 +49,19 @@ from rightsize.cluster.simjob import JobState, SimJob, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
 from rightsize.core.errors import ResourceError, RightsizeError, SpecError
 from rightsize.core.resources import Resources
+from rightsize.core.shape import MILLICORE, rounding_slack
 from rightsize.core.spec import Strategy
 from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
 from rightsize.scaling.floors import floored_plan
 from rightsize.scaling.launch import launch_plan
 from rightsize.scaling.oom import memory_doubled_after_oom
-from rightsize.scaling.plan_check import MILLICORE, plan_problems
+from rightsize.scaling.plan_check import plan_problems
 from rightsize.scaling.shapes import one_ps_two_workers
 
 ARRIVE, READY, TICK, COMPLETE = "arrive", "ready", "tick", "complete"
-MAX_NODES_SLACK = 100  # launch shapes are small; allow their rounding drift
+#: The node count whose rounding slack admission tolerates: a launch is allocated before its
+#: nodes are counted by the scheduler, and launch shapes are small.
+MAX_LAUNCH_NODES = 100
 
 
 class Simulator:
@@ -217,7 +220,7 @@ class _Run:
         self.admit()
 
     def admit(self) -> None:
-        for job in self.scheduler.admit(self._launch, MILLICORE * MAX_NODES_SLACK):
+        for job in self.scheduler.admit(self._launch, rounding_slack(MAX_LAUNCH_NODES)):
             job.started_s = self.now
             job.last_update_s = self.now
             self._restart(job, self._launches.pop(job.name))
@@ -280,7 +283,7 @@ class _Run:
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
-            self.scheduler.allocate(job, plan.shape.total(), MILLICORE * len(plan.shape.nodes))
+            self.scheduler.allocate(job, plan.shape.total(), rounding_slack(len(plan.shape.nodes)))
             self._restart(job, plan)
             self._record_usage()
             return

@@ -35,6 +35,7 @@ from pathlib import Path
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.core.errors import RightsizeError, SpecError, unknown_name
 from rightsize.core.resources import Resources
+from rightsize.core.shape import rounding_slack
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.planning.local import (
     LaunchPrediction,
@@ -54,8 +55,9 @@ from rightsize.service.schemas import JobView, LaunchPreview, RunSummary
 from rightsize.service.store import Store
 from rightsize.service.uploads import Uploads, runner_cgroup
 
-#: Millicore drift tolerated between a shape's rounded node quotas and the books.
-SLACK_CORES = 0.005
+#: The node count assumed for a lease request that does not say its shape's (the runtime's
+#: master sends totals alone): five nodes' rounding, the 0.005 core the books always allowed.
+UNCOUNTED_NODES = 5
 #: The least CPU a fair share offers a launching job: a parameter server and a worker of
 #: half a core each, the smallest shape DLRover samples at.
 FAIR_SHARE_FLOOR_CORES = 1.0
@@ -160,14 +162,15 @@ class Allocator:
                 free.memory_bytes + max(0, held.memory_bytes - total.memory_bytes),
             )
 
-    def reserve(self, job: str, total: Resources) -> str | None:
+    def reserve(self, job: str, total: Resources, nodes: int | None = None) -> str | None:
+        slack = rounding_slack(UNCOUNTED_NODES if nodes is None else nodes)
         with self.lock:
             if job not in self.scheduler.allocations:
                 return "the job is not running under this service"
             held, free = self.held(job), self.scheduler.free_for_running()
             grow = Resources(max(0.0, total.cpu_cores - held.cpu_cores),
                              max(0, total.memory_bytes - held.memory_bytes))  # fmt: skip
-            if (grow.cpu_cores > free.cpu_cores + SLACK_CORES
+            if (grow.cpu_cores > free.cpu_cores + slack
                     or grow.memory_bytes > free.memory_bytes):  # fmt: skip
                 waiting = (
                     f"; {len(self.scheduler.waiting)} job(s) wait" if self.scheduler.waiting else ""
@@ -176,16 +179,15 @@ class Allocator:
                         f"to grow into{waiting}")  # fmt: skip
             larger = Resources(max(held.cpu_cores, total.cpu_cores),
                                max(held.memory_bytes, total.memory_bytes))  # fmt: skip
-            self.scheduler.allocate(_Named(job), larger, SLACK_CORES)
+            self.scheduler.allocate(_Named(job), larger, slack)
             return None
 
-    def settle(self, job: str, total: Resources) -> None:
+    def settle(self, job: str, total: Resources, nodes: int | None = None) -> None:
+        slack = rounding_slack(UNCOUNTED_NODES if nodes is None else nodes)
         with self.lock:
             held = self.held(job)
-            if job in self.scheduler.allocations and total.fits_within(
-                held + Resources(SLACK_CORES)
-            ):
-                self.scheduler.allocate(_Named(job), total, SLACK_CORES)
+            if job in self.scheduler.allocations and total.fits_within(held + Resources(slack)):
+                self.scheduler.allocate(_Named(job), total, slack)
 
     # -- the API's verbs -------------------------------------------------------------------
     def check(self, spec: JobSpec, owner_id: int | None = None) -> None:
@@ -350,7 +352,7 @@ class Allocator:
         with self.lock:
             self._reap()
             self._count_what_is_beside()
-            for job in self.scheduler.admit(self._admission, SLACK_CORES):
+            for job in self.scheduler.admit(self._admission, rounding_slack(UNCOUNTED_NODES)):
                 try:
                     self._spawn(job)
                 except RightsizeError as exc:  # e.g. uploaded code and no cgroups to run it in

@@ -7,12 +7,16 @@ makes when it starts the runner: one JSON object per line each way, a request an
 its answer, so the protocol is four verbs and nothing else:
 
     {"op": "free", "cpu": C, "memory": M}     -> {"cpu": C', "memory": M'}
-    {"op": "reserve", "cpu": C, "memory": M}  -> {"granted": true} | {"granted": false, "why": ...}
-    {"op": "settle", "cpu": C, "memory": M}   -> {"ok": true}
+    {"op": "reserve", "cpu": C, "memory": M, "nodes": N}
+                                              -> {"granted": true} | {"granted": false, "why": ...}
+    {"op": "settle", "cpu": C, "memory": M, "nodes": N}   -> {"ok": true}
     {"op": "ceiling", "cpu": C, "memory": M}  -> {"cpu": C', "memory": M'}
 
-where C, M are the job's whole shape (cores, bytes). The service answers from its
-scheduler's books (:mod:`allocator`), under one lock for every job.
+where C, M are the job's whole shape (cores, bytes) and N, where the runner knows it, how
+many nodes that shape has: each node's CPU is rounded to a millicore, and the books allow
+the shape that rounding (``core.shape.rounding_slack``), as the runtime's own check of a
+plan does. The service answers from its scheduler's books (:mod:`books`), under one lock
+for every job.
 """
 
 from __future__ import annotations
@@ -32,15 +36,18 @@ class Books(Protocol):
 
     def free_beyond(self, job: str, total: Resources) -> Resources: ...
 
-    def reserve(self, job: str, total: Resources) -> str | None: ...
+    def reserve(self, job: str, total: Resources, nodes: int | None = None) -> str | None: ...
 
-    def settle(self, job: str, total: Resources) -> None: ...
+    def settle(self, job: str, total: Resources, nodes: int | None = None) -> None: ...
 
     def held(self, job: str) -> Resources: ...
 
 
-def _message(op: str, amount: Resources) -> dict[str, Any]:
-    return {"op": op, "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
+def _message(op: str, amount: Resources, nodes: int | None = None) -> dict[str, Any]:
+    message = {"op": op, "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
+    if nodes is not None:
+        message["nodes"] = nodes
+    return message
 
 
 def _resources(message: dict[str, Any]) -> Resources:
@@ -71,12 +78,13 @@ class PipeLease:
     def free(self, shape: ClusterShape) -> Resources:
         return _resources(self._ask(_message("free", shape.total())))
 
-    def reserve(self, total: Resources) -> str | None:
-        answer = self._ask(_message("reserve", total))
+    def reserve(self, total: Resources, nodes: int | None = None) -> str | None:
+        """Take ``total`` (a shape of ``nodes`` nodes, where known) if the books have room."""
+        answer = self._ask(_message("reserve", total, nodes))
         return None if answer["granted"] else answer["why"]
 
-    def settle(self, total: Resources) -> None:
-        self._ask(_message("settle", total))
+    def settle(self, total: Resources, nodes: int | None = None) -> None:
+        self._ask(_message("settle", total, nodes))
 
     def ceiling(self, budget: Resources) -> Resources:
         held = _resources(self._ask(_message("ceiling", budget)))
@@ -89,16 +97,16 @@ def serve_lease(sock: socket.socket, job: str, books: Books,
     """Answer ``job``'s runner on ``sock`` from ``books`` in a daemon thread until it closes."""
 
     def answer(message: dict[str, Any]) -> dict[str, Any]:
-        amount = _resources(message)
+        amount, nodes = _resources(message), message.get("nodes")
         op = message["op"]
         if op == "free":
             free = books.free_beyond(job, amount)
             return {"cpu": free.cpu_cores, "memory": free.memory_bytes}
         if op == "reserve":
-            why = books.reserve(job, amount)
+            why = books.reserve(job, amount, nodes)
             return {"granted": why is None, "why": why}
         if op == "settle":
-            books.settle(job, amount)
+            books.settle(job, amount, nodes)
             return {"ok": True}
         if op == "ceiling":
             held = books.held(job)
