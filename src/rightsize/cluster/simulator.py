@@ -283,7 +283,7 @@ class _Run:
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
-            self.scheduler.allocate(job, plan.shape.total(), rounding_slack(len(plan.shape.nodes)))
+            self.scheduler.allocate(job.name, plan.shape.total(), rounding_slack(len(plan.shape.nodes)))
             self._restart(job, plan)
             self._record_usage()
             return
@@ -398,7 +398,7 @@ class _Run:
         if not self.scheduler.free_for_running().cpu_cores:
             return
         for job in self.scheduler.running:
-            held = self.scheduler.allocations[job.name].cpu_cores
+            held = self.scheduler.held(job.name).cpu_cores
             if job.quiet and held < job.budget.cpu_cores - MILLICORE:
                 self.push(self.now, TICK, job, job.epoch)  # asked with its last window
 

@@ -148,11 +148,12 @@ class Allocator:
         self._submitted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._refused: list[tuple[QueuedJob, RightsizeError]] = []  # this turn's, by admission
 
     # -- the lease books (lease.Books) ----------------------------------------------------
     def held(self, job: str) -> Resources:
         with self.lock:
-            return self.scheduler.allocations.get(job, Resources())
+            return self.scheduler.held(job)
 
     def free_beyond(self, job: str, total: Resources) -> Resources:
         with self.lock:
@@ -165,7 +166,7 @@ class Allocator:
     def reserve(self, job: str, total: Resources, nodes: int | None = None) -> str | None:
         slack = rounding_slack(UNCOUNTED_NODES if nodes is None else nodes)
         with self.lock:
-            if job not in self.scheduler.allocations:
+            if not self.scheduler.holds(job):
                 return "the job is not running under this service"
             held, free = self.held(job), self.scheduler.free_for_running()
             grow = Resources(max(0.0, total.cpu_cores - held.cpu_cores),
@@ -179,15 +180,15 @@ class Allocator:
                         f"to grow into{waiting}")  # fmt: skip
             larger = Resources(max(held.cpu_cores, total.cpu_cores),
                                max(held.memory_bytes, total.memory_bytes))  # fmt: skip
-            self.scheduler.allocate(_Named(job), larger, slack)
+            self.scheduler.allocate(job, larger, slack)
             return None
 
     def settle(self, job: str, total: Resources, nodes: int | None = None) -> None:
         slack = rounding_slack(UNCOUNTED_NODES if nodes is None else nodes)
         with self.lock:
             held = self.held(job)
-            if job in self.scheduler.allocations and total.fits_within(held + Resources(slack)):
-                self.scheduler.allocate(_Named(job), total, slack)
+            if self.scheduler.holds(job) and total.fits_within(held + Resources(slack)):
+                self.scheduler.allocate(job, total, slack)
 
     # -- the API's verbs -------------------------------------------------------------------
     def check(self, spec: JobSpec, owner_id: int | None = None) -> None:
@@ -280,9 +281,8 @@ class Allocator:
     def cancel(self, name: str) -> None:
         """Stop ``name`` wherever it is: out of the queue, or its runner checkpoints and ends."""
         with self.lock:
-            waiting = next((j for j in self.scheduler.waiting if j.name == name), None)
+            waiting = self.scheduler.cancel(name)
             if waiting is not None:
-                self.scheduler.waiting.remove(waiting)
                 self.store.finish(waiting.job_id, JobPhase.CANCELLED, None, "cancelled")
                 return
             runner = self.runners.get(name)
@@ -352,12 +352,15 @@ class Allocator:
         with self.lock:
             self._reap()
             self._count_what_is_beside()
-            for job in self.scheduler.admit(self._admission, rounding_slack(UNCOUNTED_NODES)):
+            started = self.scheduler.admit(self._admission, rounding_slack(UNCOUNTED_NODES))
+            for job, why in self._refused:  # out of the queue once admission is over
+                self._fail(job, why)
+            self._refused.clear()
+            for job in started:
                 try:
                     self._spawn(job)
                 except RightsizeError as exc:  # e.g. uploaded code and no cgroups to run it in
-                    self.scheduler.finish(job)
-                    self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
+                    self._fail(job, exc)
             now = time.monotonic()
             for runner in self.runners.values():
                 if now - runner.ingested_at >= INGEST_EVERY_S:
@@ -394,13 +397,18 @@ class Allocator:
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
         """What ``job`` takes if it starts now, or None (it and those behind it wait). A job
-        whose launch cannot be planned fails and leaves the queue."""
+        whose launch cannot be planned is set aside, to fail once admission is over (the
+        queue it would leave is the one being admitted from), and waits until then."""
         try:
             return self._launch_now(job, free)
         except RightsizeError as exc:
-            self.scheduler.waiting.remove(job)
-            self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
+            self._refused.append((job, exc))
             return None
+
+    def _fail(self, job: QueuedJob, why: RightsizeError) -> None:
+        """``job`` cannot be launched: it leaves the scheduler and fails in the store."""
+        self.scheduler.fail(job)
+        self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {why}")
 
     def _launch_now(self, job: QueuedJob, free: Resources, alone: bool = False) -> Resources | None:
         """What ``job`` takes if it starts now with ``free`` (``alone``: as on an empty
@@ -446,7 +454,7 @@ class Allocator:
             plan = launch_plan(policy, within)
         except RightsizeError:  # it cannot plan within the share: its own budget, as ever
             return launch_plan(policy, request)
-        wanting = len(self.scheduler.running) + len(self.scheduler.waiting)
+        wanting = self.scheduler.wanting()
         return plan and replace(plan, reason=(
             f"{plan.reason}; within a fair share of {share:g} cpu ({wanting} jobs want the "
             f"service's {self.capacity.cpu_cores:g} cpu)"))  # fmt: skip
@@ -557,13 +565,6 @@ def _joiner(procs_files: list[Path]):
             path.write_text(str(os.getpid()))
 
     return join
-
-
-@dataclass(frozen=True)
-class _Named:
-    """A job by name only: what Scheduler.allocate needs to find its books."""
-
-    name: str
 
 
 def _trained(spec: JobSpec) -> bool:
