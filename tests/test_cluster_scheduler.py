@@ -45,6 +45,8 @@ def test_sjf_admits_the_least_work_first():
     assert s.order is SchedulingOrder.SJF  # a name is read as the mode
     with pytest.raises(UnknownNameError, match="scheduling order 'lifo'; choose one of: fcfs, sjf"):
         Scheduler(Resources(10), order="lifo")
+    with pytest.raises(UnknownNameError, match="unknown scheduling order 'sfj'; did you mean 'sjf'"):
+        Scheduler(Resources(10), order="sfj")
 
 
 def test_running_jobs_get_no_cpu_while_anyone_waits():

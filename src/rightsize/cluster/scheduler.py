@@ -39,7 +39,7 @@ class SchedulingOrder(StrEnum):
 
     @classmethod
     def _missing_(cls, value: object) -> SchedulingOrder:
-        raise unknown_name("scheduling order", str(value), list(cls))
+        raise unknown_name("scheduling order", str(value), [m.value for m in cls])
 
 
 class Queued(Protocol):
