@@ -9,7 +9,7 @@ from rightsize.cluster.config import SimConfig
 from rightsize.cluster.jobmodel import ClusterSpec, SimModel
 from rightsize.cluster.simulator import Simulator
 from rightsize.cluster.traces import Trace, TraceJob
-from rightsize.core.errors import UnknownNameError
+from rightsize.core.errors import UnknownNameError, choose
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import LaunchRequest, ShapeRecord
@@ -93,11 +93,13 @@ def test_a_fair_share_holds_a_policys_launch_to_an_even_split():
 
 
 def test_unknown_modes_are_refused_by_name():
+    with pytest.raises(UnknownNameError, match="unknown launch share 'fiar'"):
+        LaunchAdvisor(StaticPolicy(), "fiar")
     with pytest.raises(UnknownNameError, match="unknown launch share 'fiar'; did you mean 'fair'"):
-        LaunchShare("fiar")
+        choose(LaunchShare, "fiar", "launch share")
     with pytest.raises(UnknownNameError, match="unknown launch source 'guess'"):
-        LaunchSource("guess")
-    assert LaunchSource("job file") is LaunchSource.INITIAL_SHAPE  # what the store holds
+        choose(LaunchSource, "guess", "launch source")
+    assert choose(LaunchSource, "job file", "launch source") is LaunchSource.INITIAL_SHAPE  # what the store holds
 
 
 TOY = SimModel("toy", 100, (60, 40), 1.0, 10, 0.1, 1000)

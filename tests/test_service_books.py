@@ -8,6 +8,7 @@ until the job settles, and a settle after a shrink gives the rest back.
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -139,6 +140,16 @@ def test_a_many_node_plan_the_runtime_accepts_is_granted_by_the_lease(allocator)
         assert allocator.books.held("a") == shape.total()
     finally:
         theirs.close()
+
+
+def test_the_lease_answers_an_unknown_verb_with_an_error_and_acts_on_nothing(allocator):
+    running(allocator, "a", Resources(1.0, GI))
+    ours, theirs = socket.socketpair()
+    serve_lease(ours, "a", allocator.books)
+    with theirs, theirs.makefile("r") as replies:
+        theirs.sendall(b'{"op": "grab", "cpu": 2, "memory": 1}\n')
+        assert json.loads(replies.readline()) == {"error": "unknown op 'grab'"}
+    assert allocator.books.held("a") == Resources(1.0, GI)
 
 
 def test_a_job_not_running_here_has_no_lease(allocator):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
-from rightsize.core.errors import unknown_name
+from rightsize.core.errors import choose
 from rightsize.core.resources import Resources
 
 
@@ -37,9 +37,6 @@ class SchedulingOrder(StrEnum):
     FCFS = "fcfs"
     SJF = "sjf"
 
-    @classmethod
-    def _missing_(cls, value: object) -> SchedulingOrder:
-        raise unknown_name("scheduling order", str(value), [m.value for m in cls])
 
 
 class Queued(Protocol):
@@ -72,7 +69,7 @@ class Scheduler(Generic[J]):
     _free: tuple[Resources, Resources] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.order = SchedulingOrder(self.order)
+        self.order = choose(SchedulingOrder, self.order, "scheduling order")
 
     def set_capacity(self, capacity: Resources) -> None:
         """What all running jobs may hold from now on (a service's capacity less what runs

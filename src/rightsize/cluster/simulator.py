@@ -49,7 +49,7 @@ from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.cluster.simjob import JobState, SimJob, sample_detail
 from rightsize.cluster.traces import Trace, TraceJob
-from rightsize.core.errors import ResourceError, RightsizeError, SpecError
+from rightsize.core.errors import ResourceError, RightsizeError, SpecError, choose
 from rightsize.core.resources import Resources
 from rightsize.core.shape import MILLICORE, rounding_slack
 from rightsize.core.spec import Strategy
@@ -95,7 +95,7 @@ class Simulator:
         self.policy = policy
         self.config = config or SimConfig()
         self.models = models
-        self.launch_share = LaunchShare(launch_share)
+        self.launch_share = choose(LaunchShare, launch_share, "launch share")
 
     def run(self, trace: Trace) -> SimResult:
         """Simulate ``trace`` to the end and summarize it.

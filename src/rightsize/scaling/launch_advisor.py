@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from rightsize.core.errors import RightsizeError, unknown_name
+from rightsize.core.errors import RightsizeError, choose
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
@@ -48,9 +48,6 @@ class LaunchSource(StrEnum):
     PREDICTION = "prediction"
     POLICY = "policy"
 
-    @classmethod
-    def _missing_(cls, value: object) -> LaunchSource:
-        raise unknown_name("launch source", str(value), [m.value for m in cls])
 
 
 class LaunchShare(StrEnum):
@@ -67,9 +64,6 @@ class LaunchShare(StrEnum):
     FREE = "free"
     FAIR = "fair"
 
-    @classmethod
-    def _missing_(cls, value: object) -> LaunchShare:
-        raise unknown_name("launch share", str(value), [m.value for m in cls])
 
 
 @dataclass(frozen=True)
@@ -120,7 +114,7 @@ class LaunchAdvisor:
     """
 
     def __init__(self, policy: Policy, share: LaunchShare = LaunchShare.FREE) -> None:
-        self.policy, self.share = policy, LaunchShare(share)
+        self.policy, self.share = policy, choose(LaunchShare, share, "launch share")
 
     def advise(
         self,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rightsize.cluster.scheduler import Scheduler, SchedulingOrder
-from rightsize.core.errors import RightsizeError, SpecError, unknown_name
+from rightsize.core.errors import RightsizeError, SpecError, choose, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.planning.local import (
@@ -128,7 +128,7 @@ class Allocator:
                  launch_share: LaunchShare = LaunchShare.FAIR,
                  launcher: RunnerLauncher | None = None) -> None:  # fmt: skip
         self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
-        self.launch_share = LaunchShare(launch_share)
+        self.launch_share = choose(LaunchShare, launch_share, "launch share")
         self.beside = beside  # what other rightsize jobs on the host hold (service/host.py)
         self.uploads = Uploads(workdir / "uploads")
         self.launcher = launcher or ProcessLauncher(self.uploads)

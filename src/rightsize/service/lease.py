@@ -25,6 +25,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, Protocol
 
 from rightsize.core.resources import Resources
@@ -43,8 +44,17 @@ class Books(Protocol):
     def held(self, job: str) -> Resources: ...
 
 
-def _message(op: str, amount: Resources, nodes: int | None = None) -> dict[str, Any]:
-    message = {"op": op, "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
+class LeaseOp(StrEnum):
+    """The protocol's verbs (an unknown one is answered with an error, not acted on)."""
+
+    FREE = "free"
+    RESERVE = "reserve"
+    SETTLE = "settle"
+    CEILING = "ceiling"
+
+
+def _message(op: LeaseOp, amount: Resources, nodes: int | None = None) -> dict[str, Any]:
+    message = {"op": str(op), "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
     if nodes is not None:
         message["nodes"] = nodes
     return message
@@ -76,18 +86,18 @@ class PipeLease:
         return json.loads(line)
 
     def free(self, shape: ClusterShape) -> Resources:
-        return _resources(self._ask(_message("free", shape.total())))
+        return _resources(self._ask(_message(LeaseOp.FREE, shape.total())))
 
     def reserve(self, total: Resources, nodes: int | None = None) -> str | None:
         """Take ``total`` (a shape of ``nodes`` nodes, where known) if the books have room."""
-        answer = self._ask(_message("reserve", total, nodes))
+        answer = self._ask(_message(LeaseOp.RESERVE, total, nodes))
         return None if answer["granted"] else answer["why"]
 
     def settle(self, total: Resources, nodes: int | None = None) -> None:
-        self._ask(_message("settle", total, nodes))
+        self._ask(_message(LeaseOp.SETTLE, total, nodes))
 
     def ceiling(self, budget: Resources) -> Resources:
-        held = _resources(self._ask(_message("ceiling", budget)))
+        held = _resources(self._ask(_message(LeaseOp.CEILING, budget)))
         return Resources(min(held.cpu_cores, budget.cpu_cores),
                          min(held.memory_bytes, budget.memory_bytes))  # fmt: skip
 
@@ -98,20 +108,22 @@ def serve_lease(sock: socket.socket, job: str, books: Books,
 
     def answer(message: dict[str, Any]) -> dict[str, Any]:
         amount, nodes = _resources(message), message.get("nodes")
-        op = message["op"]
-        if op == "free":
+        nodes = None if nodes is None else int(nodes)
+        try:
+            op = LeaseOp(message["op"])
+        except ValueError:
+            return {"error": f"unknown op {message['op']!r}"}
+        if op == LeaseOp.FREE:
             free = books.free_beyond(job, amount)
             return {"cpu": free.cpu_cores, "memory": free.memory_bytes}
-        if op == "reserve":
+        if op == LeaseOp.RESERVE:
             why = books.reserve(job, amount, nodes)
             return {"granted": why is None, "why": why}
-        if op == "settle":
+        if op == LeaseOp.SETTLE:
             books.settle(job, amount, nodes)
             return {"ok": True}
-        if op == "ceiling":
-            held = books.held(job)
-            return {"cpu": held.cpu_cores, "memory": held.memory_bytes}
-        return {"error": f"unknown op {op!r}"}
+        held = books.held(job)  # LeaseOp.CEILING
+        return {"cpu": held.cpu_cores, "memory": held.memory_bytes}
 
     def loop() -> None:
         with sock, sock.makefile("r", encoding="utf-8") as reader:
