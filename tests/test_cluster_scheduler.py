@@ -45,7 +45,7 @@ def test_sjf_admits_the_least_work_first():
     assert s.order is SchedulingOrder.SJF  # a name is read as the mode
     with pytest.raises(UnknownNameError, match="scheduling order 'lifo'; choose one of: fcfs, sjf"):
         Scheduler(Resources(10), order="lifo")
-    with pytest.raises(UnknownNameError, match="unknown scheduling order 'sfj'; did you mean 'sjf'"):
+    with pytest.raises(UnknownNameError, match="order 'sfj'; did you mean 'sjf'"):
         Scheduler(Resources(10), order="sfj")
 
 

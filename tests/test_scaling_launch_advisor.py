@@ -99,7 +99,8 @@ def test_unknown_modes_are_refused_by_name():
         choose(LaunchShare, "fiar", "launch share")
     with pytest.raises(UnknownNameError, match="unknown launch source 'guess'"):
         choose(LaunchSource, "guess", "launch source")
-    assert choose(LaunchSource, "job file", "launch source") is LaunchSource.INITIAL_SHAPE  # what the store holds
+    stored = "job file"  # what the store holds for a job that named its shape
+    assert choose(LaunchSource, stored, "launch source") is LaunchSource.INITIAL_SHAPE
 
 
 TOY = SimModel("toy", 100, (60, 40), 1.0, 10, 0.1, 1000)

@@ -102,7 +102,7 @@ def test_a_reservation_holds_the_larger_until_the_job_settles(allocator):
     assert allocator.books.held("a") == Resources(1.0, 6 * GI)
     allocator.books.settle("a", Resources(0.6, 6 * GI))
     assert allocator.books.held("a") == Resources(0.6, 6 * GI)
-    allocator.books.settle("a", Resources(0.9, 6 * GI))  # more than reserved: never taken by a settle
+    allocator.books.settle("a", Resources(0.9, 6 * GI))  # more than reserved: never by a settle
     assert allocator.books.held("a") == Resources(0.6, 6 * GI)
 
 
@@ -199,7 +199,7 @@ def test_what_other_rightsize_jobs_on_the_host_hold_is_not_the_services(tmp_path
     allocator.turn()  # a turn reads the host
     assert allocator.scheduler.free() == Resources(0.5, 6 * GI)
     running(allocator, "a", Resources(0.5, GI))
-    why = allocator.books.reserve("a", Resources(1.0, GI))  # 0.5 more, but a standalone run holds 1.5
+    why = allocator.books.reserve("a", Resources(1.0, GI))  # 0.5 more, but a standalone run has 1.5
     assert why and "capacity" in why
     outside["now"] = Resources()  # it ended
     allocator.turn()
@@ -295,7 +295,8 @@ def test_the_allocator_watches_the_runners_its_launcher_started(tmp_path):
     assert set(launched) == {"a", "b"} and launcher.books is allocator.books  # c waits
     for name in ("a", "b"):
         view = store.job_by_id(views[name].id)
-        assert view.phase == "running" and allocator.books.held(name) == launched[name].shape.total()
+        assert view.phase == "running"
+        assert allocator.books.held(name) == launched[name].shape.total()
         assert LaunchSource(view.launch_source) in LaunchSource
     launcher.processes["a"].code = 0  # a trained
     allocator.cancel("b")

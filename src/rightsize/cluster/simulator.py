@@ -306,7 +306,8 @@ class _Run:
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
-            self.scheduler.allocate(job.name, plan.shape.total(), rounding_slack(len(plan.shape.nodes)))
+            slack = rounding_slack(len(plan.shape.nodes))
+            self.scheduler.allocate(job.name, plan.shape.total(), slack)
             self._restart(job, plan)
             self._record_usage()
             return

@@ -40,8 +40,8 @@ def plan_problems(
         free: what the cluster can still give the job, or ``None`` not to check.
         node_limit: the largest single node the mechanism can place, or ``None``.
 
-    CPU is compared with one millicore of slack per node (:func:`core.shape.rounding_slack`); memory
-    and GPUs exactly. (Written as plain comparisons, with messages built — and the helpers
+    CPU is compared with one millicore of slack per node (``core.shape.rounding_slack``);
+    memory and GPUs exactly. (Written as plain comparisons, with messages built — and the helpers
     that build them called — only for a problem found: the simulator checks every plan of
     millions.)
     """
