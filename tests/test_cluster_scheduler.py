@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rightsize.cluster.scheduler import Scheduler
+from rightsize.cluster.scheduler import Scheduler, SchedulingOrder
 from rightsize.core.errors import UnknownNameError
 from rightsize.core.resources import Resources
 
@@ -42,8 +42,11 @@ def test_sjf_admits_the_least_work_first():
     for job in (Job("long", 1, 100), Job("short", 2, 1), Job("mid", 3, 10)):
         s.submit(job)
     assert [j.name for j in s.waiting] == ["short", "mid", "long"]
-    with pytest.raises(UnknownNameError, match="scheduling order"):
+    assert s.order is SchedulingOrder.SJF  # a name is read as the mode
+    with pytest.raises(UnknownNameError, match="scheduling order 'lifo'; choose one of: fcfs, sjf"):
         Scheduler(Resources(10), order="lifo")
+    with pytest.raises(UnknownNameError, match="order 'sfj'; did you mean 'sjf'"):
+        Scheduler(Resources(10), order="sfj")
 
 
 def test_running_jobs_get_no_cpu_while_anyone_waits():
@@ -64,11 +67,12 @@ def test_allocations_are_checked_against_what_is_free():
     job = Job("a", 0, 1)
     s.submit(job)
     s.admit(launch)
-    s.allocate(job, Resources(30))
+    s.allocate("a", Resources(30))
     assert s.free() == Resources(0) and s.allocated == Resources(30)
+    assert s.holds("a") and s.held("a") == Resources(30) and not s.holds("b")
     with pytest.raises(RuntimeError, match="exceeds the cluster"):
-        s.allocate(job, Resources(31))
-    s.allocate(job, Resources(30.002), slack_cores=0.003)  # millicore rounding is tolerated
+        s.allocate("a", Resources(31))
+    s.allocate("a", Resources(30.002), slack_cores=0.003)  # millicore rounding is tolerated
     s.finish(job)
     assert s.allocated.cpu_cores == pytest.approx(0) and s.finished == [job]
 
@@ -85,3 +89,19 @@ def test_a_fair_share_splits_the_capacity_among_every_job_that_wants_to_run():
     for i in range(4):
         s.submit(Job(f"x{i}", 10 + i, 1))
     assert s.fair_share_cores(floor_cores=1.5) == 1.5  # 8 / 8 is below the floor
+
+
+def test_a_job_leaves_by_the_schedulers_own_verbs():
+    """fail: from either queue, what it held freed; cancel: a waiting job by name, into no
+    other queue; neither during an admission (the callback only answers)."""
+    s = Scheduler(Resources(10))
+    running, waiting, behind = Job("r", 0, 1, needs=6), Job("w", 1, 1, needs=6), Job("b", 2, 1)
+    for job in (running, waiting, behind):
+        s.submit(job)
+    s.admit(launch)
+    s.fail(running)
+    assert s.running == [] and s.allocated == Resources() and s.finished == [running]
+    assert s.cancel("nobody") is None
+    assert s.cancel("w") is waiting and s.waiting == [behind] and s.finished == [running]
+    s.fail(behind)  # a waiting job that cannot run at all
+    assert s.waiting == [] and s.finished == [running, behind]

@@ -45,7 +45,7 @@ def job(name: str, steps: int, cpu: float, **fields) -> dict:
 
 def runner_pids(allocator: Allocator) -> set[int]:
     with allocator.lock:
-        return {runner.popen.pid for runner in allocator.runners.values()}
+        return {runner.process.pid for runner in allocator.runners.values()}
 
 
 def wait_for(predicate, timeout_s: float, every_s: float = 0.5, during=lambda: None):

@@ -12,7 +12,11 @@ so the policy decides when a job can start. The queue is strict — a job that
 cannot start blocks those behind it — and while anyone waits, running jobs
 are offered no CPU to grow into, so that freed capacity goes to the queue
 first (our reading of "moves the job ... once resources become available").
-The scheduler keeps the books; the simulator drives it.
+The scheduler keeps the books; the simulator and the service's allocator drive it, only
+through its methods (its lists are theirs to read): a job enters by :meth:`submit`, starts
+by :meth:`admit`, changes what it holds by :meth:`allocate`, and leaves by :meth:`finish`
+(it ran and ended), :meth:`fail` (it cannot run on) or :meth:`cancel` (withdrawn while it
+waits).
 """
 
 from __future__ import annotations
@@ -20,12 +24,19 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
-from rightsize.core.errors import unknown_name
+from rightsize.core.errors import choose
 from rightsize.core.resources import Resources
 
-ORDERS = ("fcfs", "sjf")
+
+class SchedulingOrder(StrEnum):
+    """The order of the queues: first come first served, or shortest job (least work) first."""
+
+    FCFS = "fcfs"
+    SJF = "sjf"
+
 
 
 class Queued(Protocol):
@@ -45,11 +56,11 @@ class Scheduler(Generic[J]):
 
     Attributes:
         capacity: everything jobs may be given.
-        order: ``fcfs`` (arrival) or ``sjf`` (least compute work first).
+        order: :class:`SchedulingOrder` (or its name; an unknown one is refused).
     """
 
     capacity: Resources
-    order: str = "fcfs"
+    order: SchedulingOrder = SchedulingOrder.FCFS
     waiting: list[J] = field(default_factory=list)
     running: list[J] = field(default_factory=list)
     finished: list[J] = field(default_factory=list)
@@ -58,8 +69,7 @@ class Scheduler(Generic[J]):
     _free: tuple[Resources, Resources] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise unknown_name("scheduling order", self.order, ORDERS)
+        self.order = choose(SchedulingOrder, self.order, "scheduling order")
 
     def set_capacity(self, capacity: Resources) -> None:
         """What all running jobs may hold from now on (a service's capacity less what runs
@@ -84,29 +94,42 @@ class Scheduler(Generic[J]):
         free = self.free()
         return Resources(0.0, free.memory_bytes, 0) if self.waiting else free
 
+    def wanting(self) -> int:
+        """How many jobs want to run: those running and those waiting."""
+        return len(self.running) + len(self.waiting)
+
     def fair_share_cores(self, floor_cores: float = 0.0) -> float:
         """The CPU each job that wants to run (running or waiting) gets if the capacity is
         split evenly among them, and at least ``floor_cores``."""
-        wanting = max(1, len(self.running) + len(self.waiting))
-        return max(self.capacity.cpu_cores / wanting, floor_cores)
+        return max(self.capacity.cpu_cores / max(1, self.wanting()), floor_cores)
 
-    def allocate(self, job: J, amount: Resources, slack_cores: float = 0.0) -> None:
-        """Set ``job``'s allocation; raises if what it grows by is not free.
+    def holds(self, name: str) -> bool:
+        """Whether the job called ``name`` runs here (it has an allocation)."""
+        return name in self.allocations
 
-        ``slack_cores`` tolerates the drift of per-node millicore rounding.
+    def held(self, name: str) -> Resources:
+        """What the job called ``name`` holds (nothing if it does not run here)."""
+        return self.allocations.get(name, Resources())
+
+    def allocate(self, name: str, amount: Resources, slack_cores: float = 0.0) -> None:
+        """Set the allocation of the job called ``name``; raises if what it grows by is not
+        free.
+
+        ``slack_cores`` tolerates the drift of per-node millicore rounding
+        (``core.shape.rounding_slack``).
         """
-        before = self.allocations[job.name] if job.name in self.allocations else Resources()
+        before = self.allocations[name] if name in self.allocations else Resources()
         free = self.free()
         grow_cpu = amount.cpu_cores - before.cpu_cores
         grow_memory = amount.memory_bytes - before.memory_bytes
         if grow_cpu > free.cpu_cores + slack_cores or grow_memory > free.memory_bytes:
-            raise RuntimeError(f"allocation of {amount} to {job.name} exceeds the cluster")
-        self.allocations[job.name] = amount
+            raise RuntimeError(f"allocation of {amount} to {name} exceeds the cluster")
+        self.allocations[name] = amount
         self.allocated = self.allocated - before + amount
 
     # -- queues ------------------------------------------------------------------------
     def key(self, job: J) -> tuple[float, float, str]:
-        first = job.work_core_s if self.order == "sjf" else job.arrival_s
+        first = job.work_core_s if self.order == SchedulingOrder.SJF else job.arrival_s
         return (first, job.arrival_s, job.name)
 
     def submit(self, job: J) -> None:
@@ -118,7 +141,8 @@ class Scheduler(Generic[J]):
         """Start waiting jobs in order while ``launch(job, free)`` accepts them.
 
         ``launch`` returns the resources the job takes, or ``None`` if it cannot
-        start with what is free (then the jobs behind it wait too).
+        start with what is free (then the jobs behind it wait too). It must not change the
+        queues (a job it finds cannot run at all is :meth:`fail`-ed after admission).
         """
         started = []
         while self.waiting:
@@ -127,13 +151,34 @@ class Scheduler(Generic[J]):
             if taken is None:
                 break
             self.waiting.pop(0)
-            self.allocate(job, taken, slack_cores)
+            self.allocate(job.name, taken, slack_cores)
             bisect.insort(self.running, job, key=self.key)
             started.append(job)
         return started
 
     def finish(self, job: J) -> None:
+        """``job`` ran and ended: it leaves the running queue for the finished one, and what
+        it held is free."""
         self.running.remove(job)
+        self._release(job)
+        self.finished.append(job)
+
+    def fail(self, job: J) -> None:
+        """``job`` cannot run (on): it leaves whichever queue it is in for the finished one,
+        and what it held is free."""
+        (self.running if job in self.running else self.waiting).remove(job)
+        self._release(job)
+        self.finished.append(job)
+
+    def cancel(self, name: str) -> J | None:
+        """Withdraw the waiting job called ``name`` from the queue (it never ran, so it joins
+        no other); returns it, or None if no such job waits. A running job is stopped by its
+        mechanism and then :meth:`finish`-es."""
+        job = next((j for j in self.waiting if j.name == name), None)
+        if job is not None:
+            self.waiting.remove(job)
+        return job
+
+    def _release(self, job: J) -> None:
         released = self.allocations.pop(job.name, Resources())
         self.allocated = self.allocated - released
-        self.finished.append(job)

@@ -5,7 +5,9 @@ Events, in time order (ties in the order they were scheduled):
 - **arrive** — a trace job enters the waiting queue; the scheduler admits
   jobs whose launch plan fits what is free: the job's own ``initial_shape`` as it
   is, or its policy's plan for what is free (``Policy.launch_plan``) raised to the
-  memory floors — as the runtime starts a job (:func:`scaling.launch.launch_plan`).
+  memory floors — as the runtime starts a job (:func:`scaling.launch.launch_plan`),
+  through the launch advisor the service uses (:mod:`scaling.launch_advisor`; with no
+  history, and the ``free`` launch share unless the simulator is given ``fair``).
 - **ready** — a (re)start is over: the job trains at its shape's speed
   (``JobModel``), or reports its OOM-killed nodes.
 - **tick** — every ``decision_interval_s`` a running job's metrics since its
@@ -47,18 +49,26 @@ from rightsize.cluster.results import JobResult, SimResult, job_result
 from rightsize.cluster.scheduler import Scheduler
 from rightsize.cluster.simjob import SimJob, SimJobState
 from rightsize.cluster.traces import Trace, TraceJob
-from rightsize.core.errors import ResourceError, RightsizeError, SpecError
+from rightsize.core.errors import ResourceError, RightsizeError, SpecError, choose
 from rightsize.core.resources import Resources
+from rightsize.core.shape import MILLICORE, rounding_slack
 from rightsize.core.spec import Strategy
 from rightsize.scaling.api import LaunchRequest, Observation, Plan, Policy, ShapeRecord
 from rightsize.scaling.floors import floored_plan
-from rightsize.scaling.launch import launch_plan
+from rightsize.scaling.launch_advisor import (
+    FAIR_SHARE_FLOOR_CORES,
+    FairShare,
+    LaunchAdvisor,
+    LaunchShare,
+)
 from rightsize.scaling.oom import memory_doubled_after_oom
-from rightsize.scaling.plan_check import MILLICORE, plan_problems
+from rightsize.scaling.plan_check import plan_problems
 from rightsize.scaling.shapes import one_ps_two_workers
 
 ARRIVE, READY, TICK, COMPLETE = "arrive", "ready", "tick", "complete"
-MAX_NODES_SLACK = 100  # launch shapes are small; allow their rounding drift
+#: The node count whose rounding slack admission tolerates: a launch is allocated before its
+#: nodes are counted by the scheduler, and launch shapes are small.
+MAX_LAUNCH_NODES = 100
 
 
 class Simulator:
@@ -69,6 +79,8 @@ class Simulator:
         policy: the autoscaling policy every job uses.
         config: the mechanism's settings.
         models: looks up a trace's model name (``cluster.models.sim_model`` by default).
+        launch_share: the launch advisor's fair share rule (``free``, NEARCHUS's allocator,
+            is what every pinned result ran).
     """
 
     def __init__(
@@ -77,11 +89,13 @@ class Simulator:
         policy: Policy,
         config: SimConfig | None = None,
         models: Callable[[str], SimModel] = sim_model,
+        launch_share: LaunchShare = LaunchShare.FREE,
     ):
         self.cluster = cluster
         self.policy = policy
         self.config = config or SimConfig()
         self.models = models
+        self.launch_share = choose(LaunchShare, launch_share, "launch share")
 
     def run(self, trace: Trace) -> SimResult:
         """Simulate ``trace`` to the end and summarize it.
@@ -122,6 +136,7 @@ class _Run:
     def __init__(self, sim: Simulator, trace: Trace):
         self.cluster, self.policy, self.config = sim.cluster, sim.policy, sim.config
         self.trace, self.models = trace, sim.models
+        self.advisor = LaunchAdvisor(sim.policy, sim.launch_share)
         cluster, config = self.cluster, self.config
         self.scheduler: Scheduler[SimJob] = Scheduler(cluster.capacity, config.order)
         self.priors = PriorBook()
@@ -185,7 +200,7 @@ class _Run:
             return
         self._checked.add(key)
         try:
-            plan, own = self._launch_plan(job, job.budget)
+            plan, own = self._launch_plan(job, job.budget, alone=True)
         except RightsizeError as exc:
             raise type(exc)(f"job {job.name}: {exc}") from None
         if plan is None or plan is own:
@@ -197,18 +212,29 @@ class _Run:
             raise error(f"job {job.name}: its {what} ({plan.shape.describe()}) cannot run: "
                         + "; ".join(problems))  # fmt: skip
 
-    def _launch_plan(self, job: SimJob, free: Resources) -> tuple[Plan | None, Plan | None]:
-        """How ``job`` starts with ``free`` to start in: its own initial shape as it is, or
-        its policy's plan raised to the memory floors, as the runtime starts a job
-        (:func:`scaling.launch.launch_plan`); and the plan as the policy made it (``None``
-        for an initial shape)."""
+    def _launch_plan(
+        self, job: SimJob, free: Resources, alone: bool = False
+    ) -> tuple[Plan | None, Plan | None]:
+        """How ``job`` starts with ``free`` to start in (``alone``: as on an empty cluster,
+        no fair share): its own initial shape as it is, or the launch advisor's plan raised
+        to the memory floors, as the runtime starts a job (:func:`scaling.launch.launch_plan`);
+        and the plan as the policy made it (``None`` for an initial shape)."""
         prior = job.book.prior = self.priors.prior(self.policy, job.model, job.budget)
         request = LaunchRequest(job.name, job.budget, free, prior, self.cluster.node_limit)
         initial = job.spec.initial_shape
-        plan = launch_plan(self.policy, request, initial)
+        fair = None if alone else self._fair_share()
+        plan = self.advisor.advise(request, initial, fair=fair).plan
         if plan is None or initial is not None:
             return plan, None
         return floored_plan(plan, job.model.memory_floors(plan.shape)), plan
+
+    def _fair_share(self) -> FairShare | None:
+        """Who else wants the cluster, for the ``fair`` launch share (None under ``free``)."""
+        if self.advisor.share != LaunchShare.FAIR:
+            return None
+        scheduler = self.scheduler
+        return FairShare(scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES), scheduler.wanting(),
+                         self.cluster.capacity.cpu_cores)  # fmt: skip
 
     # -- handlers ----------------------------------------------------------------------
     def arrive(self, job: SimJob) -> None:
@@ -216,7 +242,7 @@ class _Run:
         self.admit()
 
     def admit(self) -> None:
-        for job in self.scheduler.admit(self._launch, MILLICORE * MAX_NODES_SLACK):
+        for job in self.scheduler.admit(self._launch, rounding_slack(MAX_LAUNCH_NODES)):
             job.started_s = self.now
             job.last_update_s = self.now
             self._restart(job, self._launches.pop(job.name))
@@ -276,7 +302,8 @@ class _Run:
         observation = self._observe(job)
         plan = self._plan(job, observation)
         if plan is not None:
-            self.scheduler.allocate(job, plan.shape.total(), MILLICORE * len(plan.shape.nodes))
+            slack = rounding_slack(len(plan.shape.nodes))
+            self.scheduler.allocate(job.name, plan.shape.total(), slack)
             self._restart(job, plan)
             self._record_usage()
             return
@@ -390,7 +417,7 @@ class _Run:
         if not self.scheduler.free_for_running().cpu_cores:
             return
         for job in self.scheduler.running:
-            held = self.scheduler.allocations[job.name].cpu_cores
+            held = self.scheduler.held(job.name).cpu_cores
             if job.quiet and held < job.budget.cpu_cores - MILLICORE:
                 self.push(self.now, TICK, job, job.epoch)  # asked with its last window
 

@@ -21,6 +21,22 @@ from typing import Any
 from rightsize.core.errors import ResourceError, SpecError, unknown_name
 from rightsize.core.resources import CPU_DECIMALS, Resources, sum_resources
 
+#: Every node's CPU is rounded to a millicore (``core.resources``).
+MILLICORE = 10**-CPU_DECIMALS
+
+
+def rounding_slack(nodes: int) -> float:
+    """The CPU a shape of ``nodes`` nodes may sum above an amount it splits exactly.
+
+    Each node's CPU is rounded to a millicore, so ``nodes`` nodes may exceed the amount
+    they share by up to one millicore each. Every mechanism that compares a shape's total
+    with a budget or with what is free tolerates exactly this much (``scaling.plan_check``,
+    the service's lease books, the simulator's scheduler), and policies leave this much
+    room when they grow (``scaling.shapes.rounding_room``): one rule, so that a plan one of
+    them accepts is not refused by another for the rounding alone.
+    """
+    return nodes * MILLICORE
+
 
 class NodeRole(StrEnum):
     """What a node does in a job: serve parameters, or compute gradients."""

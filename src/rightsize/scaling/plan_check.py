@@ -12,13 +12,10 @@ simulation.
 
 from __future__ import annotations
 
-from rightsize.core.resources import CPU_DECIMALS, Resources
-from rightsize.core.shape import ClusterShape
+from rightsize.core.resources import Resources
+from rightsize.core.shape import MILLICORE, ClusterShape, rounding_slack
 from rightsize.core.spec import Strategy
 
-#: Every node's CPU is rounded to a millicore (``core.resources``), so a shape that splits
-#: an amount exactly may sum above it by up to one millicore per node.
-MILLICORE = 10**-CPU_DECIMALS
 _NOTHING = Resources()  # what a job holds before its launch
 
 
@@ -43,12 +40,12 @@ def plan_problems(
         free: what the cluster can still give the job, or ``None`` not to check.
         node_limit: the largest single node the mechanism can place, or ``None``.
 
-    CPU is compared with one millicore of slack per node (see :data:`MILLICORE`); memory
-    and GPUs exactly. (Written as plain comparisons, with messages built — and the helpers
+    CPU is compared with one millicore of slack per node (``core.shape.rounding_slack``);
+    memory and GPUs exactly. (Written as plain comparisons, with messages built — and the helpers
     that build them called — only for a problem found: the simulator checks every plan of
     millions.)
     """
-    total, slack = shape.total(), MILLICORE * len(shape.nodes)
+    total, slack = shape.total(), rounding_slack(len(shape.nodes))
     max_cpu, max_memory, min_cpu, min_memory = shape.node_extremes  # remembered per shape
     problems = []
     if total.cpu_cores > budget.cpu_cores + slack:

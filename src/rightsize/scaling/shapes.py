@@ -12,12 +12,11 @@ import math
 from functools import lru_cache
 
 from rightsize.core.errors import ResourceError
-from rightsize.core.resources import CPU_DECIMALS, Resources
-from rightsize.core.shape import ClusterShape, NodeRole
+from rightsize.core.resources import Resources
+from rightsize.core.shape import MILLICORE, ClusterShape, NodeRole, rounding_slack  # noqa: F401
 from rightsize.scaling.api import EventKind, Observation, Plan
 from rightsize.scaling.oom import memory_doubled_after_oom
 
-MILLICORE = 10**-CPU_DECIMALS
 LAUNCH_SHAPES = 256  # remembered launch shapes (a cache bound, not a model parameter)
 DERIVED_SHAPES = 4096  # remembered shapes derived from others (a cache bound)
 
@@ -94,9 +93,9 @@ def require_budget(policy: str, budget: Resources, minimum_cores: float, why: st
 
 
 def rounding_room(obs: Observation, nodes: int) -> Resources:
-    """The job's headroom less one millicore per node, which rounding each node may add."""
+    """The job's headroom less what rounding ``nodes`` nodes may add (``rounding_slack``)."""
     head = obs.headroom
-    return Resources(max(0.0, head.cpu_cores - nodes * MILLICORE), head.memory_bytes, head.gpus)
+    return Resources(max(0.0, head.cpu_cores - rounding_slack(nodes)), head.memory_bytes, head.gpus)
 
 
 def growth_room(obs: Observation) -> Resources:

@@ -9,6 +9,12 @@ and this module drives it with real jobs: each admitted job runs in a runner pro
 (:mod:`runner`) that asks the scheduler's books before it grows (:mod:`lease`), so
 the sum of what running jobs hold never exceeds the capacity, growth included.
 
+Three parts, each its own module: the lease books the runners ask (:mod:`books`, over the
+scheduler's methods), where a job starts (``scaling.launch_advisor``, which the simulator
+asks too: history, else prediction, else policy, within a fair share under ``fair``) and
+how a runner is started and watched (:mod:`launcher`, injected: tests give a fake one).
+This module is what joins them: the API's verbs and the loop.
+
 One thread turns the loop every ``poll_s``: admit, reap runners that ended, copy
 running jobs' state files into the store. The lease threads and the API's calls
 (submit, cancel) take the same lock. A service killed at any moment leaves running
@@ -19,21 +25,16 @@ first, with what they last held, and their masters resume from their checkpoints
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rightsize.cluster.scheduler import Scheduler
-from rightsize.core.errors import RightsizeError, SpecError, unknown_name
+from rightsize.cluster.scheduler import Scheduler, SchedulingOrder
+from rightsize.core.errors import RightsizeError, SpecError, choose, unknown_name
 from rightsize.core.resources import Resources
 from rightsize.core.spec import JobSpec, ShapeSpec
 from rightsize.planning.local import (
@@ -43,22 +44,27 @@ from rightsize.planning.local import (
     samples_of,
 )
 from rightsize.runtime.state import read_shape
-from rightsize.scaling.api import Action, LaunchRequest, Plan, Policy, ShapeRecord
-from rightsize.scaling.launch import INITIAL_SHAPE_REASON, launch_plan
+from rightsize.scaling.api import LaunchRequest, Plan, Policy, ShapeRecord
+from rightsize.scaling.launch_advisor import (
+    FAIR_SHARE_FLOOR_CORES,
+    FairShare,
+    LaunchAdvisor,
+    LaunchShare,
+    LaunchSource,
+    PastRun,
+)
 from rightsize.scaling.registry import make_policy, require_strategy
 from rightsize.service import history
+from rightsize.service.books import LeaseBooks
 from rightsize.service.host import held_beside
-from rightsize.service.lease import serve_lease
+from rightsize.service.launcher import ProcessLauncher, RunnerLauncher, RunnerProcess
 from rightsize.service.models import JobPhase, Source
-from rightsize.service.schemas import JobView, LaunchPreview, RunSummary
+from rightsize.service.schemas import JobView, LaunchPreview
 from rightsize.service.store import Store
-from rightsize.service.uploads import Uploads, runner_cgroup
+from rightsize.service.uploads import Uploads
 
-#: Millicore drift tolerated between a shape's rounded node quotas and the books.
-SLACK_CORES = 0.005
-#: The least CPU a fair share offers a launching job: a parameter server and a worker of
-#: half a core each, the smallest shape DLRover samples at.
-FAIR_SHARE_FLOOR_CORES = 1.0
+__all__ = ["Allocator", "LaunchShare", "QueuedJob"]
+
 #: Seconds the loop waits after a submission for the next one before it admits, and the most
 #: it waits so in all: jobs submitted together arrive milliseconds apart, and a fair share
 #: counts only the jobs it can see (the first would otherwise take the whole budget alone).
@@ -67,8 +73,6 @@ GATHER_S, GATHER_MAX_S = 0.3, 2.0
 INGEST_EVERY_S = 2.0
 #: Seconds a runner gets to checkpoint and stop when the service shuts down.
 STOP_GRACE_S = 60.0
-#: Lines of a failed runner's log kept as the job's error.
-ERROR_LINES = 3
 
 
 @dataclass(eq=False)
@@ -82,42 +86,26 @@ class QueuedJob:
     spec: JobSpec
     held: Resources | None = None  # what a job resumed after a restart last held
     plan: Plan | None = None  # set on admission
-    source: str = "policy"  # the launch plan's source: history, prediction, policy or job file
-    history: list[tuple[RunSummary, ShapeRecord]] | None = None  # read once, at first try
-    policy: Policy | None = None  # the launch rule's policy, built at the first try
+    source: LaunchSource = LaunchSource.POLICY  # where the launch plan came from
+    history: tuple[PastRun, ...] | None = None  # read once, at first try
+    advisor: LaunchAdvisor | None = None  # the launch advisor over its policy, built at first try
     predicted: tuple[ShapeRecord, ...] | None = None  # its prior shapes at predicted speeds
 
 
 @dataclass(eq=False)
 class Runner:
+    """A running job's runner, as the loop watches it."""
+
     job: QueuedJob
-    popen: subprocess.Popen
-    log: Path
-    report: Path
+    process: RunnerProcess
     cancelled: bool = False
     ingested_at: float = field(default=0.0)
-    cgroup: object | None = None  # the runner's own, for a job that runs uploaded code
 
 
 def policy_of(spec: JobSpec) -> Policy:
     """The job's policy as the job file names it (the runner builds its own alike)."""
     return require_strategy(make_policy(spec.policy.name, spec.runtime.metric_interval_s,
                                        **spec.policy.params), spec.strategy)
-
-
-class LaunchShare(StrEnum):
-    """What a job launched by its policy (no ``initial_shape``, no history) may start with.
-
-    ``free``: its whole budget, if that much is free (NEARCHUS §IV's allocator: the first
-    of four jobs each budgeted the machine takes all of it, and the rest wait). ``fair``:
-    while other jobs run or wait, at most an even split of the capacity among every job that
-    wants to run (at least :data:`FAIR_SHARE_FLOOR_CORES`), so that a batch submitted
-    together starts side by side; the job's budget is unchanged, and it grows into what
-    the others leave once no one waits (docs/service.md).
-    """
-
-    FREE = "free"
-    FAIR = "fair"
 
 
 class Allocator:
@@ -127,65 +115,32 @@ class Allocator:
         store: where jobs and their runs are kept.
         capacity: what all running jobs together may hold (the machine, or a share).
         workdir: each job's checkpoints, state file, report and log go to ``workdir/jobs/ID``.
-        order: ``fcfs`` or ``sjf``.
+        order: the queues' :class:`SchedulingOrder` (or its name).
+        poll_s: seconds between the loop's turns when nothing wakes it.
+        beside: what other rightsize jobs on the host hold, given the runners' pids.
         launch_share: how much of the capacity a policy's launch may take (:class:`LaunchShare`).
+        launcher: starts each admitted job's runner (:class:`ProcessLauncher` by default).
     """
 
-    def __init__(self, store: Store, capacity: Resources, workdir: Path, order: str = "fcfs",
-                 poll_s: float = 1.0,
+    def __init__(self, store: Store, capacity: Resources, workdir: Path,
+                 order: SchedulingOrder = SchedulingOrder.FCFS, poll_s: float = 1.0,
                  beside: Callable[[set[int]], Resources] = held_beside,
-                 launch_share: LaunchShare = LaunchShare.FAIR) -> None:  # fmt: skip
+                 launch_share: LaunchShare = LaunchShare.FAIR,
+                 launcher: RunnerLauncher | None = None) -> None:  # fmt: skip
         self.store, self.capacity, self.workdir, self.poll_s = store, capacity, workdir, poll_s
-        self.launch_share = LaunchShare(launch_share)
+        self.launch_share = choose(LaunchShare, launch_share, "launch share")
         self.beside = beside  # what other rightsize jobs on the host hold (service/host.py)
         self.uploads = Uploads(workdir / "uploads")
+        self.launcher = launcher or ProcessLauncher(self.uploads)
         self.scheduler: Scheduler[QueuedJob] = Scheduler(capacity, order)
         self.lock = threading.RLock()
+        self.books = LeaseBooks(self.scheduler, self.lock)  # what runners' leases ask
         self.runners: dict[str, Runner] = {}
         self._wake = threading.Event()
         self._submitted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-
-    # -- the lease books (lease.Books) ----------------------------------------------------
-    def held(self, job: str) -> Resources:
-        with self.lock:
-            return self.scheduler.allocations.get(job, Resources())
-
-    def free_beyond(self, job: str, total: Resources) -> Resources:
-        with self.lock:
-            held, free = self.held(job), self.scheduler.free_for_running()
-            return Resources(
-                free.cpu_cores + max(0.0, held.cpu_cores - total.cpu_cores),
-                free.memory_bytes + max(0, held.memory_bytes - total.memory_bytes),
-            )
-
-    def reserve(self, job: str, total: Resources) -> str | None:
-        with self.lock:
-            if job not in self.scheduler.allocations:
-                return "the job is not running under this service"
-            held, free = self.held(job), self.scheduler.free_for_running()
-            grow = Resources(max(0.0, total.cpu_cores - held.cpu_cores),
-                             max(0, total.memory_bytes - held.memory_bytes))  # fmt: skip
-            if (grow.cpu_cores > free.cpu_cores + SLACK_CORES
-                    or grow.memory_bytes > free.memory_bytes):  # fmt: skip
-                waiting = (
-                    f"; {len(self.scheduler.waiting)} job(s) wait" if self.scheduler.waiting else ""
-                )
-                return (f"the service's capacity: the job needs {grow} more but {free} is free "
-                        f"to grow into{waiting}")  # fmt: skip
-            larger = Resources(max(held.cpu_cores, total.cpu_cores),
-                               max(held.memory_bytes, total.memory_bytes))  # fmt: skip
-            self.scheduler.allocate(_Named(job), larger, SLACK_CORES)
-            return None
-
-    def settle(self, job: str, total: Resources) -> None:
-        with self.lock:
-            held = self.held(job)
-            if job in self.scheduler.allocations and total.fits_within(
-                held + Resources(SLACK_CORES)
-            ):
-                self.scheduler.allocate(_Named(job), total, SLACK_CORES)
+        self._refused: list[tuple[QueuedJob, RightsizeError]] = []  # this turn's, by admission
 
     # -- the API's verbs -------------------------------------------------------------------
     def check(self, spec: JobSpec, owner_id: int | None = None) -> None:
@@ -212,8 +167,8 @@ class Allocator:
         if not isinstance(spec.initial_shape, ShapeSpec):
             try:  # the policy's launch on an empty service: a budget it cannot start in fails now
                 prior = self._predicted_prior(spec, policy)
-                policy.launch_plan(LaunchRequest(spec.name, budget, self.capacity, prior,
-                                                 self.capacity))  # fmt: skip
+                LaunchAdvisor(policy).advise(LaunchRequest(spec.name, budget, self.capacity, prior,
+                                                           self.capacity))  # fmt: skip
             except RightsizeError as exc:
                 raise SpecError(str(exc), field="budget") from None
         if spec.is_script:
@@ -246,7 +201,7 @@ class Allocator:
         with self.lock:
             free, waiting = self.scheduler.free_for_running(), len(self.scheduler.waiting)
         return LaunchPreview(
-            source=probe.source, shape=plan.shape.to_dict(), shape_text=plan.shape.describe(),
+            source=str(probe.source), shape=plan.shape.to_dict(), shape_text=plan.shape.describe(),
             reason=plan.reason, cpu_cores=total.cpu_cores, memory_bytes=total.memory_bytes,
             predicted_time_s=expected and expected.time_s,
             predicted_core_h=expected and expected.core_h,
@@ -278,15 +233,14 @@ class Allocator:
     def cancel(self, name: str) -> None:
         """Stop ``name`` wherever it is: out of the queue, or its runner checkpoints and ends."""
         with self.lock:
-            waiting = next((j for j in self.scheduler.waiting if j.name == name), None)
+            waiting = self.scheduler.cancel(name)
             if waiting is not None:
-                self.scheduler.waiting.remove(waiting)
                 self.store.finish(waiting.job_id, JobPhase.CANCELLED, None, "cancelled")
                 return
             runner = self.runners.get(name)
             if runner is not None and not runner.cancelled:
                 runner.cancelled = True
-                runner.popen.send_signal(signal.SIGTERM)
+                runner.process.terminate()
         self._wake.set()
 
     # -- the loop --------------------------------------------------------------------------
@@ -322,18 +276,14 @@ class Allocator:
                 return
 
     def _stop_runners(self) -> None:
-        """SIGTERM every runner and wait for it — from the thread that started them: a runner
+        """Stop every runner and wait for it — from the thread that started them: a runner
         dies with that thread (its parent-death signal), so it must outlive them."""
         with self.lock:
             runners = list(self.runners.values())
         for runner in runners:
-            runner.popen.send_signal(signal.SIGTERM)
+            runner.process.terminate()
         for runner in runners:
-            try:
-                runner.popen.wait(STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                runner.popen.kill()
-                runner.popen.wait()
+            runner.process.wait(STOP_GRACE_S)
             self.store.ingest(runner.job.job_id, runner.job.spec.state_path)
 
     def turn(self) -> None:
@@ -350,12 +300,15 @@ class Allocator:
         with self.lock:
             self._reap()
             self._count_what_is_beside()
-            for job in self.scheduler.admit(self._admission, SLACK_CORES):
+            started = self.scheduler.admit(self._admission)  # what fits exactly: no slack
+            for job, why in self._refused:  # out of the queue once admission is over
+                self._fail(job, why)
+            self._refused.clear()
+            for job in started:
                 try:
                     self._spawn(job)
                 except RightsizeError as exc:  # e.g. uploaded code and no cgroups to run it in
-                    self.scheduler.finish(job)
-                    self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
+                    self._fail(job, exc)
             now = time.monotonic()
             for runner in self.runners.values():
                 if now - runner.ingested_at >= INGEST_EVERY_S:
@@ -387,18 +340,23 @@ class Allocator:
     def _count_what_is_beside(self) -> None:
         """The scheduler's capacity this turn: the service's, less what rightsize jobs it does
         not run hold on this host (a standalone run's quotas are the kernel's too)."""
-        outside = self.beside({runner.popen.pid for runner in self.runners.values()})
+        outside = self.beside({runner.process.pid for runner in self.runners.values()})
         self.scheduler.set_capacity(self.capacity.less(outside))
 
     def _admission(self, job: QueuedJob, free: Resources) -> Resources | None:
         """What ``job`` takes if it starts now, or None (it and those behind it wait). A job
-        whose launch cannot be planned fails and leaves the queue."""
+        whose launch cannot be planned is set aside, to fail once admission is over (the
+        queue it would leave is the one being admitted from), and waits until then."""
         try:
             return self._launch_now(job, free)
         except RightsizeError as exc:
-            self.scheduler.waiting.remove(job)
-            self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {exc}")
+            self._refused.append((job, exc))
             return None
+
+    def _fail(self, job: QueuedJob, why: RightsizeError) -> None:
+        """``job`` cannot be launched: it leaves the scheduler and fails in the store."""
+        self.scheduler.fail(job)
+        self.store.finish(job.job_id, JobPhase.FAILED, None, f"cannot launch: {why}")
 
     def _launch_now(self, job: QueuedJob, free: Resources, alone: bool = False) -> Resources | None:
         """What ``job`` takes if it starts now with ``free`` (``alone``: as on an empty
@@ -406,109 +364,40 @@ class Allocator:
         if job.held is not None:  # resumed: its master relaunches what it last ran
             return job.held if job.held.fits_within(free) else None
         spec = job.spec
-        if isinstance(spec.initial_shape, ShapeSpec):
-            shape = spec.initial_shape.to_shape()
-            plan, job.source = Plan(shape, Action.LAUNCH, INITIAL_SHAPE_REASON), "job file"
-        else:
-            if job.history is None:
-                job.history = self._history(spec)
-            if job.policy is None:  # built once: admission is retried every turn
-                job.policy = policy_of(spec)
-            plan, job.source = self._from_history(job, free), "history"
-            if plan is None and not self._waits_for_history(job):
-                if job.predicted is None:
-                    job.predicted = self._predicted_prior(spec, job.policy)
-                prior = tuple(record for _, record in job.history) or job.predicted
-                request = LaunchRequest(
-                    spec.name, spec.budget.resources, free, prior, self.capacity
-                )
-                source = "policy" if job.history or not job.predicted else "prediction"
-                plan, job.source = self._policy_launch(job.policy, request, alone), source
+        if job.advisor is None:  # built once, as what follows: admission is retried every turn
+            job.advisor = LaunchAdvisor(policy_of(spec), self.launch_share)
+        initial = spec.initial_shape
+        initial = initial.to_shape() if isinstance(initial, ShapeSpec) else None
+        if initial is None and job.history is None:  # what a job that names its shape never asks
+            job.history = history.past_runs(history.found(self.store, spec))
+            job.predicted = self._predicted_prior(spec, job.advisor.policy)
+        request = LaunchRequest(spec.name, spec.budget.resources, free, job.predicted or (),
+                                self.capacity)  # fmt: skip
+        launch = job.advisor.advise(request, initial, job.history or (), self.capacity,
+                                    None if alone else self._fair_share())  # fmt: skip
+        job.source = launch.source
+        plan = launch.plan
         if plan is None or not plan.shape.total().fits_within(free):
             return None
         job.plan = plan  # a shape that cannot run fails in the runner, with its reason
         return plan.shape.total()
 
-    def _policy_launch(self, policy: Policy, request: LaunchRequest,
-                       alone: bool = False) -> Plan | None:  # fmt: skip
-        """The policy's launch plan, within the job's fair share of the capacity while others
-        want to run too (:class:`LaunchShare`; not ``alone``, as on an empty service); with
-        its whole budget where the policy cannot start within the share at all (NEARCHUS
-        needs 2 CPU to plan from)."""
-        budget = request.budget
-        share = self.scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES)
-        if alone or self.launch_share != LaunchShare.FAIR or share >= budget.cpu_cores:
-            return launch_plan(policy, request)
-        within = replace(request, budget=Resources(share, budget.memory_bytes, budget.gpus))
-        try:
-            plan = launch_plan(policy, within)
-        except RightsizeError:  # it cannot plan within the share: its own budget, as ever
-            return launch_plan(policy, request)
-        wanting = len(self.scheduler.running) + len(self.scheduler.waiting)
-        return plan and replace(plan, reason=(
-            f"{plan.reason}; within a fair share of {share:g} cpu ({wanting} jobs want the "
-            f"service's {self.capacity.cpu_cores:g} cpu)"))  # fmt: skip
-
-    def _from_history(self, job: QueuedJob, free: Resources) -> Plan | None:
-        """The fastest shape similar runs measured (DLRover §4.3), as the job's policy would
-        start there: a policy that plans from such records (DLRover, goodput, FA-BF) is
-        asked, and where it chooses the same shape its plan keeps its own notes — so that
-        it takes the shape as its starting point (DLRover: its adjusting stage) instead of
-        sampling it away. None: no history, or its shape does not fit ``free``."""
-        fitted = history.launch_plan(job.history, job.spec.budget.resources, free)
-        if fitted is None or job.policy is None:
-            return fitted
-        records = tuple(record for _, record in job.history)
-        own = job.policy.launch_plan(LaunchRequest(job.spec.name, job.spec.budget.resources,
-                                                   free, records, self.capacity))  # fmt: skip
-        if own is None or own.shape != fitted.shape:
-            return fitted  # a policy that ignores history: the service starts it there anyway
-        return Plan(fitted.shape, Action.LAUNCH, fitted.reason, {**own.details, **fitted.details})
+    def _fair_share(self) -> FairShare:
+        """Who else wants the service's capacity now (the advisor's ``fair`` rule reads it)."""
+        return FairShare(self.scheduler.fair_share_cores(FAIR_SHARE_FLOOR_CORES),
+                         self.scheduler.wanting(), self.capacity.cpu_cores)  # fmt: skip
 
     def _predicted_prior(self, spec: JobSpec, policy: Policy) -> tuple[ShapeRecord, ...]:
         """The shapes ``policy`` wants measured before launch, at their profile-predicted
         speed (none for policies that ask for none, or workloads without a profile)."""
         return predicted_records(spec, policy.prior_shapes(spec.budget.resources, self.capacity))
 
-    def _history(self, spec: JobSpec) -> list[tuple[RunSummary, ShapeRecord]]:
-        return history.found(self.store, spec)
-
-    def _waits_for_history(self, job: QueuedJob) -> bool:
-        """Whether a job with history waits for its history's shape to fit (FCFS: the queue
-        waits too) — not when it has none, or the shape could never fit: its policy plans."""
-        fitted = history.launch_plan(job.history, job.spec.budget.resources, self.capacity)
-        return fitted is not None
-
     def _spawn(self, job: QueuedJob) -> None:
-        home = job.spec.checkpoint.dir
-        home.mkdir(parents=True, exist_ok=True)
-        job_file, log, report = home / "job.json", home / "runner.log", home / "report.json"
-        job_file.write_text(json.dumps(job.spec.model_dump(mode="json", by_alias=True)))
-        argv = [sys.executable, "-m", "rightsize.service.runner", "--job", str(job_file),
-                "--report", str(report), "--parent", str(os.getpid())]  # fmt: skip
-        if job.plan is not None:
-            launch = home / "launch.json"
-            launch.write_text(json.dumps(job.plan.to_json()))
-            argv += ["--launch", str(launch)]
-        env, join, cgroup = os.environ.copy(), None, None
-        folder = None if job.spec.is_script else self.uploads.folder_of(job.spec.workload)
-        if folder is not None:  # the owner's uploads on its path, and the runner in a cgroup
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder),
-                                                              env.get("PYTHONPATH")]))  # fmt: skip
-            cgroup = runner_cgroup(f"job-{job.job_id}", job.spec.budget.resources)
-            join = _joiner(cgroup.procs_files)
-        ours, theirs = socket.socketpair()
-        argv += ["--lease-fd", str(theirs.fileno())]
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=join)  # fmt: skip
-        theirs.close()
-        serve_lease(ours, job.name, self)
-        self.runners[job.name] = Runner(job, popen, log, report, cgroup=cgroup)
+        process = self.launcher.launch(job.spec, job.job_id, job.plan, self.books)
+        self.runners[job.name] = Runner(job, process)
         fields = {"phase": str(JobPhase.RUNNING)}
         if job.plan is not None:
-            fields.update(started_at=time.time(), launch_source=job.source,
+            fields.update(started_at=time.time(), launch_source=str(job.source),
                           launch_note=job.plan.reason.removeprefix(f"{job.source}: "))  # fmt: skip
             expected = _expected(job.plan, job.spec)
             if expected is not None:
@@ -518,26 +407,22 @@ class Allocator:
 
     def _reap(self) -> None:
         for name, runner in list(self.runners.items()):
-            code = runner.popen.poll()
+            code = runner.process.poll()
             if code is None:
                 continue
             job = runner.job
             self.store.ingest(job.job_id, job.spec.state_path)
-            report = json.loads(runner.report.read_text()) if runner.report.exists() else None
+            report = runner.process.report()
             if code == 0:
                 phase, error = JobPhase.FINISHED, None
             elif runner.cancelled:
                 phase, error = JobPhase.CANCELLED, "cancelled"
             else:
-                phase, error = JobPhase.FAILED, _last_lines(runner.log) or f"exit status {code}"
+                phase, error = JobPhase.FAILED, runner.process.last_lines() or f"exit status {code}"
             self.store.finish(job.job_id, phase, report, error)
             self.scheduler.finish(job)
             del self.runners[name]
-            if runner.cgroup is not None:
-                try:
-                    runner.cgroup.remove()
-                except OSError:
-                    pass  # a process still in it: the next service's sweep removes it
+            runner.process.release()
 
 
 def _expected(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:
@@ -546,37 +431,12 @@ def _expected(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:
     return history.predicted(plan, spec) or predict_launch(spec, plan.shape)
 
 
-def _joiner(procs_files: list[Path]):
-    """What a child runs before it executes: it writes itself into the cgroup first, so none
-    of its code runs outside it."""
-
-    def join() -> None:
-        for path in procs_files:
-            path.write_text(str(os.getpid()))
-
-    return join
-
-
-@dataclass(frozen=True)
-class _Named:
-    """A job by name only: what Scheduler.allocate needs to find its books."""
-
-    name: str
-
-
 def _trained(spec: JobSpec) -> bool:
     """Whether the job's state file says it finished training."""
     from rightsize.runtime.state import JobStatus, read_job
 
     job = read_job(spec.state_path)
     return job is not None and job["status"] == str(JobStatus.FINISHED)
-
-
-def _last_lines(log: Path) -> str:
-    if not log.exists():
-        return ""
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return "\n".join(lines[-ERROR_LINES:])
 
 
 def _check_names(spec: JobSpec) -> None:

@@ -21,8 +21,8 @@ from rightsize.core.shape import ClusterShape
 from rightsize.core.spec import JobSpec
 from rightsize.planning.local import LaunchPrediction
 from rightsize.planning.measured import MeasuredSpeed
-from rightsize.scaling.api import Action, Plan, ShapeRecord
-from rightsize.scaling.dlrover_math import fit_into
+from rightsize.scaling.api import Plan, ShapeRecord
+from rightsize.scaling.launch_advisor import PastRun, fastest_measured
 from rightsize.service.schemas import RunSummary
 from rightsize.service.store import Store, dataset_of, workload_of
 
@@ -109,21 +109,17 @@ def script_speeds(store: Store, spec: JobSpec) -> list[MeasuredSpeed]:
     return found
 
 
+def past_runs(found: list[tuple[RunSummary, ShapeRecord]]) -> tuple[PastRun, ...]:
+    """``found`` as the launch advisor reads history (``scaling.launch_advisor``): a script's
+    speeds in samples/s, its batch being its own."""
+    return tuple(PastRun(run.name, record, "steps/s" if run.batch_size else "samples/s")
+                 for run, record in found)  # fmt: skip
+
+
 def launch_plan(found: list[tuple[RunSummary, ShapeRecord]], budget: Resources,
                 free: Resources) -> Plan | None:  # fmt: skip
     """Start at the fastest shape measured, within ``budget``; None if it does not fit ``free``."""
-    if not found:
-        return None
-    run, best = max(found, key=lambda pair: pair[1].steps_per_s)
-    shape = fit_into(best.shape, budget)
-    if not shape.total().fits_within(free):
-        return None
-    fitted = "" if shape == best.shape else f", fitted into the budget as {shape.describe()}"
-    unit = "steps/s" if run.batch_size else "samples/s"  # a script's batch is its own
-    return Plan(shape, Action.LAUNCH,
-                f"history: {run.name} ran {best.shape.describe()} at "
-                f"{best.steps_per_s:.3g} {unit}{fitted}",
-                {"from_run": run.name, "steps_per_s": best.steps_per_s})  # fmt: skip
+    return fastest_measured(past_runs(found), budget, free)
 
 
 def predicted(plan: Plan, spec: JobSpec) -> LaunchPrediction | None:

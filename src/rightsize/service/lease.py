@@ -7,12 +7,16 @@ makes when it starts the runner: one JSON object per line each way, a request an
 its answer, so the protocol is four verbs and nothing else:
 
     {"op": "free", "cpu": C, "memory": M}     -> {"cpu": C', "memory": M'}
-    {"op": "reserve", "cpu": C, "memory": M}  -> {"granted": true} | {"granted": false, "why": ...}
-    {"op": "settle", "cpu": C, "memory": M}   -> {"ok": true}
+    {"op": "reserve", "cpu": C, "memory": M, "nodes": N}
+                                              -> {"granted": true} | {"granted": false, "why": ...}
+    {"op": "settle", "cpu": C, "memory": M, "nodes": N}   -> {"ok": true}
     {"op": "ceiling", "cpu": C, "memory": M}  -> {"cpu": C', "memory": M'}
 
-where C, M are the job's whole shape (cores, bytes). The service answers from its
-scheduler's books (:mod:`allocator`), under one lock for every job.
+where C, M are the job's whole shape (cores, bytes) and N, where the runner knows it, how
+many nodes that shape has: each node's CPU is rounded to a millicore, and the books allow
+the shape that rounding (``core.shape.rounding_slack``), as the runtime's own check of a
+plan does. The service answers from its scheduler's books (:mod:`books`), under one lock
+for every job.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, Protocol
 
 from rightsize.core.resources import Resources
@@ -32,15 +37,27 @@ class Books(Protocol):
 
     def free_beyond(self, job: str, total: Resources) -> Resources: ...
 
-    def reserve(self, job: str, total: Resources) -> str | None: ...
+    def reserve(self, job: str, total: Resources, nodes: int | None = None) -> str | None: ...
 
-    def settle(self, job: str, total: Resources) -> None: ...
+    def settle(self, job: str, total: Resources, nodes: int | None = None) -> None: ...
 
     def held(self, job: str) -> Resources: ...
 
 
-def _message(op: str, amount: Resources) -> dict[str, Any]:
-    return {"op": op, "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
+class LeaseOp(StrEnum):
+    """The protocol's verbs (an unknown one is answered with an error, not acted on)."""
+
+    FREE = "free"
+    RESERVE = "reserve"
+    SETTLE = "settle"
+    CEILING = "ceiling"
+
+
+def _message(op: LeaseOp, amount: Resources, nodes: int | None = None) -> dict[str, Any]:
+    message = {"op": str(op), "cpu": amount.cpu_cores, "memory": amount.memory_bytes}
+    if nodes is not None:
+        message["nodes"] = nodes
+    return message
 
 
 def _resources(message: dict[str, Any]) -> Resources:
@@ -69,17 +86,18 @@ class PipeLease:
         return json.loads(line)
 
     def free(self, shape: ClusterShape) -> Resources:
-        return _resources(self._ask(_message("free", shape.total())))
+        return _resources(self._ask(_message(LeaseOp.FREE, shape.total())))
 
-    def reserve(self, total: Resources) -> str | None:
-        answer = self._ask(_message("reserve", total))
+    def reserve(self, total: Resources, nodes: int | None = None) -> str | None:
+        """Take ``total`` (a shape of ``nodes`` nodes, where known) if the books have room."""
+        answer = self._ask(_message(LeaseOp.RESERVE, total, nodes))
         return None if answer["granted"] else answer["why"]
 
-    def settle(self, total: Resources) -> None:
-        self._ask(_message("settle", total))
+    def settle(self, total: Resources, nodes: int | None = None) -> None:
+        self._ask(_message(LeaseOp.SETTLE, total, nodes))
 
     def ceiling(self, budget: Resources) -> Resources:
-        held = _resources(self._ask(_message("ceiling", budget)))
+        held = _resources(self._ask(_message(LeaseOp.CEILING, budget)))
         return Resources(min(held.cpu_cores, budget.cpu_cores),
                          min(held.memory_bytes, budget.memory_bytes))  # fmt: skip
 
@@ -89,21 +107,23 @@ def serve_lease(sock: socket.socket, job: str, books: Books,
     """Answer ``job``'s runner on ``sock`` from ``books`` in a daemon thread until it closes."""
 
     def answer(message: dict[str, Any]) -> dict[str, Any]:
-        amount = _resources(message)
-        op = message["op"]
-        if op == "free":
+        amount, nodes = _resources(message), message.get("nodes")
+        nodes = None if nodes is None else int(nodes)
+        try:
+            op = LeaseOp(message["op"])
+        except ValueError:
+            return {"error": f"unknown op {message['op']!r}"}
+        if op == LeaseOp.FREE:
             free = books.free_beyond(job, amount)
             return {"cpu": free.cpu_cores, "memory": free.memory_bytes}
-        if op == "reserve":
-            why = books.reserve(job, amount)
+        if op == LeaseOp.RESERVE:
+            why = books.reserve(job, amount, nodes)
             return {"granted": why is None, "why": why}
-        if op == "settle":
-            books.settle(job, amount)
+        if op == LeaseOp.SETTLE:
+            books.settle(job, amount, nodes)
             return {"ok": True}
-        if op == "ceiling":
-            held = books.held(job)
-            return {"cpu": held.cpu_cores, "memory": held.memory_bytes}
-        return {"error": f"unknown op {op!r}"}
+        held = books.held(job)  # LeaseOp.CEILING
+        return {"cpu": held.cpu_cores, "memory": held.memory_bytes}
 
     def loop() -> None:
         with sock, sock.makefile("r", encoding="utf-8") as reader:

@@ -20,11 +20,11 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rightsize.cluster.clusters import parse_cluster
+from rightsize.cluster.scheduler import SchedulingOrder
 from rightsize.cluster.traces import BUILTIN_TRACES, check_fits, load_trace
 from rightsize.core.errors import RightsizeError, SpecError
 from rightsize.core.limits import MAX_SEED
@@ -58,7 +58,7 @@ class SimulationRequest(BaseModel):
                          description="A, B or cpu=N,net_gbps=G[,server_cores=C]")  # fmt: skip
     policies: list[str] = Field(default=list(COMPARED), min_length=1, max_length=10)
     seed: int = Field(default=1, ge=0, le=MAX_SEED)
-    order: Literal["fcfs", "sjf"] = "fcfs"
+    order: SchedulingOrder = SchedulingOrder.FCFS
 
 
 class Simulations:
@@ -97,7 +97,7 @@ class Simulations:
                                          request.model_dump(exclude={"trace_csv"}), home)  # fmt: skip
         argv = [sys.executable, "-m", "rightsize", "simulate", "--trace", trace_arg, "--cluster",
                 request.cluster, "--policies", ",".join(request.policies), "--seed",
-                str(request.seed), "--order", request.order, "--json", "--plots",
+                str(request.seed), "--order", str(request.order), "--json", "--plots",
                 str(home / "plots")]  # fmt: skip
         with open(home / "result.json", "wb") as out, open(home / "log", "wb") as log:
             popen = subprocess.Popen(argv, stdout=out, stderr=log, stdin=subprocess.DEVNULL,
