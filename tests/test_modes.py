@@ -5,6 +5,7 @@ import pytest
 
 from rightsize.cluster.config import SimConfig
 from rightsize.cluster.links import LinkSharing, ObservedLink
+from rightsize.cluster.scheduler import SchedulingOrder
 from rightsize.core.errors import RightsizeError
 from rightsize.packing.choices import Backward, BatchMode, Distance, Implementation, PackStrategy
 from rightsize.packing.pack import PackSettings
@@ -21,6 +22,7 @@ SETTINGS = [
     (PackOptSettings, "distance", "euclidean", Distance.EUCLIDEAN, "l2", "distance"),
     (SimConfig, "link_sharing", "cluster", LinkSharing.CLUSTER, "clusters", "link sharing"),
     (SimConfig, "observed_link", "share", ObservedLink.SHARE, "shared", "observed link"),
+    (SimConfig, "order", "sjf", SchedulingOrder.SJF, "sfj", "queue order 'sfj'; did you mean 'sjf'"),
 ]  # fmt: skip
 
 

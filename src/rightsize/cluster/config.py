@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rightsize.cluster.links import LinkSharing, ObservedLink
+from rightsize.cluster.scheduler import SchedulingOrder
 from rightsize.cluster.simjob import Noise
 from rightsize.core.errors import choose
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -45,12 +46,13 @@ class SimConfig:
     noise: Noise = field(default_factory=Noise)
     max_window_s: float = 600.0
     oom_patience_s: float = 900.0
-    order: str = "fcfs"
+    order: SchedulingOrder = SchedulingOrder.FCFS
     link_sharing: LinkSharing = LinkSharing.JOB
     observed_link: ObservedLink = ObservedLink.SERVER
     seed: int = 1
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "order", choose(SchedulingOrder, self.order, "queue order"))
         object.__setattr__(self, "link_sharing",
                            choose(LinkSharing, self.link_sharing, "link sharing"))
         object.__setattr__(self, "observed_link",

@@ -38,7 +38,6 @@ class SchedulingOrder(StrEnum):
     SJF = "sjf"
 
 
-
 class Queued(Protocol):
     """What the scheduler needs to know about a job."""
 
