@@ -8,6 +8,7 @@ import pytest
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
+from rightsize.core.status import JobStatus
 from rightsize.runtime.state import (
     CheckpointRow,
     LaunchRow,
@@ -45,7 +46,7 @@ def test_the_reader_reads_what_the_writer_wrote_while_the_writer_holds_the_file(
     path = tmp_path / "job.sqlite"
     store = written(path)
     with StateReader(path) as reader:
-        assert reader.job() == store.job() and reader.job()["status"] == "running"
+        assert reader.job() == store.job() and reader.job()["status"] is JobStatus.RUNNING
         assert reader.timeline() == store.timeline()
         numbered = reader.numbered_timeline()
         assert [seq for seq, _ in numbered] == [1, 2] and numbered[1][1]["applied"] is False

@@ -23,7 +23,7 @@ from typing import Any
 
 from rightsize.core.errors import SpecError
 from rightsize.core.shape import ClusterShape
-from rightsize.core.status import JobStatus
+from rightsize.core.status import JobStatus, from_state_file
 
 __all__ = ["CheckpointRow", "JobStatus", "LaunchRow", "StateReader", "StateStore",
            "StateUnreadable", "StoredEvent", "StoredSample", "read_job", "read_shape"]  # fmt: skip
@@ -124,6 +124,7 @@ class _Reads:
                 "generation", "isolation")  # fmt: skip
         job = dict(zip(keys, rows[0], strict=True))
         job["spec"] = json.loads(job["spec"])
+        job["status"] = from_state_file(job["status"])
         return job
 
     # -- the timeline ---------------------------------------------------------------
