@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rightsize.cli.output import format_table, print_json
 from rightsize.cli.store_args import add_store_arguments, open_store
-from rightsize.core.files import atomic_write_text, check_output_path
+from rightsize.core.files import check_output_path
 from rightsize.core.spec import Backend, JobSpec, job_spec_help, load_job_spec, parse_job_spec
 from rightsize.core.units import format_bytes, format_duration
-from rightsize.scaling.registry import make_policy, policy_names, require_strategy
-
-#: Exit status of a job that ran but failed: a node kept failing, or exactly-once was violated.
-JOB_FAILED = 1
+from rightsize.runtime import run as front_door
+from rightsize.scaling.registry import policy_names
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -72,47 +66,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_job(spec: JobSpec, args: argparse.Namespace, launch: Any = None) -> int:
-    """The one way a job runs from the command line (``run`` and ``torchrun``): the policy
-    (``--policy`` over the job file's), the master, signals, the store, the report and the
-    exit status. ``args`` carries --policy, --report, --fresh, --oversubscribe, --json,
-    --quiet and the store's options; ``launch``, a plan to start from (history's)."""
-    from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
-    from rightsize.runtime.master import Master  # imports torch: only when running
-    from rightsize.service.models import JobPhase
-
-    name = args.policy or spec.policy.name
-    params = spec.policy.params if name == spec.policy.name else {}
-    policy = require_strategy(make_policy(name, spec.runtime.metric_interval_s, **params),
-                              spec.strategy)  # fmt: skip
+    """``run`` and ``torchrun`` on the command line: runtime/run.py's ``run_job`` with
+    ``args``' --policy, --report, --fresh and --oversubscribe, a progress display (--quiet),
+    the run recorded in the store, the report printed (--json, or a summary) and the exit
+    status. ``launch``, a plan to start from (history's)."""
     report_path = Path(args.report or spec.checkpoint.dir / f"{spec.name}-report.json")
     store = open_store(args)  # a bad URL fails here, before anything trains
-    view = ProgressView(quiet=args.quiet)
-    master = Master(spec, policy, fresh=args.fresh, warn=view.warn, on_sample=view.update,
-                    oversubscribe=args.oversubscribe, launch=launch)  # fmt: skip
-    failure = None
-    with view, stop_signals(master):
-        try:
-            report = master.run()
-        except ExactlyOnceViolated as exc:
-            report, failure = exc.report, str(exc)
-        except (JobFailed, JobInterrupted) as exc:
-            view.close()
-            interrupted = isinstance(exc, JobInterrupted)
-            remember(store, spec, name, JobPhase.INTERRUPTED if interrupted else JobPhase.FAILED,
-                     None, str(exc))  # fmt: skip
-            print(f"error: {exc}", file=sys.stderr)
-            return 128 + exc.signum if interrupted else JOB_FAILED
-    report["command"] = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
-    atomic_write_text(report_path, json.dumps(report, indent=2, default=str))
-    remember(store, spec, name, JobPhase.FAILED if failure else JobPhase.FINISHED, report, failure)
+    command = " ".join(["rightsize", *sys.argv[1:]]) if sys.argv else "rightsize run"
+    with ProgressView(quiet=args.quiet) as view:
+        outcome = front_door.run_job(
+            spec, report_path, policy=args.policy, fresh=args.fresh,
+            oversubscribe=args.oversubscribe, launch=launch, warn=view.warn,
+            on_sample=view.update, command=command,
+        )  # fmt: skip
+    if outcome.refused:  # nothing ran: nothing to record
+        store.close()
+        print(f"error: {outcome.failure}", file=sys.stderr)
+        return outcome.exit_code
+    remember(store, spec, args.policy or spec.policy.name, outcome.status, outcome.report,
+             outcome.failure)  # fmt: skip
+    if outcome.report is None:
+        print(f"error: {outcome.failure}", file=sys.stderr)
+        return outcome.exit_code
     if args.json:
-        print_json(report)
+        print_json(outcome.report)
     else:
-        print_summary(report, report_path)
-    if failure:
-        print(f"error: {failure}; report written to {report_path}", file=sys.stderr)
-        return JOB_FAILED
-    return 0
+        print_summary(outcome.report, report_path)
+    if outcome.failure:
+        print(f"error: {outcome.failure}; report written to {report_path}", file=sys.stderr)
+    return outcome.exit_code
 
 
 def with_backend(spec: JobSpec, backend: str | None, ray_address: str | None) -> JobSpec:
@@ -138,19 +120,6 @@ def remember(store, spec, policy: str, phase, report, error: str | None) -> None
         print(f"warning: the run was not written to the store: {exc}", file=sys.stderr)
     finally:
         store.close()
-
-
-@contextmanager
-def stop_signals(master) -> Iterator[None]:
-    """SIGINT and SIGTERM ask the master to checkpoint and stop (``run`` then raises
-    JobInterrupted); a second one while it does ends at once (KeyboardInterrupt)."""
-    handler = lambda signum, _frame: master.request_stop(signum)  # noqa: E731
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class ProgressView:

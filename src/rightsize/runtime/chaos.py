@@ -21,7 +21,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 
 from rightsize.core.spec import JobSpec
+from rightsize.runtime.state import StateReader, StateUnreadable
 from rightsize.workloads.counter import applied_counts
 
 #: Seconds between looks at the processes while a schedule runs.
@@ -290,20 +290,20 @@ def reached(spec: JobSpec, anchor: Anchor) -> bool:
 
 def _job_row(spec: JobSpec) -> bool:
     try:
-        with sqlite3.connect(spec.state_path, timeout=1) as db:
-            return db.execute("SELECT 1 FROM job").fetchone() is not None
-    except sqlite3.Error:  # not created yet, or being created
+        with StateReader(spec.state_path, timeout_s=1) as state:
+            return state.job() is not None
+    except StateUnreadable:  # not created yet, or being created
         return False
 
 
 def steps_done(spec: JobSpec) -> int:
     """Steps the job had done at its last metric sample (0 before the state file has one)."""
     try:
-        with sqlite3.connect(spec.state_path, timeout=1) as db:
-            row = db.execute("SELECT data FROM samples ORDER BY seq DESC LIMIT 1").fetchone()
-    except sqlite3.Error:  # not created yet, or being created
+        with StateReader(spec.state_path, timeout_s=1) as state:
+            sample = state.last_sample()
+    except StateUnreadable:  # not created yet, or being created
         return 0
-    return json.loads(row[0])["steps_done"] if row else 0
+    return sample["steps_done"] if sample else 0
 
 
 def _pick(nodes: dict[str, int], strike: Strike) -> tuple[str, int] | None:
@@ -448,12 +448,12 @@ def trained_counts(spec: JobSpec) -> dict[str, torch.Tensor]:
         if not path.exists():
             return {}
         return applied_counts(torch.load(path, map_location="cpu"))
-    with sqlite3.connect(spec.state_path) as db:
-        row = db.execute("SELECT files FROM checkpoints ORDER BY version DESC LIMIT 1").fetchone()
+    with StateReader(spec.state_path) as state:
+        row = state.latest_checkpoint()
     if row is None:
         return {}
     params: dict[str, torch.Tensor] = {}
-    for path in json.loads(row[0]).values():
+    for path in row.files.values():
         state = torch.load(path, map_location="cpu", weights_only=False)
         params.update(state["params"] if "params" in state else state["model"])
     return applied_counts(params)

@@ -29,8 +29,14 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 
 
+class LeaseClosed(ConnectionError):
+    """Whoever keeps the shared books is gone (the service, for its runner): the job stops
+    (it resumes on the service's next start)."""
+
+
 class CapacityLease(Protocol):
-    """A job's claim on shared capacity."""
+    """A job's claim on shared capacity. A lease whose other end is gone raises
+    :class:`LeaseClosed` from any verb."""
 
     def free(self, shape: ClusterShape) -> Resources:
         """What the job could hold beyond ``shape`` now."""

@@ -7,8 +7,10 @@ transition time — the current shape is the last row), committed checkpoints
 node events (failures, OOM kills), metric samples, and a script job's sample
 ledger (which of its checkpoint files hold which samples). A checkpoint row is
 written in one transaction, so a version is either fully committed with its
-shard snapshot or absent. Only the master writes; WAL mode lets a test or a
-dashboard read while it runs.
+shard snapshot or absent. Only the master writes (:class:`StateStore`); WAL mode
+lets others read while it runs, through :class:`StateReader` (the service copying a
+run into its store, the chaos harness watching a job): this module is the only one
+that knows the file's tables.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from rightsize.core.errors import SpecError
 from rightsize.core.shape import ClusterShape
+from rightsize.core.status import JobStatus, from_state_file
+
+__all__ = ["CheckpointRow", "JobStatus", "LaunchRow", "StateReader", "StateStore",
+           "StateUnreadable", "StoredEvent", "StoredSample", "read_job", "read_shape"]  # fmt: skip
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS job (
@@ -49,19 +54,6 @@ CREATE TABLE IF NOT EXISTS ledger (
 """
 
 
-class JobStatus(StrEnum):
-    """A job's status in its state file; every one but ``finished`` is resumed by a rerun."""
-
-    RUNNING = "running"  # a master is on it, or was killed while on it
-    INTERRUPTED = "interrupted"  # stopped by SIGINT/SIGTERM after a checkpoint
-    FAILED = "failed"  # a node failed too often, or a node never started
-    FINISHED = "finished"
-
-    @property
-    def resumable(self) -> bool:
-        return self != JobStatus.FINISHED
-
-
 @dataclass(frozen=True)
 class CheckpointRow:
     """A committed checkpoint: its files and the shard queues and placement it goes with."""
@@ -84,7 +76,126 @@ class LaunchRow:
     notes: dict | None = None
 
 
-class StateStore:
+@dataclass(frozen=True)
+class StoredSample:
+    """One metric sample as the state file numbers it (``seq`` never goes back)."""
+
+    seq: int
+    time_s: float
+    status: dict[str, Any]  # the master's progress status at that sample
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One node event (a failure, an OOM kill) as the state file numbers it."""
+
+    seq: int
+    time_s: float
+    node: str
+    kind: str
+    detail: str
+
+
+class StateUnreadable(Exception):
+    """A :class:`StateReader` could not read the file: absent, being created, or locked past
+    its patience. A reader that polls a running job tries again later."""
+
+
+class _Reads:
+    """The state file's queries: every read of its tables, for the writer and the readers."""
+
+    db: sqlite3.Connection
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        return self.db.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- the job --------------------------------------------------------------------
+    def job(self) -> dict[str, Any] | None:
+        rows = self._rows(
+            "SELECT name, spec, identity, status, started_at, finished_s, masters, generation, "
+            "isolation FROM job WHERE id = 1"
+        )
+        if not rows:
+            return None
+        keys = ("name", "spec", "identity", "status", "started_at", "finished_s", "masters",
+                "generation", "isolation")  # fmt: skip
+        job = dict(zip(keys, rows[0], strict=True))
+        job["spec"] = json.loads(job["spec"])
+        job["status"] = from_state_file(job["status"])
+        return job
+
+    # -- the timeline ---------------------------------------------------------------
+    def numbered_timeline(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every timeline row with its ``seq``, in order (see :meth:`timeline`)."""
+        rows = self._rows(
+            "SELECT seq, time_s, action, reason, shape, applied, transition_s, details, notes "
+            "FROM timeline ORDER BY seq"
+        )
+        return [
+            (seq, {"time_s": t, "action": a, "reason": r, "shape": json.loads(s),
+                   "applied": bool(ok), "transition_s": tr, "details": json.loads(d),
+                   "notes": json.loads(n)})
+            for seq, t, a, r, s, ok, tr, d, n in rows
+        ]  # fmt: skip
+
+    def timeline(self) -> list[dict[str, Any]]:
+        return [row for _, row in self.numbered_timeline()]
+
+    def current_shape(self) -> ClusterShape | None:
+        rows = self._rows("SELECT shape FROM timeline WHERE applied = 1 ORDER BY seq DESC LIMIT 1")
+        return ClusterShape.from_dict(json.loads(rows[0][0])) if rows else None
+
+    # -- checkpoints ----------------------------------------------------------------
+    def latest_checkpoint(self) -> CheckpointRow | None:
+        rows = self._rows(
+            "SELECT version, time_s, shards, files, placement, steps FROM checkpoints "
+            "ORDER BY version DESC LIMIT 1"
+        )
+        if not rows:
+            return None
+        version, time_s, shards, files, placement, steps = rows[0]
+        return CheckpointRow(
+            version, time_s, json.loads(shards), json.loads(files), json.loads(placement), steps
+        )
+
+    def checkpoint_versions(self) -> list[int]:
+        return [v for (v,) in self._rows("SELECT version FROM checkpoints ORDER BY version")]
+
+    # -- events and samples ---------------------------------------------------------------
+    def events(self) -> list[dict[str, Any]]:
+        return [{"time_s": e.time_s, "node": e.node, "kind": e.kind, "detail": e.detail}
+                for e in self.events_after(0)]  # fmt: skip
+
+    def events_after(self, seq: int) -> list[StoredEvent]:
+        """The events numbered past ``seq`` (0: all of them), in order."""
+        rows = self._rows("SELECT seq, time_s, node, kind, detail FROM events WHERE seq > ? "
+                          "ORDER BY seq", (seq,))  # fmt: skip
+        return [StoredEvent(*row) for row in rows]
+
+    def samples(self) -> list[dict[str, Any]]:
+        return [s.status for s in self.samples_after(0)]
+
+    def samples_after(self, seq: int) -> list[StoredSample]:
+        """The metric samples numbered past ``seq`` (0: all of them), in order."""
+        rows = self._rows("SELECT seq, time_s, data FROM samples WHERE seq > ? ORDER BY seq",
+                          (seq,))  # fmt: skip
+        return [StoredSample(s, t, json.loads(d)) for s, t, d in rows]
+
+    def last_sample(self) -> dict[str, Any] | None:
+        """The latest metric sample's status (None before the first)."""
+        rows = self._rows("SELECT data FROM samples ORDER BY seq DESC LIMIT 1")
+        return json.loads(rows[0][0]) if rows else None
+
+    # -- a script's sample ledger (runtime/sample_ledger.py) ------------------------------------
+    def ledger(self) -> dict[str, Any] | None:
+        rows = self._rows("SELECT data FROM ledger WHERE id = 1")
+        return json.loads(rows[0][0]) if rows else None
+
+
+class StateStore(_Reads):
     """Reads and writes the state file. One instance per master."""
 
     def __init__(self, path: Path) -> None:
@@ -108,23 +219,7 @@ class StateStore:
                 "set runtime.state to another file"
             ) from None
 
-    def close(self) -> None:
-        self.db.close()
-
     # -- the job --------------------------------------------------------------------
-    def job(self) -> dict[str, Any] | None:
-        row = self.db.execute(
-            "SELECT name, spec, identity, status, started_at, finished_s, masters, generation, "
-            "isolation FROM job WHERE id = 1"
-        ).fetchone()
-        if row is None:
-            return None
-        keys = ("name", "spec", "identity", "status", "started_at", "finished_s", "masters",
-                "generation", "isolation")  # fmt: skip
-        job = dict(zip(keys, row, strict=True))
-        job["spec"] = json.loads(job["spec"])
-        return job
-
     def start_job(self, name: str, spec: dict, identity: str, started_at: float,
                   launch: LaunchRow) -> int:  # fmt: skip
         """Begin a new job in this file, forgetting any previous one, with its launch row.
@@ -192,23 +287,6 @@ class StateStore:
             (transition_s, json.dumps(details), reason, seq),
         )
 
-    def timeline(self) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT time_s, action, reason, shape, applied, transition_s, details, notes "
-            "FROM timeline ORDER BY seq"
-        ).fetchall()
-        return [
-            {"time_s": t, "action": a, "reason": r, "shape": json.loads(s), "applied": bool(ok),
-             "transition_s": tr, "details": json.loads(d), "notes": json.loads(n)}
-            for t, a, r, s, ok, tr, d, n in rows
-        ]  # fmt: skip
-
-    def current_shape(self) -> ClusterShape | None:
-        row = self.db.execute(
-            "SELECT shape FROM timeline WHERE applied = 1 ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
-        return ClusterShape.from_dict(json.loads(row[0])) if row else None
-
     # -- checkpoints ----------------------------------------------------------------
     def commit_checkpoint(self, row: CheckpointRow) -> None:
         self.db.execute(
@@ -216,21 +294,6 @@ class StateStore:
             (row.version, row.time_s, json.dumps(row.shards), json.dumps(row.files),
              json.dumps(row.placement), row.steps),
         )  # fmt: skip
-
-    def latest_checkpoint(self) -> CheckpointRow | None:
-        row = self.db.execute(
-            "SELECT version, time_s, shards, files, placement, steps FROM checkpoints "
-            "ORDER BY version DESC LIMIT 1"
-        ).fetchone()
-        if row is None:
-            return None
-        version, time_s, shards, files, placement, steps = row
-        return CheckpointRow(
-            version, time_s, json.loads(shards), json.loads(files), json.loads(placement), steps
-        )
-
-    def checkpoint_versions(self) -> list[int]:
-        return [v for (v,) in self.db.execute("SELECT version FROM checkpoints ORDER BY version")]
 
     def forget_checkpoints(self, keep: set[int]) -> None:
         for version in self.checkpoint_versions():
@@ -244,18 +307,10 @@ class StateStore:
             (time_s, node, kind, detail),
         )
 
-    def events(self) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT time_s, node, kind, detail FROM events ORDER BY seq")
-        return [{"time_s": t, "node": n, "kind": k, "detail": d} for t, n, k, d in rows]
-
     def record_sample(self, time_s: float, data: dict[str, Any]) -> None:
         self.db.execute(
             "INSERT INTO samples (time_s, data) VALUES (?, ?)", (time_s, json.dumps(data))
         )
-
-    def samples(self) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT data FROM samples ORDER BY seq")
-        return [json.loads(d) for (d,) in rows]
 
     # -- a script's sample ledger (runtime/sample_ledger.py) ------------------------------------
     def save_ledger(self, data: dict[str, Any]) -> None:
@@ -263,9 +318,32 @@ class StateStore:
         self.db.execute("INSERT OR REPLACE INTO ledger (id, data) VALUES (1, ?)",
                         (json.dumps(data),))  # fmt: skip
 
-    def ledger(self) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT data FROM ledger WHERE id = 1").fetchone()
-        return json.loads(row[0]) if row else None
+
+class StateReader(_Reads):
+    """Reads a state file another process (its master) may be writing, without writing to it.
+
+    Every read raises :class:`StateUnreadable` when the file cannot be read (absent, being
+    created, locked for longer than ``timeout_s``), so a caller that polls tries again.
+    """
+
+    def __init__(self, path: Path, timeout_s: float = 30.0) -> None:
+        try:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+        except sqlite3.Error as exc:
+            raise StateUnreadable(f"{path}: {exc}") from None
+        self.path = path
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return super()._rows(sql, params)
+        except sqlite3.Error as exc:
+            raise StateUnreadable(f"{self.path}: {exc}") from None
 
 
 def read_job(path: Path) -> dict[str, Any] | None:

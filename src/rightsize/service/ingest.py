@@ -1,8 +1,9 @@
 """Copying a run's state file into the store, and what the copied samples say.
 
 The master writes its state file (runtime/state.py) before the step it allows to
-resume; the store copies it, read-only, as the job runs and when it ends: samples and
-events are appended past the highest ``seq`` the store holds (the state file's
+resume; the store copies it through that module's read-only reader (this module knows
+the store's tables, not the state file's) as the job runs and when it ends: samples
+and events are appended past the highest ``seq`` the store holds (the state file's
 sequence numbers never go back), the timeline is copied whole each time (a row's
 transition time and reason are filled in after it is written, and a job has tens of
 rows, not thousands).
@@ -10,8 +11,6 @@ rows, not thousands).
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from rightsize.runtime.state import StateReader, StateUnreadable
 from rightsize.service.models import EventRow, NodeSampleRow, SampleRow, ShapeRow
 
 #: The share of its best throughput a job must reach (issue 19: "95% of its best").
@@ -31,38 +31,35 @@ def copy_new(session: Session, job_id: int, state_path: Path) -> None:
     """Copy into ``session`` what ``state_path`` holds beyond the store's rows of ``job_id``."""
     if not state_path.exists():
         return
-    source = sqlite3.connect(f"file:{state_path}?mode=ro", uri=True, timeout=30)
     try:
-        _copy_timeline(session, job_id, source)
-        _copy_samples(session, job_id, source)
-        _copy_events(session, job_id, source)
-    except sqlite3.OperationalError:
+        with StateReader(state_path) as source:
+            _copy_timeline(session, job_id, source)
+            _copy_samples(session, job_id, source)
+            _copy_events(session, job_id, source)
+    except StateUnreadable:
         return  # a state file being created right now: the next copy gets it
-    finally:
-        source.close()
 
 
-def _copy_timeline(session: Session, job_id: int, source: sqlite3.Connection) -> None:
-    rows = source.execute("SELECT seq, time_s, action, reason, shape, applied, transition_s, "
-                          "details FROM timeline ORDER BY seq").fetchall()  # fmt: skip
+def _copy_timeline(session: Session, job_id: int, source: StateReader) -> None:
+    rows = source.numbered_timeline()
     session.execute(delete(ShapeRow).where(ShapeRow.job_id == job_id))
     session.add_all(
-        ShapeRow(job_id=job_id, seq=seq, time_s=t, action=a, reason=r, shape=json.loads(s),
-                 applied=bool(ok), transition_s=tr, details=json.loads(d))
-        for seq, t, a, r, s, ok, tr, d in rows
+        ShapeRow(job_id=job_id, seq=seq, time_s=row["time_s"], action=row["action"],
+                 reason=row["reason"], shape=row["shape"], applied=row["applied"],
+                 transition_s=row["transition_s"], details=row["details"])
+        for seq, row in rows
     )  # fmt: skip
 
 
-def _copy_samples(session: Session, job_id: int, source: sqlite3.Connection) -> None:
+def _copy_samples(session: Session, job_id: int, source: StateReader) -> None:
     last = session.scalar(select(func.max(SampleRow.seq)).where(SampleRow.job_id == job_id))
-    for seq, time_s, data in source.execute(
-        "SELECT seq, time_s, data FROM samples WHERE seq > ? ORDER BY seq", (last or 0,)
-    ):
-        status = json.loads(data)
+    for sample in source.samples_after(last or 0):
+        status = sample.status
         session.add(SampleRow(
-            job_id=job_id, seq=seq, time_s=time_s, steps_done=status["steps_done"],
-            steps_per_s=status["steps_per_s"], samples_per_s=status["samples_per_s"],
-            loss=status.get("loss"), e_job=status.get("e_job"), shape=status.get("shape", ""),
+            job_id=job_id, seq=sample.seq, time_s=sample.time_s,
+            steps_done=status["steps_done"], steps_per_s=status["steps_per_s"],
+            samples_per_s=status["samples_per_s"], loss=status.get("loss"),
+            e_job=status.get("e_job"), shape=status.get("shape", ""),
             nodes=[NodeSampleRow(**{k: n[k] for k in _NODE_FIELDS}, node=n["name"])
                    for n in status["nodes"]],
         ))  # fmt: skip
@@ -72,14 +69,11 @@ _NODE_FIELDS = ("role", "cpu_used", "cpu_allocated", "memory_used", "memory_allo
                 "net_out", "steps_per_s")  # fmt: skip
 
 
-def _copy_events(session: Session, job_id: int, source: sqlite3.Connection) -> None:
+def _copy_events(session: Session, job_id: int, source: StateReader) -> None:
     last = session.scalar(select(func.max(EventRow.seq)).where(EventRow.job_id == job_id))
-    for seq, time_s, node, kind, detail in source.execute(
-        "SELECT seq, time_s, node, kind, detail FROM events WHERE seq > ? ORDER BY seq",
-        (last or 0,),
-    ):
-        session.add(EventRow(job_id=job_id, seq=seq, time_s=time_s, node=node, kind=kind,
-                             detail=detail or ""))  # fmt: skip
+    for event in source.events_after(last or 0):
+        session.add(EventRow(job_id=job_id, seq=event.seq, time_s=event.time_s, node=event.node,
+                             kind=event.kind, detail=event.detail or ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
+from rightsize.runtime.lease import LeaseClosed  # the protocol's: the runtime stops on it
 
 
 class Books(Protocol):
@@ -62,10 +63,6 @@ def _message(op: LeaseOp, amount: Resources, nodes: int | None = None) -> dict[s
 
 def _resources(message: dict[str, Any]) -> Resources:
     return Resources(float(message["cpu"]), int(message["memory"]))
-
-
-class LeaseClosed(ConnectionError):
-    """The service is gone: the runner's master stops the job (it resumes on the next start)."""
 
 
 class PipeLease:

@@ -18,24 +18,17 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from rightsize.core.status import JobStatus
+
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
-class JobPhase(StrEnum):
-    """Where a job is: the scheduler's queues (NEARCHUS §IV) and how it ended."""
-
-    WAITING = "waiting"
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"  # a ``rightsize run`` stopped by a signal (a rerun resumes it)
-
-    @property
-    def done(self) -> bool:
-        return self != JobPhase.WAITING and self != JobPhase.RUNNING
+#: Where a job is: the scheduler's queues (NEARCHUS §IV) and how it ended. The ``phase``
+#: columns hold rightsize's one job-status vocabulary (core/status.py) verbatim, so the
+#: store's phases are that enum under the name its callers know.
+JobPhase = JobStatus
 
 
 class Source(StrEnum):
