@@ -15,7 +15,8 @@ from rightsize.core.spec import parse_job_spec
 from rightsize.core.status import JobStatus
 from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
 from rightsize.runtime.lease import LeaseClosed
-from rightsize.runtime.run import ExitCode, JobOutcome, build_policy, run_job
+from rightsize.runtime.run import ExitCode, JobOutcome, run_job
+from rightsize.scaling.registry import policy_for
 
 
 def job(tmp_path, policy: dict | None = None):
@@ -126,5 +127,5 @@ def test_the_master_gets_the_callers_settings_and_the_policy(tmp_path, scripted)
 
 def test_a_policy_override_takes_its_own_defaults(tmp_path):
     spec = job(tmp_path, {"name": "nearchus", "params": {"r0": 0.3}})
-    assert build_policy(spec).name == "nearchus"
-    assert build_policy(spec, "static").name == "static"  # r0 is nearchus's: static's defaults
+    assert policy_for(spec).name == "nearchus"
+    assert policy_for(spec, "static").name == "static"  # r0 is nearchus's: static's defaults

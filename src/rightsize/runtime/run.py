@@ -27,11 +27,11 @@ from rightsize.core.spec import JobSpec
 from rightsize.core.status import JobStatus
 from rightsize.runtime.errors import ExactlyOnceViolated, JobFailed, JobInterrupted
 from rightsize.runtime.lease import LeaseClosed
-from rightsize.scaling.registry import make_policy, require_strategy
+from rightsize.scaling.registry import policy_for
 
 if TYPE_CHECKING:
     from rightsize.runtime.lease import CapacityLease
-    from rightsize.scaling.api import Plan, Policy
+    from rightsize.scaling.api import Plan
 
 
 class ExitCode(IntEnum):
@@ -65,20 +65,6 @@ class JobOutcome:
     refused: bool = False
 
 
-def build_policy(spec: JobSpec, name: str | None = None) -> Policy:
-    """The job's policy: the job file's, or ``name`` (a command line's override) with its
-    default parameters — the job file's parameters belong to the job file's policy.
-
-    Raises:
-        RightsizeError: an unknown policy, bad parameters, or one that cannot size the
-            job's strategy.
-    """
-    name = name or spec.policy.name
-    params = spec.policy.params if name == spec.policy.name else {}
-    return require_strategy(make_policy(name, spec.runtime.metric_interval_s, **params),
-                            spec.strategy)  # fmt: skip
-
-
 def run_job(
     spec: JobSpec,
     report_path: Path,
@@ -104,7 +90,7 @@ def run_job(
     from rightsize.runtime.master import Master  # imports torch: only when running
 
     try:
-        master = Master(spec, build_policy(spec, policy), fresh=fresh, warn=warn,
+        master = Master(spec, policy_for(spec, policy), fresh=fresh, warn=warn,
                         on_sample=on_sample, oversubscribe=oversubscribe, lease=lease,
                         launch=launch)  # fmt: skip
         with stop_signals(master):

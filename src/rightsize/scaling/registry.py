@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rightsize.core.errors import SpecError, unknown_name
-from rightsize.core.spec import Strategy
+from rightsize.core.spec import JobSpec, Strategy
 from rightsize.scaling.api import Policy
 from rightsize.scaling.dlrover import DLRoverPolicy
 from rightsize.scaling.goodput import GoodputPolicy
@@ -90,3 +90,17 @@ def policies_named(names: list[str], params: dict[str, dict[str, Any]] | None = 
     # the simulator models parameter-server jobs
     return [require_strategy(make_policy(name, **(params or {}).get(name, {})), Strategy.PS)
             for name in names]  # fmt: skip
+
+
+def policy_for(spec: JobSpec, name: str | None = None) -> Policy:
+    """The job's policy: the job file's, or ``name`` (a command line's override) with its
+    default parameters — the job file's parameters belong to the job file's policy.
+
+    Raises:
+        RightsizeError: an unknown policy, bad parameters, or one that cannot size the
+            job's strategy.
+    """
+    name = name or spec.policy.name
+    params = spec.policy.params if name == spec.policy.name else {}
+    return require_strategy(make_policy(name, spec.runtime.metric_interval_s, **params),
+                            spec.strategy)  # fmt: skip

@@ -53,7 +53,7 @@ from rightsize.scaling.launch_advisor import (
     LaunchSource,
     PastRun,
 )
-from rightsize.scaling.registry import make_policy, require_strategy
+from rightsize.scaling.registry import policy_for
 from rightsize.service import history
 from rightsize.service.books import LeaseBooks
 from rightsize.service.host import held_beside
@@ -100,12 +100,6 @@ class Runner:
     process: RunnerProcess
     cancelled: bool = False
     ingested_at: float = field(default=0.0)
-
-
-def policy_of(spec: JobSpec) -> Policy:
-    """The job's policy as the job file names it (the runner builds its own alike)."""
-    return require_strategy(make_policy(spec.policy.name, spec.runtime.metric_interval_s,
-                                       **spec.policy.params), spec.strategy)
 
 
 class Allocator:
@@ -161,7 +155,7 @@ class Allocator:
             raise SpecError(f"{budget.gpus} but the service has "
                             f"{self.capacity.gpus}", field="budget.gpus")  # fmt: skip
         try:
-            policy = policy_of(spec)
+            policy = policy_for(spec)
         except RightsizeError as exc:
             raise SpecError(str(exc), field="policy") from None
         if not isinstance(spec.initial_shape, ShapeSpec):
@@ -365,7 +359,7 @@ class Allocator:
             return job.held if job.held.fits_within(free) else None
         spec = job.spec
         if job.advisor is None:  # built once, as what follows: admission is retried every turn
-            job.advisor = LaunchAdvisor(policy_of(spec), self.launch_share)
+            job.advisor = LaunchAdvisor(policy_for(spec), self.launch_share)
         initial = spec.initial_shape
         initial = initial.to_shape() if isinstance(initial, ShapeSpec) else None
         if initial is None and job.history is None:  # what a job that names its shape never asks
