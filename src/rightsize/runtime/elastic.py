@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime import lifecycle
-from rightsize.runtime.backends.base import NotInPlace
+from rightsize.runtime.backends.contract import NotInPlace
 from rightsize.runtime.control import Transition
 from rightsize.runtime.errors import Interrupted, StopRequested
 from rightsize.runtime.jobstate import Phase

@@ -37,7 +37,8 @@ from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
 from rightsize.runtime import elastic, lifecycle, script_group
-from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend, quota_sharing
+from rightsize.runtime.backends.base import capacity_of, open_backend, quota_sharing
+from rightsize.runtime.backends.contract import NodeBackend
 from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
 from rightsize.runtime.clock import Clock, SystemClock
@@ -67,7 +68,7 @@ from rightsize.runtime.memory_need import (
 )
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
-from rightsize.runtime.node import build_workload
+from rightsize.runtime.node_link import build_workload
 from rightsize.runtime.nodes import NodeState, Status, describe_exit
 from rightsize.runtime.protocol import (
     Message,

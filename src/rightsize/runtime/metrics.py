@@ -36,7 +36,7 @@ from rightsize.runtime.protocol import Stats
 from rightsize.scaling.api import MetricSample, NodeMetrics
 
 if TYPE_CHECKING:
-    from rightsize.runtime.backends.base import NodeBackend
+    from rightsize.runtime.backends.contract import NodeBackend
     from rightsize.runtime.jobstate import JobState
 
 

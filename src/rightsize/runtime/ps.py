@@ -33,9 +33,9 @@ import zmq
 
 from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime import checkpoint
-from rightsize.runtime.backends.base import node_bind_host
+from rightsize.runtime.backends.contract import node_bind_host
 from rightsize.runtime.model_io import layout_of
-from rightsize.runtime.node import NodeContext
+from rightsize.runtime.node_link import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, ParamStore, warm_up
 from rightsize.runtime.protocol import (
     Ack,

@@ -38,7 +38,7 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
-from rightsize.runtime.backends.base import NotInPlace
+from rightsize.runtime.backends.contract import NotInPlace
 from rightsize.runtime.backends.local import Exit, append_note
 from rightsize.runtime.backends.ray_host import NodeHost
 from rightsize.runtime.capacity import Capacity
