@@ -37,8 +37,7 @@ from rightsize.runtime.backends.contract import NotInPlace
 from rightsize.runtime.control import Transition
 from rightsize.runtime.errors import Interrupted, StopRequested
 from rightsize.runtime.jobstate import Phase
-from rightsize.runtime.nodes import Status
-from rightsize.runtime.partition import bytes_per_ps, repartition
+from rightsize.runtime.partition import bytes_per_ps, names_on, repartition
 from rightsize.runtime.protocol import AckKind, Export, Load, PSConfig, Stop, Threads
 from rightsize.runtime.reshape import ShapeDiff, diff, rejection
 from rightsize.scaling.api import Plan, WorkerRange
@@ -160,8 +159,7 @@ def _resize(master: Master, pairs: tuple[tuple[NodeSpec, NodeSpec], ...], detail
                 _listed(details, "resized_in_place", new.name)
                 continue
         else:
-            job.to_recover.discard(new.name)  # recovered here, bigger: still a restart
-            job.restarts[new.name] = job.restarts.get(new.name, 0) + 1
+            job.count_restart(new.name)  # recovered here, bigger: still a restart
         if new.role == NodeRole.PS:
             dead_ps[new.name] = new
         elif job.strategy == Strategy.PS:
@@ -229,7 +227,7 @@ def _repartition(master: Master, ps_names: list[str], details: dict) -> None:
     placement = repartition(job.placement, job.sizes, ps_names)
     generation = lifecycle.bump_generation(master)
     for ps in ps_names:
-        names = tuple(sorted(t for t, holder in placement.items() if holder == ps))
+        names = names_on(placement, ps)
         sources = tuple(sorted({old[job.placement[t]] for t in names}))
         job.nodes.get(ps).commands.append(Load(generation, names, sources))
     job.placement = placement
@@ -248,7 +246,7 @@ def _remove(master: Master, change: ShapeDiff, details: dict) -> None:
     leaving = [n for n in leaving if n is not None and n.alive]
     for node in leaving:
         node.commands.append(Stop())
-        node.status = Status.STOPPING
+        node.mark_stopping()
     lifecycle.wait_ended(master)
     for node in leaving:
         if node.role == NodeRole.WORKER:

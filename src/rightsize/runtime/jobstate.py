@@ -33,7 +33,7 @@ from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.nodes import Nodes
-from rightsize.runtime.partition import partition_by_bytes
+from rightsize.runtime.partition import names_on, partition_by_bytes
 from rightsize.runtime.protocol import ClusterView
 from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import ShardManager, ShardPlan
@@ -154,7 +154,7 @@ class JobState:
         return self.placement
 
     def names_on(self, ps: str) -> tuple[str, ...]:
-        return tuple(sorted(t for t, holder in self.placement.items() if holder == ps))
+        return names_on(self.placement, ps)
 
     def cluster_ready(self) -> bool:
         """Every server of the placement is alive and serves this generation."""
@@ -180,6 +180,13 @@ class JobState:
         return sorted(n.name for n in self.shape.nodes
                       if not self.nodes.is_alive(n.name) and n.name not in done)  # fmt: skip
 
+    def count_restart(self, name: str) -> int:
+        """``name`` failed and is brought back: one more restart (counted here only, whoever
+        relaunches it: the recovery, or a plan that relaunches it bigger). Returns its count."""
+        self.to_recover.discard(name)
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        return self.restarts[name]
+
     def recovery(self, max_restarts: int) -> Recovery | None:
         """What recovery must do now, counting restarts; None if nothing is dead or unfinished.
 
@@ -192,9 +199,9 @@ class JobState:
         if not dead and not unfinished:
             return None
         for name in sorted(failed):
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            if self.script is None and self.restarts[name] > max_restarts:
-                raise NodeFailedTooOften(name, self.restarts[name], max_restarts,
+            restarts = self.count_restart(name)
+            if self.script is None and restarts > max_restarts:
+                raise NodeFailedTooOften(name, restarts, max_restarts,
                                          self.last_exit.get(name, "failed"))  # fmt: skip
         if self.script is not None and failed:  # torchrun's --max-restarts: the group's
             last = sorted(failed)[-1]

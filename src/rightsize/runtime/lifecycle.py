@@ -201,7 +201,7 @@ def checkpoint(master: Master, stop: bool = False) -> int | None:
             node.commands.append(Checkpoint(version))
             if stop:
                 node.commands.append(Stop())
-                node.status = Status.STOPPING
+                node.mark_stopping()
         master.wait_until(
             lambda: any(n.has_ack(AckKind.CHECKPOINTED, version=version) for n in ranks),
             timeout, f"checkpoint v{version}",
@@ -342,7 +342,7 @@ def finish(master: Master) -> None:
 def _stop_all(master: Master, nodes: list) -> None:
     for node in nodes:
         node.commands.append(Stop())
-        node.status = Status.STOPPING
+        node.mark_stopping()
     wait_ended(master)
 
 

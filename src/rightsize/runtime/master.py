@@ -365,7 +365,7 @@ class Master:
         the grace are killed. The script's own checkpoint is what a rerun resumes from."""
         ranks = self.job.nodes.alive(NodeRole.WORKER)
         for node in ranks:
-            node.status = Status.STOPPING
+            node.mark_stopping()
             self.backend.signal(node.name, self.stop_signal)
         try:
             lifecycle.wait_ended(self)
@@ -421,10 +421,10 @@ class Master:
     def stop_node(self, name: str) -> None:
         node = self.job.nodes.get(name)
         if node is not None:
-            node.status = Status.STOPPING
+            node.mark_stopping()
         self.backend.stop(name)
         if node is not None:
-            node.status = Status.DEAD
+            node.move_to(Status.DEAD)
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Serve nodes until ``predicate()``; a node's death or a stop request interrupts.
@@ -484,7 +484,7 @@ class Master:
         if node is None:
             return
         stopping = node.status == Status.STOPPING
-        node.status = Status.DEAD
+        node.move_to(Status.DEAD)
         script = self.job.script
         if script is not None and not stopping:
             done_before = bool(script.done)

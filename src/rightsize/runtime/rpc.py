@@ -91,7 +91,8 @@ class NodeService:
         return self.progress(node, body)
 
     def register(self, node: NodeState, body: Register) -> Reply:
-        node.status = Status.RUNNING
+        if node.status == Status.LAUNCHING:  # one asked to stop meanwhile stays stopping
+            node.move_to(Status.RUNNING)
         node.registered_s = self.clock.now()
         node.address = body.address
         config = NodeConfig(
