@@ -99,8 +99,4 @@ def test_runtime_has_no_import_cycles():
     graph = import_graph()
     assert f"{PACKAGE}.master" in graph and len(graph) > 40  # the walk saw the package
     found = [[m.removeprefix(PACKAGE + ".") for m in c] for c in cycles(graph)]
-    assert found == KNOWN_CYCLES, f"import cycles in runtime/: {found}"
-
-
-#: Cycles still to break (none may be added).
-KNOWN_CYCLES = [["elastic", "lifecycle", "master", "report", "script_group"]]
+    assert found == [], f"import cycles in runtime/: {found}"

@@ -3,9 +3,10 @@
 DLRover's Elastic Trainer (§5.1) runs in the job's master: a Pod Watcher
 (here: the backend's process exits, cgroup readings and :mod:`liveness`), a
 Data Shard Manager (:mod:`shards`), and the elasticity and fault-tolerance
-operations (§5.3, in :mod:`elastic` and :mod:`lifecycle`). NEARCHUS's Metric
-Collector is :meth:`Master.sample`. The policy is asked through :mod:`control`;
-the master decides nothing itself.
+operations (§5.3: :class:`operations.JobOperations`, built from narrow ports, whose
+parts are :mod:`lifecycle` and :mod:`elastic`). NEARCHUS's Metric Collector is
+:meth:`Master.sample`. The policy is asked through :mod:`control`; the master
+decides nothing itself.
 
 The master is the mechanism; what changes while the job runs is one typed
 object, :class:`jobstate.JobState` (``master.job``), and its answers to nodes
@@ -36,12 +37,11 @@ from rightsize.core.errors import ResourceError, RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
-from rightsize.runtime import elastic, lifecycle, script_group
 from rightsize.runtime.backends.base import capacity_of, open_backend, quota_sharing
 from rightsize.runtime.backends.contract import NodeBackend
 from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
-from rightsize.runtime.clock import Clock, SystemClock
+from rightsize.runtime.clock import Clock, JobClock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
 from rightsize.runtime.curve import JobContext, JobKeys
 from rightsize.runtime.errors import (
@@ -69,20 +69,23 @@ from rightsize.runtime.memory_need import (
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node_link import build_workload
-from rightsize.runtime.nodes import NodeState, Status, describe_exit
-from rightsize.runtime.protocol import (
-    Message,
-    PSConfig,
-    RankConfig,
-    Role,
-    ScriptConfig,
-    Threads,
+from rightsize.runtime.nodes import Status, describe_exit
+from rightsize.runtime.operations import JobOperations
+from rightsize.runtime.ports import JobPorts, Settings
+from rightsize.runtime.processes import NodeProcesses
+from rightsize.runtime.protocol import Message, Role, Threads
+from rightsize.runtime.report import (
+    account,
+    build_report,
+    script_headline,
+    violations,
+    workload_headline,
 )
-from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
 from rightsize.runtime.sample_ledger import SampleLedger
 from rightsize.runtime.script_check import check_script
+from rightsize.runtime.script_group import saves_regularly
 from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import StragglerRule
 from rightsize.runtime.startup import (
@@ -164,7 +167,7 @@ class Master:
         self.run_token = uuid.uuid4().hex[:8]
         self.declined: ClusterShape | None = None  # the last plan the payback rule declined
         self.collector = MetricCollector(runtime.ps_bandwidth)
-        self.started_at = self.clock.now()
+        self.job_clock = JobClock(self.clock)  # its start is the job's (a resumed one's: older)
         self.resumed_from: int | None = None
         self.stop_signal: int | None = None  # set by request_stop (a signal handler)
         self._handling_stop = False
@@ -177,8 +180,9 @@ class Master:
         self.store: StateStore | None = None
         self.backend: NodeBackend | None = None
         self.server: Server | None = None
-        self.rendezvous = None  # the allreduce group's store (open_rendezvous)
         self.service: NodeService | None = None
+        self.processes: NodeProcesses | None = None
+        self.ops: JobOperations | None = None  # what the job's operations do, over ports
 
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -199,7 +203,7 @@ class Master:
             else:
                 self._start(launch)
             self._train()
-            report = build_report(self)
+            report = self._report()
             self.store.update_job(status=str(JobStatus.FINISHED), finished_s=self.time_s())
         except NodeFailedTooOften as exc:
             self._fail()
@@ -257,6 +261,25 @@ class Master:
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,
                                    self.store.save_ledger)  # fmt: skip
+        self.processes = NodeProcesses(self.backend, self.server.address, self.keys, self.job.nodes,
+                                       self.clock, self._role, self.collector.forget)  # fmt: skip
+        self.ops = JobOperations(JobPorts(self.job, self.processes, self, self.store, self.ckpt,
+                                          self.job_clock, self.lease, self._settings()))  # fmt: skip
+
+    def _settings(self) -> Settings:
+        spec, runtime = self.spec, self.spec.runtime
+        return Settings(spec.name, spec.budget.resources, self.machine, self.worker_range,
+                        runtime.startup_timeout_s, runtime.max_restarts, runtime.startup_allowance,
+                        self.log_dir, self.run_token, spec.script)  # fmt: skip
+
+    @property
+    def started_at(self) -> float:
+        """When the job started (a resumed job: when its first master did)."""
+        return self.job_clock.started_at
+
+    @started_at.setter
+    def started_at(self, value: float) -> None:
+        self.job_clock.started_at = value
 
     def _start(self, plan: Plan) -> None:
         self.started_at = self.clock.now()
@@ -267,28 +290,27 @@ class Master:
         self.store.update_job(isolation=self.backend.mode)
         self.ckpt.prune(keep=set())
         t0 = self.clock.now()
-        note = lifecycle.launch_job(self, plan.shape, None)
+        note = self.ops.launch_job(plan.shape, None)
         details = {"nodes": len(plan.shape.nodes)}
         self.store.set_transition(seq, self.clock.now() - t0, details, plan.reason + note)
 
     def _resume(self, resume: Resume) -> None:
         job = resume.job
         self.started_at = job["started_at"]
-        self.job.generation = job["generation"] + 1
         self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
                               status=str(JobStatus.RUNNING))  # fmt: skip
         if self.job.script is not None:  # which of the script's files hold which samples
             self.job.script.ledger = SampleLedger.from_dict(self.store.ledger())
         row = self.store.latest_checkpoint()
-        self.job.version = max(self.store.checkpoint_versions(), default=0)
-        self.job.roll_back(row.shards if row else None)
+        self.job.resumed(job["generation"], max(self.store.checkpoint_versions(), default=0),
+                         row.shards if row else None)  # fmt: skip
         self.resumed_from = row.version if row else 0
         where = f"checkpoint v{row.version}" if row else "the start (no checkpoint yet)"
         t0 = self.clock.now()
-        note = lifecycle.launch_job(self, resume.shape, row)
+        note = self.ops.launch_job(resume.shape, row)
         why = "master restarted" if resume.status == JobStatus.RUNNING else f"{resume.status} job rerun"
-        lifecycle.record(self, "resume", f"{why}; resuming from {where}{note}", t0,
-                         nodes=len(resume.shape.nodes))  # fmt: skip
+        self.ops.record("resume", f"{why}; resuming from {where}{note}", t0,
+                        nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
         plan = self.admitted or launch_plan(self.spec, self.policy, self.machine)
@@ -301,6 +323,24 @@ class Master:
             raise ResourceError(f"the launch shape with each node's memory floor "
                                 f"({floored.shape.describe()}) cannot run: {why}")  # fmt: skip
         return floored
+
+    def _report(self) -> dict[str, Any]:
+        """The job's report (:mod:`report`), from the state file and the job's state."""
+        spec, job = self.spec, self.job
+        samples = self.store.samples()
+        if job.script is not None:
+            headline = script_headline(job.script, job.nodes.by_name.values(),
+                                       self.ops.steps_done(), job.epoch, spec.script, spec.args)  # fmt: skip
+        else:
+            accounting = account(self.store.latest_checkpoint(), self.plan, job.shards)
+            headline = workload_headline(self.workload.dataset.name, job.shards, accounting)
+        return build_report(
+            job=spec.name, workload=spec.program, strategy=str(spec.strategy),
+            policy=self.policy.name, isolation=self.backend.mode, wall_time_s=self.time_s(),
+            headline=headline, final_shape=job.shape.to_dict(), timeline=self.store.timeline(),
+            samples=samples, masters=self.store.job()["masters"],
+            node_restarts=job.restarts, events=self.store.events(),
+        )  # fmt: skip
 
     def applied_plans(self) -> list[Plan]:
         """The plans the timeline says were applied (launch included), for the policy."""
@@ -318,7 +358,8 @@ class Master:
             self.store.update_job(status=str(JobStatus.FAILED))
 
     def _close(self) -> None:
-        self.rendezvous = None
+        if self.processes is not None:
+            self.processes.close()
         if self.backend is not None:
             self.backend.close()
         if self.server is not None:
@@ -345,14 +386,14 @@ class Master:
         version = None
         if self.job.phase == Phase.TRAINING and not self.job.failures:
             try:
-                version = lifecycle.checkpoint(self)
+                version = self.ops.checkpoint()
             except (Interrupted, JobFailed):
                 version = None
         saved = f"checkpoint v{version} saved" if version else "no checkpoint could be taken now"
         row = self.store.latest_checkpoint()
         resume = f"checkpoint v{row.version}" if row else "the start"
         reason = f"stopped by {name}; {saved}"
-        self.store.record_shape(self.time_s(), "interrupt", reason, self.job.shape, False)
+        self.ops.record_not_applied("interrupt", reason, self.job.shape)
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
         return JobInterrupted(
@@ -366,13 +407,13 @@ class Master:
         ranks = self.job.nodes.alive(NodeRole.WORKER)
         for node in ranks:
             node.mark_stopping()
-            self.backend.signal(node.name, self.stop_signal)
+            self.processes.signal(node.name, self.stop_signal)
         try:
-            lifecycle.wait_ended(self)
+            self.ops.wait_ended()
         except Interrupted:
             pass  # a rank had failed meanwhile: every rank is stopped all the same
-        self.store.record_shape(self.time_s(), "interrupt", f"stopped by {name}; the ranks were "
-                                f"sent {name}", self.job.shape, False)  # fmt: skip
+        self.ops.record_not_applied("interrupt", f"stopped by {name}; the ranks were sent {name}",
+                                    self.job.shape)  # fmt: skip
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
         return JobInterrupted(
@@ -381,50 +422,12 @@ class Master:
         )  # fmt: skip
 
     # -- nodes ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | ScriptConfig | None = None,
-               startup: Resources | None = None) -> NodeState:  # fmt: skip
-        """Start ``node``'s process; ``config`` is what it gets on registering; ``startup``:
-        the larger resources it starts with until it trains (:mod:`allowance`)."""
-        role = self._role(node)
-        argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
-                "--name", node.name, "--role", str(role)]  # fmt: skip
-        pid = self.backend.launch(node, argv, self.keys.to_env() if self.keys else {}, startup)
-        state = NodeState(node, pid, self.clock.now(), config=config, startup=startup)
-        self.job.nodes.add(state)
-        self.collector.forget(node.name)
-        return state
-
     def _role(self, node: NodeSpec) -> Role:
         if node.role == NodeRole.PS:
             return Role.PS
         if self.spec.strategy == Strategy.PS:
             return Role.WORKER
         return Role.SCRIPT if self.spec.is_script else Role.RANK
-
-    def open_store(self, world: int) -> tuple[str, int]:
-        """A fresh store for a group of ``world`` ranks (:meth:`open_rendezvous`): its host
-        and port."""
-        host, port = self.open_rendezvous(world).removeprefix("tcp://").rsplit(":", 1)
-        return host, int(port)
-
-    def open_rendezvous(self, world: int) -> str:
-        """A fresh rendezvous for an allreduce group of ``world`` ranks: a key-value store
-        served by the master on the address every node reaches (rank 0's host is not known
-        before it lands, on a cluster); the previous group's store closes."""
-        import torch.distributed as dist  # only allreduce jobs need it
-
-        self.rendezvous = None
-        self.rendezvous = dist.TCPStore(self.backend.bind_host, 0, world + 1, is_master=True,
-                                        wait_for_workers=False)  # fmt: skip
-        return f"tcp://{self.backend.bind_host}:{self.rendezvous.port}"
-
-    def stop_node(self, name: str) -> None:
-        node = self.job.nodes.get(name)
-        if node is not None:
-            node.mark_stopping()
-        self.backend.stop(name)
-        if node is not None:
-            node.move_to(Status.DEAD)
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Serve nodes until ``predicate()``; a node's death or a stop request interrupts.
@@ -450,7 +453,7 @@ class Master:
         return self.lease.free(shape)
 
     def time_s(self) -> float:
-        return self.clock.now() - self.started_at
+        return self.job_clock.time_s()
 
     def threads(self, node: NodeSpec) -> int:
         return threads_for(node.resources.cpu_cores, self.backend.host_cpus)
@@ -498,15 +501,15 @@ class Master:
                                   f"on another rank: {script.ended_late[exit_.name]}; not "
                                   "restarted")  # fmt: skip
                 return
-            script_group.check_started(self, exit_, node)
+            self.ops.check_started(exit_, node, resumed=bool(self.resumed_from))
         if not stopping:  # nobody asked it to end: a failure
-            self.job.failures.append(exit_)
+            self.job.failed(exit_)
 
     def settle_started(self) -> None:
         """Nodes that started with borrowed CPU and now train get their planned quota."""
         for node in self.job.nodes.alive():
             if node.startup is not None and has_started(node):
-                node.startup = None
+                node.resized(node.spec)
                 threads = self.backend.resize(node.name, node.spec.resources)
                 node.commands.append(Threads(threads))
 
@@ -527,7 +530,7 @@ class Master:
         if self.job.failures:
             return False
         try:
-            lifecycle.finish(self)
+            self.ops.finish()
         except StopRequested:
             raise
         except Interrupted:
@@ -537,16 +540,14 @@ class Master:
 
     def failures(self) -> list[NodeEvent]:
         events = []
-        for exit_ in self.job.failures:
+        for exit_ in self.job.take_failures():
             node = self.job.nodes.get(exit_.name)
             kind = EventKind.OOM_KILLED if exit_.oom_killed else EventKind.FAILED
             detail = describe_exit(exit_, node)
             self.backend.note(exit_.name, f"{exit_.name} ended: {detail}")
             events.append(NodeEvent(self.time_s(), exit_.name, kind, detail))
             self.store.record_event(self.time_s(), exit_.name, str(kind), detail)
-            self.job.to_recover.add(exit_.name)
-            self.job.last_exit[exit_.name] = detail
-        self.job.failures.clear()
+            self.job.failure_reported(exit_.name, detail)
         return events
 
     def recover(self) -> None:
@@ -557,7 +558,7 @@ class Master:
             # and its restart would not be counted.
             return
         try:
-            lifecycle.recover(self)
+            self.ops.recover()
         except StopRequested:
             raise
         except Interrupted:
@@ -565,13 +566,13 @@ class Master:
 
     def apply(self, plan: Plan) -> Transition:
         try:
-            return elastic.apply_plan(self, floored_plan(plan, self.need))
+            return self.ops.apply_plan(floored_plan(plan, self.need))
         finally:  # what the job holds now, applied or not: a reservation not used goes back
             self.lease.settle(self.job.shape.total())
 
     def checkpoint(self) -> None:
         try:
-            lifecycle.checkpoint(self)
+            self.ops.checkpoint()
         except StopRequested:
             raise
         except Interrupted:
@@ -587,9 +588,7 @@ class Master:
 
     def steps_done(self) -> int:
         """Batches trained (summed over workers); a script's optimizer steps (its groups')."""
-        if self.job.script is not None:
-            return script_group.steps_done(self)
-        return self.job.shards.batches_done
+        return self.ops.steps_done()
 
     @property
     def worker_range(self) -> WorkerRange:
@@ -612,7 +611,7 @@ class Master:
         cost = script.restart_cost()
         if cost is None:
             return None
-        lost = 0.0 if script_group.saves_regularly(script) else script_group.unsaved_s(self)
+        lost = 0.0 if saves_regularly(script) else self.ops.unsaved_s()
         left = None if self.spec.steps is None else max(0, self.spec.steps - self.steps_done())
         return replace(cost, lost_s=lost, steps_left=left)
 
@@ -620,20 +619,19 @@ class Master:
         """A plan the payback rule turned down: in the timeline once per shape asked for."""
         if plan.shape != self.declined:
             self.declined = plan.shape
-            self.store.record_shape(self.time_s(), str(plan.action),
-                                    f"{plan.reason} (not taken: {why})", plan.shape, False)
+            self.ops.record_not_applied(str(plan.action), f"{plan.reason} (not taken: {why})",
+                                        plan.shape)  # fmt: skip
 
     def sample(self) -> MetricSample | None:
         now = self.time_s()
         sample = self.collector.collect(
             now, read_nodes(self.job, self.backend, now, self.started_at)
         )
-        if self.job.script is not None:
-            script_group.settle(self)
+        self.ops.settle_group()
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):
-            self.job.speeds[m.name] = m.steps_per_s
+            self.job.record_speed(m.name, m.steps_per_s)
         status = progress_status(sample, self.job, self.steps_done(), self.steps_total,
                                  self.collector.loss)  # fmt: skip
         self.store.record_sample(now, status)

@@ -92,6 +92,10 @@ class NodeState:
             raise IllegalNodeTransition(f"{self.name} cannot go from {self.status} to {status}")
         object.__setattr__(self, "status", status)
 
+    def resized(self, spec: NodeSpec) -> None:
+        """Resized in place to a plan's ``spec``, which replaces a start-up allowance."""
+        self.spec, self.startup = spec, None
+
     def mark_stopping(self) -> None:
         """Asked to stop: a live node is now stopping (a dead one stays dead)."""
         if self.alive:

@@ -11,35 +11,38 @@ queues handed out (those are kept beside it as ``leased``).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rightsize.runtime import checkpoint
 from rightsize.runtime.accounting import count_log
 
-if TYPE_CHECKING:
-    from rightsize.runtime.master import Master
+if TYPE_CHECKING:  # the values a report is built from
+    from rightsize.runtime.nodes import NodeState
+    from rightsize.runtime.script_state import ScriptState
+    from rightsize.runtime.shards import ShardManager, ShardPlan
+    from rightsize.runtime.state import CheckpointRow
 
 #: Problems named in an exactly-once failure's one-line message before the rest are counted.
 PROBLEMS_NAMED = 4
 
 
-def build_report(master: Master) -> dict[str, Any]:
-    job = master.store.job()
-    samples = master.store.samples()
-    timeline = master.store.timeline()
-    if master.job.script is not None:
-        headline = script_headline(master, samples)
-    else:
-        headline = workload_headline(master)
+def build_report(*, job: str, workload: str, strategy: str, policy: str, isolation: str,
+                 wall_time_s: float, headline: dict[str, Any], final_shape: dict[str, Any],
+                 timeline: list[dict[str, Any]], samples: list[dict[str, Any]], masters: int,
+                 node_restarts: dict[str, int], events: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The report of a job that ended: its names, its ``headline`` (steps, samples, epochs
+    and their accounting: :func:`workload_headline`, :func:`script_headline`), and what the
+    state file holds (``timeline``, ``samples``, ``events``; ``masters`` that ran it)."""
     return {
-        "job": master.spec.name,
-        "workload": master.spec.program,
-        "strategy": str(master.spec.strategy),
-        "policy": master.policy.name,
-        "isolation": master.backend.mode,
-        "wall_time_s": master.time_s(),
+        "job": job,
+        "workload": workload,
+        "strategy": strategy,
+        "policy": policy,
+        "isolation": isolation,
+        "wall_time_s": wall_time_s,
         **headline,
-        "final_shape": master.job.shape.to_dict(),
+        "final_shape": final_shape,
         "timeline": timeline,
         "moves": moves(timeline, samples),
         "transitions": [
@@ -52,20 +55,18 @@ def build_report(master: Master) -> dict[str, Any]:
         ],
         "nodes": node_usage(samples),
         "restarts": {
-            "masters": job["masters"] - 1,
-            "nodes": dict(master.job.restarts),
-            "events": master.store.events(),
+            "masters": masters - 1,
+            "nodes": dict(node_restarts),
+            "events": events,
         },
     }  # fmt: skip
 
 
-def workload_headline(master: Master) -> dict[str, Any]:
-    """What every parameter holder applied (the accounting), beside what was handed out."""
-    shards = master.job.shards
-    accounting = account(master)
+def workload_headline(dataset: str, shards: ShardManager, accounting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """What every parameter holder applied (the ``accounting``), beside what was handed out."""
     applied = accounting.get("applied", {})
     return {
-        "dataset": master.workload.dataset.name,
+        "dataset": dataset,
         "steps": applied.get("steps"),
         "samples": applied.get("samples"),
         "epochs": applied.get("epochs"),
@@ -75,21 +76,18 @@ def workload_headline(master: Master) -> dict[str, Any]:
     }
 
 
-def script_headline(master: Master, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """A script's optimizer steps and samples (what its ranks took, groups restarted
+def script_headline(script: ScriptState, nodes: Iterable[NodeState], steps: int,
+                    epoch: int | None, path: str, args: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+    """A script's optimizer ``steps`` and samples (what its ranks took, groups restarted
     included), its groups' starts, and its data's accounting."""
-    from rightsize.runtime import script_group
-
-    script = master.job.script
-    nodes = master.job.nodes.by_name.values()
     return {
         "dataset": None,
-        "steps": script_group.steps_done(master),
+        "steps": steps,
         "samples": sum(n.stats.samples for n in nodes) + script.samples_before,
-        "epochs": master.job.epoch + 1 if master.job.epoch is not None else None,
+        "epochs": epoch + 1 if epoch is not None else None,
         "script": {
-            "path": master.spec.script,
-            "args": list(master.spec.args),
+            "path": path,
+            "args": list(args),
             "groups": [start.details() | {"generation": start.generation}
                        for start in script.starts],  # fmt: skip
             "failed_restarts": script.failed_restarts,
@@ -189,12 +187,10 @@ def read_logs(files: dict[str, str]) -> dict[str, list]:
     return logs
 
 
-def account(master: Master) -> dict[str, Any]:
-    """Exactly-once per epoch, checked on the final checkpoint's logs."""
-    row = master.store.latest_checkpoint()
+def account(row: CheckpointRow | None, plan: ShardPlan, shards: ShardManager) -> dict[str, Any]:
+    """Exactly-once per epoch, checked on the logs of the final checkpoint (``row``)."""
     if row is None:
         return {"checked": False}
-    plan, shards = master.plan, master.job.shards
     whole = plan.steps is None and shards.finished
     # epochs before the checkpoint's own were complete when it was taken; a last, partial
     # epoch (a job of ``steps``): at most once
