@@ -21,7 +21,7 @@ from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.checkpoint import CheckpointDir
 from rightsize.runtime.clock import FakeClock, JobClock
 from rightsize.runtime.errors import Interrupted, JobFailed
-from rightsize.runtime.jobstate import JobState
+from rightsize.runtime.jobstate import JobState, Phase
 from rightsize.runtime.lease import MachineLease
 from rightsize.runtime.nodes import NodeState, Status
 from rightsize.runtime.operations import JobOperations
@@ -37,6 +37,7 @@ from rightsize.runtime.protocol import (
     Stop,
     Threads,
 )
+from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import ShardPlan
 from rightsize.runtime.state import LaunchRow, StateStore
 from rightsize.scaling.api import WorkerRange
@@ -115,18 +116,18 @@ class NodesPlayedHere:
     def answer(self, node: NodeState) -> None:
         """What the node does with its messages this turn."""
         if node.status == Status.LAUNCHING:
-            node.move_to(Status.RUNNING)
+            node.registered(self.clock.now(), f"tcp://127.0.0.1:{node.pid}")
             if isinstance(node.config, PSConfig):
-                node.generation = node.config.generation
+                node.works_in(node.config.generation)
             return
-        node.paused = self.job.phase == "halted"
+        node.set_paused(self.job.phase == Phase.HALTED)
         for command in node.take_commands():
             if isinstance(command, Checkpoint):
                 node.acks.append(Ack(AckKind.CHECKPOINTED, version=command.version))
             elif isinstance(command, Export):
                 node.acks.append(Ack(AckKind.EXPORTED, generation=command.generation))
             elif isinstance(command, Load):
-                node.generation = command.generation
+                node.works_in(command.generation)
             elif isinstance(command, Stop):
                 node.move_to(Status.DEAD)
                 return
@@ -146,10 +147,13 @@ class FakeWorld:
     in ``tmp``."""
 
     def __init__(self, tmp: Path, shape: ClusterShape, strategy: Strategy = Strategy.PS,
-                 lease: MachineLease | None = None) -> None:  # fmt: skip
+                 lease: MachineLease | None = None, script: bool = False) -> None:  # fmt: skip
         self.clock = FakeClock(1000.0)
-        sizes = {"w1": 400, "w2": 300, "b": 100}
-        self.job = JobState(ShardPlan(64, 16, 8, epochs=1), strategy, sizes)
+        if script:  # the user's own script: no shards, no tensors
+            self.job = JobState(None, Strategy.ALLREDUCE, {}, script=ScriptState())
+        else:
+            sizes = {"w1": 400, "w2": 300, "b": 100}
+            self.job = JobState(ShardPlan(64, 16, 8, epochs=1), strategy, sizes)
         self.nodes = FakeNodes(self.job, self.clock)
         self.waiter = NodesPlayedHere(self.job, self.clock)
         self.store = StateStore(tmp / "state.db")

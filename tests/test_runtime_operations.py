@@ -175,3 +175,18 @@ def test_a_node_that_never_stops_is_killed_after_the_grace(world):
     world.job.nodes.get("worker-0").mark_stopping()
     world.ops.wait_ended()
     assert world.nodes.stopped == ["worker-0"]
+
+
+def test_a_failed_rank_restarts_a_scripts_group_as_torchrun_does(tmp_path):
+    world = FakeWorld(tmp_path, ClusterShape.from_counts(0, 2, PS, WORKER), script=True)
+    world.launch()
+    script = world.job.script
+    assert world.job.nodes.get("worker-1").config.store_port == 29500  # the group's store
+    world.waiter.die("worker-1", returncode=1)
+    world.job.failure_reported(world.job.take_failures()[0].name, "exit code 1")
+    world.ops.recover()
+    assert script.failed_restarts == 1 and len(script.starts) == 2 and world.job.generation == 1
+    assert world.job.nodes.get("worker-0").config.restart_count == 1  # TORCHELASTIC_RESTART_COUNT
+    assert world.timeline() == [("restart_group", True)]
+    assert world.store.timeline()[-1]["details"]["world"] == 2
+    assert world.ops.steps_done() == 0  # the fake ranks take no steps

@@ -30,6 +30,7 @@ from rightsize.core.spec import Strategy
 from rightsize.runtime.errors import Interrupted, StopRequested
 from rightsize.runtime.jobstate import Phase
 from rightsize.runtime.protocol import AckKind, Checkpoint, Load, PSConfig, RankConfig, Reset, Stop
+from rightsize.runtime.records import TimelineAction
 from rightsize.runtime.script_group import ScriptGroup, rank_order
 from rightsize.runtime.state import CheckpointRow
 from rightsize.runtime.steps import Steps
@@ -166,7 +167,7 @@ class Lifecycle:
             job.shards.release(spec.name)
         self.steps.start_nodes([(w, None) for w in workers], "relaunched workers starting")
         if own_row:
-            self.steps.record("relaunch_worker", reason, t0, nodes=len(workers))
+            self.steps.record(TimelineAction.RELAUNCH_WORKER, reason, t0, nodes=len(workers))
 
     def restore_ps(self, reason: str, respec: dict[str, NodeSpec] | None = None) -> None:
         """Every parameter server back to the latest committed checkpoint, dead ones
@@ -199,11 +200,11 @@ class Lifecycle:
                               "the parameter servers restoring")  # fmt: skip
         job.move_to(Phase.TRAINING)
         where = f"checkpoint v{row.version}" if row else "the start (no checkpoint yet)"
-        self.steps.record("restore_ps", f"{reason}; restored from {where}", t0,
+        self.steps.record(TimelineAction.RESTORE_PS, f"{reason}; restored from {where}", t0,
                           checkpoint=row.version if row else 0)  # fmt: skip
 
     def restart_group(self, shape: ClusterShape, reason: str, planned: bool,
-                      action: str = "restart_group") -> None:  # fmt: skip
+                      action: str = TimelineAction.RESTART_GROUP) -> None:  # fmt: skip
         """Allreduce: checkpoint (if every rank is alive), end the ranks, start ``shape``'s
         ranks. A script's group restarts by torchrun's contract instead (:mod:`script_group`)."""
         job = self.job

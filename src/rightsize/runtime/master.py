@@ -74,6 +74,7 @@ from rightsize.runtime.operations import JobOperations
 from rightsize.runtime.ports import JobPorts, Settings
 from rightsize.runtime.processes import NodeProcesses
 from rightsize.runtime.protocol import Message, Role, Threads
+from rightsize.runtime.records import TimelineAction, TimelineRow
 from rightsize.runtime.report import (
     account,
     build_report,
@@ -261,10 +262,12 @@ class Master:
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,
                                    self.store.save_ledger)  # fmt: skip
-        self.processes = NodeProcesses(self.backend, self.server.address, self.keys, self.job.nodes,
-                                       self.clock, self._role, self.collector.forget)  # fmt: skip
-        self.ops = JobOperations(JobPorts(self.job, self.processes, self, self.store, self.ckpt,
-                                          self.job_clock, self.lease, self._settings()))  # fmt: skip
+        self.processes = NodeProcesses(self.backend, self.server.address, self.keys,
+                                       self.job.nodes, self.clock, self._role,
+                                       self.collector.forget)  # fmt: skip
+        ports = JobPorts(self.job, self.processes, self, self.store, self.ckpt, self.job_clock,
+                         self.lease, self._settings())  # fmt: skip
+        self.ops = JobOperations(ports)
 
     def _settings(self) -> Settings:
         spec, runtime = self.spec, self.spec.runtime
@@ -287,7 +290,7 @@ class Master:
         row = LaunchRow(plan.shape, str(plan.action), plan.reason, plan.details)
         seq = self.store.start_job(self.spec.name, spec_json, job_identity(self.spec),
                                    self.started_at, row)  # fmt: skip
-        self.store.update_job(isolation=self.backend.mode)
+        self.store.update_job(isolation=str(self.backend.mode))
         self.ckpt.prune(keep=set())
         t0 = self.clock.now()
         note = self.ops.launch_job(plan.shape, None)
@@ -297,10 +300,10 @@ class Master:
     def _resume(self, resume: Resume) -> None:
         job = resume.job
         self.started_at = job["started_at"]
-        self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
+        self.store.update_job(masters=job["masters"] + 1, isolation=str(self.backend.mode),
                               status=str(JobStatus.RUNNING))  # fmt: skip
         if self.job.script is not None:  # which of the script's files hold which samples
-            self.job.script.ledger = SampleLedger.from_dict(self.store.ledger())
+            self.job.script.resumed(SampleLedger.from_dict(self.store.ledger()))
         row = self.store.latest_checkpoint()
         self.job.resumed(job["generation"], max(self.store.checkpoint_versions(), default=0),
                          row.shards if row else None)  # fmt: skip
@@ -309,7 +312,7 @@ class Master:
         t0 = self.clock.now()
         note = self.ops.launch_job(resume.shape, row)
         why = "master restarted" if resume.status == JobStatus.RUNNING else f"{resume.status} job rerun"
-        self.ops.record("resume", f"{why}; resuming from {where}{note}", t0,
+        self.ops.record(TimelineAction.RESUME, f"{why}; resuming from {where}{note}", t0,
                         nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
@@ -330,13 +333,14 @@ class Master:
         samples = self.store.samples()
         if job.script is not None:
             headline = script_headline(job.script, job.nodes.by_name.values(),
-                                       self.ops.steps_done(), job.epoch, spec.script, spec.args)  # fmt: skip
+                                       self.ops.steps_done(), job.epoch, spec.script,
+                                       spec.args)  # fmt: skip
         else:
             accounting = account(self.store.latest_checkpoint(), self.plan, job.shards)
             headline = workload_headline(self.workload.dataset.name, job.shards, accounting)
         return build_report(
             job=spec.name, workload=spec.program, strategy=str(spec.strategy),
-            policy=self.policy.name, isolation=self.backend.mode, wall_time_s=self.time_s(),
+            policy=self.policy.name, isolation=str(self.backend.mode), wall_time_s=self.time_s(),
             headline=headline, final_shape=job.shape.to_dict(), timeline=self.store.timeline(),
             samples=samples, masters=self.store.job()["masters"],
             node_restarts=job.restarts, events=self.store.events(),
@@ -344,12 +348,9 @@ class Master:
 
     def applied_plans(self) -> list[Plan]:
         """The plans the timeline says were applied (launch included), for the policy."""
-        actions = {str(a) for a in Action}
-        return [
-            Plan(ClusterShape.from_dict(row["shape"]), Action(row["action"]), row["reason"],
-                 row["notes"])
-            for row in self.store.timeline() if row["applied"] and row["action"] in actions
-        ]  # fmt: skip
+        rows = [TimelineRow.from_json(row) for row in self.store.timeline()]
+        return [Plan(ClusterShape.from_dict(row.shape), row.action, row.reason, row.notes)
+                for row in rows if row.applied and isinstance(row.action, Action)]  # fmt: skip
 
     def _fail(self) -> None:
         if self.job.live:
@@ -393,7 +394,7 @@ class Master:
         row = self.store.latest_checkpoint()
         resume = f"checkpoint v{row.version}" if row else "the start"
         reason = f"stopped by {name}; {saved}"
-        self.ops.record_not_applied("interrupt", reason, self.job.shape)
+        self.ops.record_not_applied(TimelineAction.INTERRUPT, reason, self.job.shape)
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
         return JobInterrupted(
@@ -412,7 +413,8 @@ class Master:
             self.ops.wait_ended()
         except Interrupted:
             pass  # a rank had failed meanwhile: every rank is stopped all the same
-        self.ops.record_not_applied("interrupt", f"stopped by {name}; the ranks were sent {name}",
+        self.ops.record_not_applied(TimelineAction.INTERRUPT,
+                                    f"stopped by {name}; the ranks were sent {name}",
                                     self.job.shape)  # fmt: skip
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
@@ -491,12 +493,12 @@ class Master:
         script = self.job.script
         if script is not None and not stopping:
             done_before = bool(script.done)
-            script.exits[exit_.name] = exit_.returncode
+            script.rank_exited(exit_.name, exit_.returncode)
             if exit_.returncode == 0 and not exit_.oom_killed:
                 self.backend.note(exit_.name, f"{exit_.name} ended: the script exited 0")
                 return  # this rank's part is done
             if done_before:  # the group had finished: this rank failed on its way out
-                script.ended_late[exit_.name] = describe_exit(exit_, node)
+                script.rank_ended_late(exit_.name, describe_exit(exit_, node))
                 self.backend.note(exit_.name, f"{exit_.name} ended after the script finished "
                                   f"on another rank: {script.ended_late[exit_.name]}; not "
                                   "restarted")  # fmt: skip
@@ -518,7 +520,7 @@ class Master:
         for node, silent_s in silent_nodes(self.job.nodes.alive(), self.clock.now(),
                                            self.liveness, steps):  # fmt: skip
             if node.unresponsive_s is None:
-                node.unresponsive_s = silent_s
+                node.given_up(silent_s)
                 self.backend.signal(node.name, signal.SIGKILL)  # its exit is a failure
 
     def _finish(self) -> bool:

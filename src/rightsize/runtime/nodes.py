@@ -92,6 +92,25 @@ class NodeState:
             raise IllegalNodeTransition(f"{self.name} cannot go from {self.status} to {status}")
         object.__setattr__(self, "status", status)
 
+    def registered(self, now: float, address: str | None) -> None:
+        """It registered (serving at ``address``, a server). One asked to stop meanwhile stays
+        stopping."""
+        if self.status == Status.LAUNCHING:
+            self.move_to(Status.RUNNING)
+        self.registered_s, self.address = now, address
+
+    def works_in(self, generation: int | None) -> None:
+        """The cluster generation its latest message says it works in."""
+        self.generation = generation
+
+    def set_paused(self, paused: bool) -> None:
+        """A worker halted at a batch boundary (a repartition), or training again."""
+        self.paused = paused
+
+    def given_up(self, silent_s: float) -> None:
+        """Silent for ``silent_s``: the master kills it, and its exit says why."""
+        self.unresponsive_s = silent_s
+
     def resized(self, spec: NodeSpec) -> None:
         """Resized in place to a plan's ``spec``, which replaces a start-up allowance."""
         self.spec, self.startup = spec, None

@@ -24,10 +24,11 @@ from rightsize.runtime.elastic import Elastic
 from rightsize.runtime.lifecycle import Lifecycle
 from rightsize.runtime.nodes import NodeState
 from rightsize.runtime.ports import JobPorts
+from rightsize.runtime.records import TimelineAction
 from rightsize.runtime.script_group import ScriptGroup
 from rightsize.runtime.state import CheckpointRow
 from rightsize.runtime.steps import Steps
-from rightsize.scaling.api import Plan
+from rightsize.scaling.api import Action, Plan
 
 
 class JobOperations:
@@ -67,11 +68,13 @@ class JobOperations:
         """Wait for the nodes asked to stop; kill those past the grace."""
         self.steps.wait_ended()
 
-    def record(self, action: str, reason: str, started_s: float, **details: Any) -> float:
+    def record(self, action: Action | TimelineAction, reason: str, started_s: float,
+               **details: Any) -> float:  # fmt: skip
         """A timeline row for the current shape, applied; returns the transition time."""
         return self.steps.record(action, reason, started_s, **details)
 
-    def record_not_applied(self, action: str, reason: str, shape: ClusterShape) -> None:
+    def record_not_applied(self, action: Action | TimelineAction | str, reason: str,
+                           shape: ClusterShape) -> None:  # fmt: skip
         """A timeline row for a shape that was not applied (declined, interrupted)."""
         self.steps.record_not_applied(action, reason, shape)
 

@@ -82,7 +82,8 @@ class Timeline(Protocol):
 
     def record_shape(self, time_s: float, action: str, reason: str, shape: ClusterShape,
                      applied: bool = True, transition_s: float | None = None,
-                     details: dict | None = None, notes: dict | None = None) -> int: ...  # fmt: skip
+                     details: dict | None = None,
+                     notes: dict | None = None) -> int: ...  # fmt: skip
     def repeats_last(self, action: str, reason: str, shape: ClusterShape) -> bool: ...
     def update_job(self, **fields: Any) -> None: ...
     def commit_checkpoint(self, row: CheckpointRow) -> None: ...

@@ -16,6 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from rightsize.runtime import checkpoint
 from rightsize.runtime.accounting import count_log
+from rightsize.runtime.records import (
+    NodeReading,
+    ProgressStatus,
+    Report,
+    TimelineAction,
+    TimelineRow,
+)
 
 if TYPE_CHECKING:  # the values a report is built from
     from rightsize.runtime.nodes import NodeState
@@ -30,39 +37,36 @@ PROBLEMS_NAMED = 4
 def build_report(*, job: str, workload: str, strategy: str, policy: str, isolation: str,
                  wall_time_s: float, headline: dict[str, Any], final_shape: dict[str, Any],
                  timeline: list[dict[str, Any]], samples: list[dict[str, Any]], masters: int,
-                 node_restarts: dict[str, int], events: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    """The report of a job that ended: its names, its ``headline`` (steps, samples, epochs
-    and their accounting: :func:`workload_headline`, :func:`script_headline`), and what the
-    state file holds (``timeline``, ``samples``, ``events``; ``masters`` that ran it)."""
-    return {
-        "job": job,
-        "workload": workload,
-        "strategy": strategy,
-        "policy": policy,
-        "isolation": isolation,
-        "wall_time_s": wall_time_s,
-        **headline,
-        "final_shape": final_shape,
-        "timeline": timeline,
-        "moves": moves(timeline, samples),
-        "transitions": [
-            {"action": t["action"], "transition_s": t["transition_s"], "details": t["details"]}
-            for t in timeline if t["applied"] and t["transition_s"] is not None
-        ],
-        "throughput": [
-            {k: s[k] for k in ("time_s", "steps_per_s", "samples_per_s", "loss", "e_job")}
-            for s in samples
-        ],
-        "nodes": node_usage(samples),
-        "restarts": {
-            "masters": masters - 1,
-            "nodes": dict(node_restarts),
-            "events": events,
-        },
-    }  # fmt: skip
+                 node_restarts: dict[str, int],
+                 events: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The report of a job that ended, as JSON: its names, its ``headline`` (steps, samples,
+    epochs and their accounting: :func:`workload_headline`, :func:`script_headline`), and
+    what the state file holds (``timeline``, ``samples``, ``events``; ``masters`` that ran
+    it)."""
+    rows = [TimelineRow.from_json(r) for r in timeline]
+    readings = [ProgressStatus.from_json(s) for s in samples]
+    return Report(
+        job, workload, strategy, policy, isolation, wall_time_s, headline, final_shape,
+        timeline=tuple(rows),
+        moves=tuple(moves(rows, readings)),
+        transitions=tuple(
+            {"action": str(t.action), "transition_s": t.transition_s, "details": t.details}
+            for t in rows if t.applied and t.transition_s is not None
+        ),
+        throughput=tuple(
+            {"time_s": s.time_s, "steps_per_s": s.steps_per_s, "samples_per_s": s.samples_per_s,
+             "loss": s.loss, "e_job": s.e_job}
+            for s in readings
+        ),
+        nodes=node_usage(readings),
+        masters_restarted=masters - 1,
+        node_restarts=dict(node_restarts),
+        events=tuple(events),
+    ).to_json()  # fmt: skip
 
 
-def workload_headline(dataset: str, shards: ShardManager, accounting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def workload_headline(dataset: str, shards: ShardManager,
+                      accounting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """What every parameter holder applied (the ``accounting``), beside what was handed out."""
     applied = accounting.get("applied", {})
     return {
@@ -77,7 +81,8 @@ def workload_headline(dataset: str, shards: ShardManager, accounting: dict[str, 
 
 
 def script_headline(script: ScriptState, nodes: Iterable[NodeState], steps: int,
-                    epoch: int | None, path: str, args: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+                    epoch: int | None, path: str,
+                    args: Sequence[str]) -> dict[str, Any]:  # fmt: skip
     """A script's optimizer ``steps`` and samples (what its ranks took, groups restarted
     included), its groups' starts, and its data's accounting."""
     return {
@@ -130,22 +135,23 @@ def script_violations(accounting: dict[str, Any]) -> list[str]:
     return problems
 
 
-def moves(timeline: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def moves(timeline: Sequence[TimelineRow],
+          samples: Sequence[ProgressStatus]) -> list[dict[str, Any]]:  # fmt: skip
     """Every plan after the launch: what it did and why, whether it was taken, what it cost,
     and the job's median samples/s between the move before it and it, and between it and
     the next move (or the end)."""
-    rows = [t for t in timeline[1:] if t["action"] != "interrupt"]
-    taken = [t["time_s"] for t in rows if t["applied"]]
+    rows = [t for t in timeline[1:] if t.action != TimelineAction.INTERRUPT]
+    taken = [t.time_s for t in rows if t.applied]
     out = []
     for row in rows:
-        begin = max([t for t in taken if t < row["time_s"]], default=0.0)
-        end = min([t for t in taken if t > row["time_s"]], default=float("inf"))
-        before = [s["samples_per_s"] for s in samples if begin < s["time_s"] <= row["time_s"]]
-        after = [s["samples_per_s"] for s in samples if row["time_s"] < s["time_s"] <= end]
-        details = row.get("details") or {}
+        begin = max([t for t in taken if t < row.time_s], default=0.0)
+        end = min([t for t in taken if t > row.time_s], default=float("inf"))
+        before = [s.samples_per_s for s in samples if begin < s.time_s <= row.time_s]
+        after = [s.samples_per_s for s in samples if row.time_s < s.time_s <= end]
+        details = row.details or {}
         out.append({
-            "time_s": row["time_s"], "action": row["action"], "taken": bool(row["applied"]),
-            "reason": row["reason"], "transition_s": row["transition_s"],
+            "time_s": row.time_s, "action": str(row.action), "taken": row.applied,
+            "reason": row.reason, "transition_s": row.transition_s,
             "restart_s": details.get("restart_s"), "lost_s": details.get("lost_s"),
             "samples_per_s_before": statistics.median(before) if before else None,
             "samples_per_s_after": statistics.median(after) if after else None,
@@ -153,21 +159,21 @@ def moves(timeline: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list
     return out
 
 
-def node_usage(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def node_usage(samples: Sequence[ProgressStatus]) -> dict[str, dict[str, float]]:
     """Per node: mean CPU used and allocated, peak memory, mean network rates."""
-    per_node: dict[str, list[dict]] = {}
+    per_node: dict[str, list[NodeReading]] = {}
     for sample in samples:
-        for node in sample["nodes"]:
-            per_node.setdefault(node["name"], []).append(node)
+        for node in sample.nodes:
+            per_node.setdefault(node.name, []).append(node)
     return {
         name: {
-            "role": rows[-1]["role"],
-            "cpu_used_mean": statistics.fmean(r["cpu_used"] for r in rows),
-            "cpu_allocated_mean": statistics.fmean(r["cpu_allocated"] for r in rows),
-            "memory_peak": max(r["memory_used"] for r in rows),
-            "memory_allocated": rows[-1]["memory_allocated"],
-            "net_in_mean": statistics.fmean(r["net_in"] for r in rows),
-            "net_out_mean": statistics.fmean(r["net_out"] for r in rows),
+            "role": rows[-1].role,
+            "cpu_used_mean": statistics.fmean(r.cpu_used_cores for r in rows),
+            "cpu_allocated_mean": statistics.fmean(r.cpu_allocated_cores for r in rows),
+            "memory_peak": max(r.memory_used_bytes for r in rows),
+            "memory_allocated": rows[-1].memory_allocated_bytes,
+            "net_in_mean": statistics.fmean(r.net_in_bytes_per_s for r in rows),
+            "net_out_mean": statistics.fmean(r.net_out_bytes_per_s for r in rows),
             "intervals": len(rows),
         }
         for name, rows in per_node.items()

@@ -33,6 +33,7 @@ from rightsize.runtime.errors import JobFailed, ScriptFailedAtStart
 from rightsize.runtime.jobstate import Phase
 from rightsize.runtime.nodes import NodeState
 from rightsize.runtime.protocol import ScriptConfig
+from rightsize.runtime.records import TimelineAction
 from rightsize.runtime.script_state import GroupStart, ScriptState
 from rightsize.runtime.steps import Steps
 
@@ -65,11 +66,8 @@ class ScriptGroup:
         job, script, settings = self.job, self.script, self.settings
         ranks = rank_order(shape)
         host, port = store_address(self.steps.nodes.open_rendezvous(len(ranks)))
-        script.exits.clear()
-        script.ended_late.clear()
-        script.ledger.new_group(job.generation, len(ranks))
         start = GroupStart(job.generation, len(ranks), begun_at, restart, stop_s, lost_s=lost_s)
-        script.starts.append(start)
+        script.group_started(start)
         run_id = f"{settings.name}-{settings.run_token}"
         configs = [
             (node, ScriptConfig(job.generation, rank, len(ranks), host, port,
@@ -104,7 +102,7 @@ class ScriptGroup:
         self.settle()
 
     def restart(self, shape: ClusterShape, reason: str, planned: bool,
-                action: str = "restart_group") -> dict[str, Any]:  # fmt: skip
+                action: str = TimelineAction.RESTART_GROUP) -> dict[str, Any]:  # fmt: skip
         """Stop the group and start ``shape``'s (torchrun's contract: the script resumes from
         its own checkpoint). ``planned``: a resize (waits for the script's next save first);
         else a failure (counted). Returns the timing details the timeline row carries."""
@@ -112,12 +110,11 @@ class ScriptGroup:
         t0 = self.clock.now()
         if planned:
             self._wait_for_save()
-        else:
-            script.failed_restarts += 1
         stopped_at = self.clock.now()
         lost_s = self.unsaved_s()
-        script.steps_before += self._group_steps()
-        script.samples_before += sum(n.stats.samples for n in self._ranks() if n is not None)
+        script.group_stopped(self._group_steps(),
+                             sum(n.stats.samples for n in self._ranks() if n is not None),
+                             failed=not planned)  # fmt: skip
         for node in job.nodes.alive(NodeRole.WORKER):
             self.steps.nodes.stop(node.name)
         stop_s = self.clock.now() - stopped_at

@@ -8,10 +8,10 @@ the job's state through its own methods and touches the world only through the p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from rightsize.core.shape import NodeRole, NodeSpec
+from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.runtime.allowance import startup_resources
 from rightsize.runtime.capacity import launch_wave
 from rightsize.runtime.checkpoint import KEEP_VERSIONS
@@ -19,7 +19,9 @@ from rightsize.runtime.errors import JobFailed
 from rightsize.runtime.nodes import NodeState, Status
 from rightsize.runtime.ports import JobPorts, NodeConfig
 from rightsize.runtime.protocol import AckKind, Stop
+from rightsize.runtime.records import TimelineAction
 from rightsize.runtime.state import CheckpointRow
+from rightsize.scaling.api import Action
 
 #: Seconds a node asked to stop may take before it is killed.
 STOP_GRACE_S = 30.0
@@ -33,11 +35,12 @@ class Steps:
         self.job, self.nodes, self.clock = ports.job, ports.nodes, ports.clock
         self.timeline, self.settings = ports.timeline, ports.settings
 
-    def wait_until(self, predicate, timeout_s: float, what: str) -> None:
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Serve the nodes until ``predicate()`` (:class:`ports.Waiter`)."""
         self.ports.waiter.wait_until(predicate, timeout_s, what)
 
     # -- the timeline ---------------------------------------------------------------------
-    def record(self, action: str, reason: str, started_s: float,
+    def record(self, action: Action | TimelineAction | str, reason: str, started_s: float,
                notes: dict | None = None, **details: Any) -> float:  # fmt: skip
         """Add a timeline row for the current shape; returns the transition time.
 
@@ -48,8 +51,9 @@ class Steps:
                                    True, transition, _rounded(details), notes)  # fmt: skip
         return transition
 
-    def record_not_applied(self, action: str, reason: str, shape) -> None:
-        self.timeline.record_shape(self.clock.time_s(), action, reason, shape, False)
+    def record_not_applied(self, action: Action | TimelineAction | str, reason: str,
+                           shape: ClusterShape) -> None:  # fmt: skip
+        self.timeline.record_shape(self.clock.time_s(), str(action), reason, shape, False)
 
     def bump_generation(self) -> int:
         generation = self.job.next_generation()

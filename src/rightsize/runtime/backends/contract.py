@@ -14,6 +14,7 @@ from typing import Protocol
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
+from rightsize.runtime.backends.isolation import IsolationMode
 from rightsize.runtime.backends.local import Exit
 
 #: The environment variable that tells a node which address its own server binds (a PS):
@@ -34,7 +35,7 @@ class NodeBackend(Protocol):
     """The mechanism under the master (:class:`LocalBackend`, :class:`RayBackend`)."""
 
     #: how nodes are confined, for the report: ``cgroup-v1``, ``affinity``, ``ray+cgroup-v1``
-    mode: str
+    mode: IsolationMode
     #: the address the master's own server binds, which every node can reach
     bind_host: str
     #: CPUs of the largest host a node can land on (torch threads follow a node's quota)

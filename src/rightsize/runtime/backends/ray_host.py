@@ -56,7 +56,7 @@ class NodeHost:
         with self.lock:
             pid = self.local.launch(node, [sys.executable, *argv[1:]], env)
         return {"pid": pid, "host": self.host, "hostname": socket.gethostname(),
-                "mode": self.local.mode, "warnings": list(self.warnings)}  # fmt: skip
+                "mode": str(self.local.mode), "warnings": list(self.warnings)}  # fmt: skip
 
     def wait(self) -> Exit:
         """Return when the process has ended (or was stopped): how it ended."""
