@@ -25,8 +25,12 @@ from rightsize.runtime.protocol import (
     Progress,
     PSConfig,
     Pull,
+    Pulled,
     Push,
+    Pushed,
     RankConfig,
+    Refusal,
+    Refused,
     Register,
     Reply,
     Reset,
@@ -36,6 +40,7 @@ from rightsize.runtime.protocol import (
     Stats,
     Stop,
     Threads,
+    data_reply,
     data_request,
 )
 from rightsize.runtime.shards import Task
@@ -88,6 +93,25 @@ def test_data_plane_requests_round_trip():
     assert data_request(wire(Pull(2, ("t",)).to_header())) == Pull(2, ("t",))
     push = Push(2, (0, 1, 2), ("d",), ("t",))
     assert data_request(wire(push.to_header())) == push
+    with pytest.raises(ValueError, match="'fetch'"):
+        data_request({"op": "fetch", "gen": 2, "tables": []})
+
+
+@pytest.mark.parametrize("reply, header", [
+    (Refused(Refusal.STALE), {"stale": True}),
+    (Refused(Refusal.LOST), {"lost": True}),
+    (Pulled(("a", "b")), {"dense": ["a", "b"]}),
+    (Pushed(False), {"applied": False}),
+])  # fmt: skip
+def test_data_plane_replies_keep_their_wire_form_and_round_trip(reply, header):
+    assert reply.to_header() == header  # what servers have always sent
+    routed = {"rid": 7, "_r": 1, **wire(reply.to_header())}  # with the transport's own keys
+    assert data_reply(routed) == reply
+
+
+def test_a_header_that_is_no_data_plane_reply_is_refused():
+    with pytest.raises(ValueError, match="not a parameter server's answer"):
+        data_reply({"rid": 7, "done": True})
 
 
 # -- liveness ---------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def test_transitions_outside_the_table_fail_loudly():
 def test_recovery_restores_and_relaunches(phase, dead, restore, relaunch):
     job = ps_job(phase)
     for name in dead:
-        job.nodes.get(name).status = Status.DEAD
+        job.nodes.get(name).move_to(Status.DEAD)
     job.to_recover = set(dead)
     recovery = job.recovery(max_restarts=3)
     assert recovery.restore_ps == restore
@@ -182,7 +182,7 @@ def test_recovery_restores_and_relaunches(phase, dead, restore, relaunch):
 def test_nothing_to_recover_and_too_many_failures():
     job = ps_job()
     assert job.recovery(max_restarts=3) is None
-    job.nodes.get("worker-0").status = Status.DEAD
+    job.nodes.get("worker-0").move_to(Status.DEAD)
     job.last_exit["worker-0"] = "OOM-killed at its memory limit of 96Mi"
     job.to_recover = {"worker-0"}
     assert job.recovery(max_restarts=1).workers  # the first failure is within the limit
@@ -201,8 +201,8 @@ def test_a_command_for_a_server_still_starting_waits_for_its_first_heartbeat():
     # a restore sends Load to every live server; one that has not registered yet must get
     # it after its configuration, not inside the answer to Register (where it was dropped)
     job = ps_job(Phase.RESTORING)
-    ps = job.nodes.get("ps-0")
-    ps.status, ps.generation = Status.LAUNCHING, None
+    ps = NodeState(job.shape.ps[0], pid=100, launched_s=0.0)  # relaunched, not registered
+    job.nodes.add(ps)
     ps.config = PSConfig(1, ("w",), ())
     ps.commands.append(Load(2, ("w",), ()))
     answers = service(job)
@@ -210,3 +210,19 @@ def test_a_command_for_a_server_still_starting_waits_for_its_first_heartbeat():
     assert reply.config.ps == PSConfig(1, ("w",), ()) and not reply.commands
     reply, _ = answers.handle(Message(Sender("ps-0", 100, 1), Heartbeat()))
     assert reply.commands == (Load(2, ("w",), ()),)
+
+
+def test_a_worker_asked_to_stop_before_it_registers_stays_stopping():
+    job = ps_job()
+    job.nodes.get("worker-0").mark_stopping()  # a plan removed it while it was starting
+    reply, _ = service(job).handle(from_worker(Register(Role.WORKER), None))
+    assert reply.config is not None and job.nodes.get("worker-0").status == Status.STOPPING
+
+
+def test_a_restart_is_counted_once_whoever_relaunches_the_node():
+    job = ps_job()
+    job.nodes.get("worker-0").move_to(Status.DEAD)
+    job.to_recover = {"worker-0"}
+    assert job.count_restart("worker-0") == 1  # a plan relaunched it bigger first
+    assert job.recovery(max_restarts=3).workers  # still dead in the shape: relaunched...
+    assert job.restarts == {"worker-0": 1}  # ...but not counted again

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from rightsize.runtime import checkpoint
-from rightsize.runtime.node import NodeContext
+from rightsize.runtime.node_link import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, make_optimizer
 from rightsize.runtime.protocol import (
     Ack,

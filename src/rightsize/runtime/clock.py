@@ -44,3 +44,22 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.time += seconds
+
+
+class JobClock:
+    """The job's time: the clock's ``now()``, and seconds since the job started (a resumed
+    job's start is its first master's, read from the state file)."""
+
+    def __init__(self, clock: Clock, started_at: float | None = None) -> None:
+        self.clock = clock
+        self.started_at = clock.now() if started_at is None else started_at
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+    def time_s(self) -> float:
+        """Seconds since the job started."""
+        return self.clock.now() - self.started_at

@@ -29,11 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Strategy
 from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.nodes import Nodes
-from rightsize.runtime.partition import partition_by_bytes
+from rightsize.runtime.partition import names_on, partition_by_bytes
 from rightsize.runtime.protocol import ClusterView
 from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import ShardManager, ShardPlan
@@ -131,7 +132,23 @@ class JobState:
     def live(self) -> bool:
         return bool(TRANSITIONS[self.phase])
 
+    # -- the shape ----------------------------------------------------------------------
+    def take_shape(self, shape: ClusterShape) -> None:
+        """The job runs ``shape`` now (launched, restarted, or a plan carried out)."""
+        self.shape = shape
+
+    def resize_in_shape(self, name: str, resources: Resources) -> None:
+        """Node ``name`` of the shape has ``resources`` now (relaunched at a plan's size)."""
+        self.shape = self.shape.with_resources(name, resources)
+
     # -- generations, versions, queues -----------------------------------------------------
+    def resumed(self, generation: int, version: int, shards: dict | None) -> None:
+        """A new master takes over: the next generation after its predecessor's, versions
+        after the latest committed, the queues as the latest checkpoint saved them."""
+        self.generation = generation + 1
+        self.version = version
+        self.roll_back(shards)
+
     def next_generation(self) -> int:
         self.generation += 1
         return self.generation
@@ -153,8 +170,12 @@ class JobState:
             self.placement = partition_by_bytes(self.sizes, ps_names)
         return self.placement
 
+    def place(self, placement: dict[str, str]) -> None:
+        """Tensors on servers as a repartition moved them."""
+        self.placement = placement
+
     def names_on(self, ps: str) -> tuple[str, ...]:
-        return tuple(sorted(t for t, holder in self.placement.items() if holder == ps))
+        return names_on(self.placement, ps)
 
     def cluster_ready(self) -> bool:
         """Every server of the placement is alive and serves this generation."""
@@ -173,12 +194,37 @@ class JobState:
         return ClusterView(self.generation, servers, dict(self.placement))
 
     # -- failures ---------------------------------------------------------------------------
+    def failed(self, exit_: Exit) -> None:
+        """A node ended and nobody had asked it to."""
+        self.failures.append(exit_)
+
+    def take_failures(self) -> list[Exit]:
+        """The exits nobody asked for since the last call; each is to be reported once."""
+        failures, self.failures = self.failures, []
+        return failures
+
+    def failure_reported(self, name: str, how: str) -> None:
+        """``name`` failed (``how``, in words) and the policy heard of it: its restart counts."""
+        self.to_recover.add(name)
+        self.last_exit[name] = how
+
+    def record_speed(self, name: str, steps_per_s: float) -> None:
+        """A worker's speed over the last interval (the stragglers rule compares them)."""
+        self.speeds[name] = steps_per_s
+
     def dead_in_shape(self) -> list[str]:
         """Nodes of the shape that are not alive and not done (a script's rank that exited 0
         has finished its part)."""
         done = set() if self.script is None else self.script.done
         return sorted(n.name for n in self.shape.nodes
                       if not self.nodes.is_alive(n.name) and n.name not in done)  # fmt: skip
+
+    def count_restart(self, name: str) -> int:
+        """``name`` failed and is brought back: one more restart (counted here only, whoever
+        relaunches it: the recovery, or a plan that relaunches it bigger). Returns its count."""
+        self.to_recover.discard(name)
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        return self.restarts[name]
 
     def recovery(self, max_restarts: int) -> Recovery | None:
         """What recovery must do now, counting restarts; None if nothing is dead or unfinished.
@@ -192,9 +238,9 @@ class JobState:
         if not dead and not unfinished:
             return None
         for name in sorted(failed):
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            if self.script is None and self.restarts[name] > max_restarts:
-                raise NodeFailedTooOften(name, self.restarts[name], max_restarts,
+            restarts = self.count_restart(name)
+            if self.script is None and restarts > max_restarts:
+                raise NodeFailedTooOften(name, restarts, max_restarts,
                                          self.last_exit.get(name, "failed"))  # fmt: skip
         if self.script is not None and failed:  # torchrun's --max-restarts: the group's
             last = sorted(failed)[-1]

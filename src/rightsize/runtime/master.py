@@ -3,9 +3,10 @@
 DLRover's Elastic Trainer (§5.1) runs in the job's master: a Pod Watcher
 (here: the backend's process exits, cgroup readings and :mod:`liveness`), a
 Data Shard Manager (:mod:`shards`), and the elasticity and fault-tolerance
-operations (§5.3, in :mod:`elastic` and :mod:`lifecycle`). NEARCHUS's Metric
-Collector is :meth:`Master.sample`. The policy is asked through :mod:`control`;
-the master decides nothing itself.
+operations (§5.3: :class:`operations.JobOperations`, built from narrow ports, whose
+parts are :mod:`lifecycle` and :mod:`elastic`). NEARCHUS's Metric Collector is
+:meth:`Master.sample`. The policy is asked through :mod:`control`; the master
+decides nothing itself.
 
 The master is the mechanism; what changes while the job runs is one typed
 object, :class:`jobstate.JobState` (``master.job``), and its answers to nodes
@@ -36,11 +37,11 @@ from rightsize.core.errors import ResourceError, RightsizeError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole, NodeSpec
 from rightsize.core.spec import Backend, JobSpec, ShapeSpec, Strategy
-from rightsize.runtime import elastic, lifecycle, script_group
-from rightsize.runtime.backends.base import NodeBackend, capacity_of, open_backend, quota_sharing
+from rightsize.runtime.backends.base import capacity_of, open_backend, quota_sharing
+from rightsize.runtime.backends.contract import NodeBackend
 from rightsize.runtime.backends.local import Exit, threads_for
 from rightsize.runtime.checkpoint import CheckpointDir, checkpoint_root
-from rightsize.runtime.clock import Clock, SystemClock
+from rightsize.runtime.clock import Clock, JobClock, SystemClock
 from rightsize.runtime.control import Controller, ControlLoop, Schedule, Transition
 from rightsize.runtime.curve import JobContext, JobKeys
 from rightsize.runtime.errors import (
@@ -67,21 +68,25 @@ from rightsize.runtime.memory_need import (
 )
 from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
 from rightsize.runtime.model_io import layout_of
-from rightsize.runtime.node import build_workload
-from rightsize.runtime.nodes import NodeState, Status, describe_exit
-from rightsize.runtime.protocol import (
-    Message,
-    PSConfig,
-    RankConfig,
-    Role,
-    ScriptConfig,
-    Threads,
+from rightsize.runtime.node_link import build_workload
+from rightsize.runtime.nodes import Status, describe_exit
+from rightsize.runtime.operations import JobOperations
+from rightsize.runtime.ports import JobPorts, Settings
+from rightsize.runtime.processes import NodeProcesses
+from rightsize.runtime.protocol import Message, Role, Threads
+from rightsize.runtime.records import TimelineAction, TimelineRow
+from rightsize.runtime.report import (
+    account,
+    build_report,
+    script_headline,
+    violations,
+    workload_headline,
 )
-from rightsize.runtime.report import build_report, violations
 from rightsize.runtime.reshape import rejection
 from rightsize.runtime.rpc import NodeService
 from rightsize.runtime.sample_ledger import SampleLedger
 from rightsize.runtime.script_check import check_script
+from rightsize.runtime.script_group import saves_regularly
 from rightsize.runtime.script_state import ScriptState
 from rightsize.runtime.shards import StragglerRule
 from rightsize.runtime.startup import (
@@ -163,7 +168,7 @@ class Master:
         self.run_token = uuid.uuid4().hex[:8]
         self.declined: ClusterShape | None = None  # the last plan the payback rule declined
         self.collector = MetricCollector(runtime.ps_bandwidth)
-        self.started_at = self.clock.now()
+        self.job_clock = JobClock(self.clock)  # its start is the job's (a resumed one's: older)
         self.resumed_from: int | None = None
         self.stop_signal: int | None = None  # set by request_stop (a signal handler)
         self._handling_stop = False
@@ -176,8 +181,9 @@ class Master:
         self.store: StateStore | None = None
         self.backend: NodeBackend | None = None
         self.server: Server | None = None
-        self.rendezvous = None  # the allreduce group's store (open_rendezvous)
         self.service: NodeService | None = None
+        self.processes: NodeProcesses | None = None
+        self.ops: JobOperations | None = None  # what the job's operations do, over ports
 
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -198,7 +204,7 @@ class Master:
             else:
                 self._start(launch)
             self._train()
-            report = build_report(self)
+            report = self._report()
             self.store.update_job(status=str(JobStatus.FINISHED), finished_s=self.time_s())
         except NodeFailedTooOften as exc:
             self._fail()
@@ -256,6 +262,27 @@ class Master:
         spec_json = self.spec.model_dump(mode="json", by_alias=True)
         self.service = NodeService(self.job, spec_json, self.threads, self.straggler, self.clock,
                                    self.store.save_ledger)  # fmt: skip
+        self.processes = NodeProcesses(self.backend, self.server.address, self.keys,
+                                       self.job.nodes, self.clock, self._role,
+                                       self.collector.forget)  # fmt: skip
+        ports = JobPorts(self.job, self.processes, self, self.store, self.ckpt, self.job_clock,
+                         self.lease, self._settings())  # fmt: skip
+        self.ops = JobOperations(ports)
+
+    def _settings(self) -> Settings:
+        spec, runtime = self.spec, self.spec.runtime
+        return Settings(spec.name, spec.budget.resources, self.machine, self.worker_range,
+                        runtime.startup_timeout_s, runtime.max_restarts, runtime.startup_allowance,
+                        self.log_dir, self.run_token, spec.script)  # fmt: skip
+
+    @property
+    def started_at(self) -> float:
+        """When the job started (a resumed job: when its first master did)."""
+        return self.job_clock.started_at
+
+    @started_at.setter
+    def started_at(self, value: float) -> None:
+        self.job_clock.started_at = value
 
     def _start(self, plan: Plan) -> None:
         self.started_at = self.clock.now()
@@ -263,31 +290,30 @@ class Master:
         row = LaunchRow(plan.shape, str(plan.action), plan.reason, plan.details)
         seq = self.store.start_job(self.spec.name, spec_json, job_identity(self.spec),
                                    self.started_at, row)  # fmt: skip
-        self.store.update_job(isolation=self.backend.mode)
+        self.store.update_job(isolation=str(self.backend.mode))
         self.ckpt.prune(keep=set())
         t0 = self.clock.now()
-        note = lifecycle.launch_job(self, plan.shape, None)
+        note = self.ops.launch_job(plan.shape, None)
         details = {"nodes": len(plan.shape.nodes)}
         self.store.set_transition(seq, self.clock.now() - t0, details, plan.reason + note)
 
     def _resume(self, resume: Resume) -> None:
         job = resume.job
         self.started_at = job["started_at"]
-        self.job.generation = job["generation"] + 1
-        self.store.update_job(masters=job["masters"] + 1, isolation=self.backend.mode,
+        self.store.update_job(masters=job["masters"] + 1, isolation=str(self.backend.mode),
                               status=str(JobStatus.RUNNING))  # fmt: skip
         if self.job.script is not None:  # which of the script's files hold which samples
-            self.job.script.ledger = SampleLedger.from_dict(self.store.ledger())
+            self.job.script.resumed(SampleLedger.from_dict(self.store.ledger()))
         row = self.store.latest_checkpoint()
-        self.job.version = max(self.store.checkpoint_versions(), default=0)
-        self.job.roll_back(row.shards if row else None)
+        self.job.resumed(job["generation"], max(self.store.checkpoint_versions(), default=0),
+                         row.shards if row else None)  # fmt: skip
         self.resumed_from = row.version if row else 0
         where = f"checkpoint v{row.version}" if row else "the start (no checkpoint yet)"
         t0 = self.clock.now()
-        note = lifecycle.launch_job(self, resume.shape, row)
+        note = self.ops.launch_job(resume.shape, row)
         why = "master restarted" if resume.status == JobStatus.RUNNING else f"{resume.status} job rerun"
-        lifecycle.record(self, "resume", f"{why}; resuming from {where}{note}", t0,
-                         nodes=len(resume.shape.nodes))  # fmt: skip
+        self.ops.record(TimelineAction.RESUME, f"{why}; resuming from {where}{note}", t0,
+                        nodes=len(resume.shape.nodes))  # fmt: skip
 
     def _launch_plan(self) -> Plan:
         plan = self.admitted or launch_plan(self.spec, self.policy, self.machine)
@@ -301,14 +327,30 @@ class Master:
                                 f"({floored.shape.describe()}) cannot run: {why}")  # fmt: skip
         return floored
 
+    def _report(self) -> dict[str, Any]:
+        """The job's report (:mod:`report`), from the state file and the job's state."""
+        spec, job = self.spec, self.job
+        samples = self.store.samples()
+        if job.script is not None:
+            headline = script_headline(job.script, job.nodes.by_name.values(),
+                                       self.ops.steps_done(), job.epoch, spec.script,
+                                       spec.args)  # fmt: skip
+        else:
+            accounting = account(self.store.latest_checkpoint(), self.plan, job.shards)
+            headline = workload_headline(self.workload.dataset.name, job.shards, accounting)
+        return build_report(
+            job=spec.name, workload=spec.program, strategy=str(spec.strategy),
+            policy=self.policy.name, isolation=str(self.backend.mode), wall_time_s=self.time_s(),
+            headline=headline, final_shape=job.shape.to_dict(), timeline=self.store.timeline(),
+            samples=samples, masters=self.store.job()["masters"],
+            node_restarts=job.restarts, events=self.store.events(),
+        )  # fmt: skip
+
     def applied_plans(self) -> list[Plan]:
         """The plans the timeline says were applied (launch included), for the policy."""
-        actions = {str(a) for a in Action}
-        return [
-            Plan(ClusterShape.from_dict(row["shape"]), Action(row["action"]), row["reason"],
-                 row["notes"])
-            for row in self.store.timeline() if row["applied"] and row["action"] in actions
-        ]  # fmt: skip
+        rows = [TimelineRow.from_json(row) for row in self.store.timeline()]
+        return [Plan(ClusterShape.from_dict(row.shape), row.action, row.reason, row.notes)
+                for row in rows if row.applied and isinstance(row.action, Action)]  # fmt: skip
 
     def _fail(self) -> None:
         if self.job.live:
@@ -317,7 +359,8 @@ class Master:
             self.store.update_job(status=str(JobStatus.FAILED))
 
     def _close(self) -> None:
-        self.rendezvous = None
+        if self.processes is not None:
+            self.processes.close()
         if self.backend is not None:
             self.backend.close()
         if self.server is not None:
@@ -344,14 +387,14 @@ class Master:
         version = None
         if self.job.phase == Phase.TRAINING and not self.job.failures:
             try:
-                version = lifecycle.checkpoint(self)
+                version = self.ops.checkpoint()
             except (Interrupted, JobFailed):
                 version = None
         saved = f"checkpoint v{version} saved" if version else "no checkpoint could be taken now"
         row = self.store.latest_checkpoint()
         resume = f"checkpoint v{row.version}" if row else "the start"
         reason = f"stopped by {name}; {saved}"
-        self.store.record_shape(self.time_s(), "interrupt", reason, self.job.shape, False)
+        self.ops.record_not_applied(TimelineAction.INTERRUPT, reason, self.job.shape)
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
         return JobInterrupted(
@@ -364,14 +407,15 @@ class Master:
         the grace are killed. The script's own checkpoint is what a rerun resumes from."""
         ranks = self.job.nodes.alive(NodeRole.WORKER)
         for node in ranks:
-            node.status = Status.STOPPING
-            self.backend.signal(node.name, self.stop_signal)
+            node.mark_stopping()
+            self.processes.signal(node.name, self.stop_signal)
         try:
-            lifecycle.wait_ended(self)
+            self.ops.wait_ended()
         except Interrupted:
             pass  # a rank had failed meanwhile: every rank is stopped all the same
-        self.store.record_shape(self.time_s(), "interrupt", f"stopped by {name}; the ranks were "
-                                f"sent {name}", self.job.shape, False)  # fmt: skip
+        self.ops.record_not_applied(TimelineAction.INTERRUPT,
+                                    f"stopped by {name}; the ranks were sent {name}",
+                                    self.job.shape)  # fmt: skip
         self.job.move_to(Phase.INTERRUPTED)
         self.store.update_job(status=str(JobStatus.INTERRUPTED))
         return JobInterrupted(
@@ -380,50 +424,12 @@ class Master:
         )  # fmt: skip
 
     # -- nodes ----------------------------------------------------------------------
-    def launch(self, node: NodeSpec, config: PSConfig | RankConfig | ScriptConfig | None = None,
-               startup: Resources | None = None) -> NodeState:  # fmt: skip
-        """Start ``node``'s process; ``config`` is what it gets on registering; ``startup``:
-        the larger resources it starts with until it trains (:mod:`allowance`)."""
-        role = self._role(node)
-        argv = [sys.executable, "-m", "rightsize.runtime.node", "--master", self.server.address,
-                "--name", node.name, "--role", str(role)]  # fmt: skip
-        pid = self.backend.launch(node, argv, self.keys.to_env() if self.keys else {}, startup)
-        state = NodeState(node, pid, self.clock.now(), config=config, startup=startup)
-        self.job.nodes.add(state)
-        self.collector.forget(node.name)
-        return state
-
     def _role(self, node: NodeSpec) -> Role:
         if node.role == NodeRole.PS:
             return Role.PS
         if self.spec.strategy == Strategy.PS:
             return Role.WORKER
         return Role.SCRIPT if self.spec.is_script else Role.RANK
-
-    def open_store(self, world: int) -> tuple[str, int]:
-        """A fresh store for a group of ``world`` ranks (:meth:`open_rendezvous`): its host
-        and port."""
-        host, port = self.open_rendezvous(world).removeprefix("tcp://").rsplit(":", 1)
-        return host, int(port)
-
-    def open_rendezvous(self, world: int) -> str:
-        """A fresh rendezvous for an allreduce group of ``world`` ranks: a key-value store
-        served by the master on the address every node reaches (rank 0's host is not known
-        before it lands, on a cluster); the previous group's store closes."""
-        import torch.distributed as dist  # only allreduce jobs need it
-
-        self.rendezvous = None
-        self.rendezvous = dist.TCPStore(self.backend.bind_host, 0, world + 1, is_master=True,
-                                        wait_for_workers=False)  # fmt: skip
-        return f"tcp://{self.backend.bind_host}:{self.rendezvous.port}"
-
-    def stop_node(self, name: str) -> None:
-        node = self.job.nodes.get(name)
-        if node is not None:
-            node.status = Status.STOPPING
-        self.backend.stop(name)
-        if node is not None:
-            node.status = Status.DEAD
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
         """Serve nodes until ``predicate()``; a node's death or a stop request interrupts.
@@ -449,7 +455,7 @@ class Master:
         return self.lease.free(shape)
 
     def time_s(self) -> float:
-        return self.clock.now() - self.started_at
+        return self.job_clock.time_s()
 
     def threads(self, node: NodeSpec) -> int:
         return threads_for(node.resources.cpu_cores, self.backend.host_cpus)
@@ -483,29 +489,29 @@ class Master:
         if node is None:
             return
         stopping = node.status == Status.STOPPING
-        node.status = Status.DEAD
+        node.move_to(Status.DEAD)
         script = self.job.script
         if script is not None and not stopping:
             done_before = bool(script.done)
-            script.exits[exit_.name] = exit_.returncode
+            script.rank_exited(exit_.name, exit_.returncode)
             if exit_.returncode == 0 and not exit_.oom_killed:
                 self.backend.note(exit_.name, f"{exit_.name} ended: the script exited 0")
                 return  # this rank's part is done
             if done_before:  # the group had finished: this rank failed on its way out
-                script.ended_late[exit_.name] = describe_exit(exit_, node)
+                script.rank_ended_late(exit_.name, describe_exit(exit_, node))
                 self.backend.note(exit_.name, f"{exit_.name} ended after the script finished "
                                   f"on another rank: {script.ended_late[exit_.name]}; not "
                                   "restarted")  # fmt: skip
                 return
-            script_group.check_started(self, exit_, node)
+            self.ops.check_started(exit_, node, resumed=bool(self.resumed_from))
         if not stopping:  # nobody asked it to end: a failure
-            self.job.failures.append(exit_)
+            self.job.failed(exit_)
 
     def settle_started(self) -> None:
         """Nodes that started with borrowed CPU and now train get their planned quota."""
         for node in self.job.nodes.alive():
             if node.startup is not None and has_started(node):
-                node.startup = None
+                node.resized(node.spec)
                 threads = self.backend.resize(node.name, node.spec.resources)
                 node.commands.append(Threads(threads))
 
@@ -514,7 +520,7 @@ class Master:
         for node, silent_s in silent_nodes(self.job.nodes.alive(), self.clock.now(),
                                            self.liveness, steps):  # fmt: skip
             if node.unresponsive_s is None:
-                node.unresponsive_s = silent_s
+                node.given_up(silent_s)
                 self.backend.signal(node.name, signal.SIGKILL)  # its exit is a failure
 
     def _finish(self) -> bool:
@@ -526,7 +532,7 @@ class Master:
         if self.job.failures:
             return False
         try:
-            lifecycle.finish(self)
+            self.ops.finish()
         except StopRequested:
             raise
         except Interrupted:
@@ -536,16 +542,14 @@ class Master:
 
     def failures(self) -> list[NodeEvent]:
         events = []
-        for exit_ in self.job.failures:
+        for exit_ in self.job.take_failures():
             node = self.job.nodes.get(exit_.name)
             kind = EventKind.OOM_KILLED if exit_.oom_killed else EventKind.FAILED
             detail = describe_exit(exit_, node)
             self.backend.note(exit_.name, f"{exit_.name} ended: {detail}")
             events.append(NodeEvent(self.time_s(), exit_.name, kind, detail))
             self.store.record_event(self.time_s(), exit_.name, str(kind), detail)
-            self.job.to_recover.add(exit_.name)
-            self.job.last_exit[exit_.name] = detail
-        self.job.failures.clear()
+            self.job.failure_reported(exit_.name, detail)
         return events
 
     def recover(self) -> None:
@@ -556,7 +560,7 @@ class Master:
             # and its restart would not be counted.
             return
         try:
-            lifecycle.recover(self)
+            self.ops.recover()
         except StopRequested:
             raise
         except Interrupted:
@@ -564,13 +568,13 @@ class Master:
 
     def apply(self, plan: Plan) -> Transition:
         try:
-            return elastic.apply_plan(self, floored_plan(plan, self.need))
+            return self.ops.apply_plan(floored_plan(plan, self.need))
         finally:  # what the job holds now, applied or not: a reservation not used goes back
             self.lease.settle(self.job.shape.total())
 
     def checkpoint(self) -> None:
         try:
-            lifecycle.checkpoint(self)
+            self.ops.checkpoint()
         except StopRequested:
             raise
         except Interrupted:
@@ -586,9 +590,7 @@ class Master:
 
     def steps_done(self) -> int:
         """Batches trained (summed over workers); a script's optimizer steps (its groups')."""
-        if self.job.script is not None:
-            return script_group.steps_done(self)
-        return self.job.shards.batches_done
+        return self.ops.steps_done()
 
     @property
     def worker_range(self) -> WorkerRange:
@@ -611,7 +613,7 @@ class Master:
         cost = script.restart_cost()
         if cost is None:
             return None
-        lost = 0.0 if script_group.saves_regularly(script) else script_group.unsaved_s(self)
+        lost = 0.0 if saves_regularly(script) else self.ops.unsaved_s()
         left = None if self.spec.steps is None else max(0, self.spec.steps - self.steps_done())
         return replace(cost, lost_s=lost, steps_left=left)
 
@@ -619,20 +621,19 @@ class Master:
         """A plan the payback rule turned down: in the timeline once per shape asked for."""
         if plan.shape != self.declined:
             self.declined = plan.shape
-            self.store.record_shape(self.time_s(), str(plan.action),
-                                    f"{plan.reason} (not taken: {why})", plan.shape, False)
+            self.ops.record_not_applied(str(plan.action), f"{plan.reason} (not taken: {why})",
+                                        plan.shape)  # fmt: skip
 
     def sample(self) -> MetricSample | None:
         now = self.time_s()
         sample = self.collector.collect(
             now, read_nodes(self.job, self.backend, now, self.started_at)
         )
-        if self.job.script is not None:
-            script_group.settle(self)
+        self.ops.settle_group()
         if sample is None:
             return None
         for m in sample.role(NodeRole.WORKER):
-            self.job.speeds[m.name] = m.steps_per_s
+            self.job.record_speed(m.name, m.steps_per_s)
         status = progress_status(sample, self.job, self.steps_done(), self.steps_total,
                                  self.collector.loss)  # fmt: skip
         self.store.record_sample(now, status)

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 from rightsize.core.shape import NodeRole, NodeSpec
 from rightsize.runtime.nodes import Status
 from rightsize.runtime.protocol import Stats
+from rightsize.runtime.records import NodeReading, ProgressStatus
 from rightsize.scaling.api import MetricSample, NodeMetrics
 
 if TYPE_CHECKING:
-    from rightsize.runtime.backends.base import NodeBackend
+    from rightsize.runtime.backends.contract import NodeBackend
     from rightsize.runtime.jobstate import JobState
 
 
@@ -204,26 +205,22 @@ def read_nodes(
     return readings
 
 
+def progress(sample: MetricSample, job: JobState, steps_done: int, steps_total: int | None,
+             loss: float | None) -> ProgressStatus:  # fmt: skip
+    """One metric interval as a record (``epoch`` is None for a script that does not use an
+    ElasticSampler; ``steps_total`` None where the length is not known)."""
+    return ProgressStatus(
+        round(sample.time_s, 3), job.epoch, steps_done, steps_total, sample.steps_per_s,
+        sample.samples_per_s, loss, sample.e_job, job.shape.describe(),
+        tuple(NodeReading(m.name, str(m.role), m.cpu_used_cores, m.cpu_allocated_cores,
+                          m.memory_used_bytes, m.memory_allocated_bytes, m.net_in_bytes_per_s,
+                          m.net_out_bytes_per_s, m.steps_per_s)
+              for m in sample.nodes),
+    )  # fmt: skip
+
+
 def progress_status(sample: MetricSample, job: JobState, steps_done: int, steps_total: int | None,
                     loss: float | None) -> dict[str, Any]:  # fmt: skip
-    """One line of the progress display and one entry of the report's throughput series
-    (``epoch`` is None for a script that does not use an ElasticSampler; ``steps_total``
-    None where the length is not known)."""
-    return {
-        "time_s": round(sample.time_s, 3),
-        "epoch": job.epoch,
-        "steps_done": steps_done,
-        "steps_total": steps_total,
-        "steps_per_s": sample.steps_per_s,
-        "samples_per_s": sample.samples_per_s,
-        "loss": loss,
-        "e_job": sample.e_job,
-        "shape": job.shape.describe(),
-        "nodes": [
-            {"name": m.name, "role": str(m.role), "cpu_used": m.cpu_used_cores,
-             "cpu_allocated": m.cpu_allocated_cores, "memory_used": m.memory_used_bytes,
-             "memory_allocated": m.memory_allocated_bytes, "net_in": m.net_in_bytes_per_s,
-             "net_out": m.net_out_bytes_per_s, "steps_per_s": m.steps_per_s}
-            for m in sample.nodes
-        ],
-    }  # fmt: skip
+    """One line of the progress display and one entry of the report's throughput series, as
+    the state file and the progress callback take it (:func:`progress`'s JSON)."""
+    return progress(sample, job, steps_done, steps_total, loss).to_json()

@@ -35,6 +35,24 @@ class Status(StrEnum):
     DEAD = "dead"
 
 
+#: The moves a node's status may make, as (from, to): DLRover's ``NODE_STATE_FLOWS`` idea,
+#: an explicit table checked on every move, so that no operation resurrects a node it
+#: stopped. A move not listed is a programming error (:class:`IllegalNodeTransition`).
+NODE_FLOWS: frozenset[tuple[Status, Status]] = frozenset({
+    (Status.LAUNCHING, Status.RUNNING),  # it registered
+    (Status.LAUNCHING, Status.STOPPING),  # asked to stop before it registered
+    (Status.LAUNCHING, Status.DEAD),  # died (or was killed) while starting
+    (Status.RUNNING, Status.STOPPING),
+    (Status.RUNNING, Status.DEAD),  # a failure: nobody asked it to end
+    (Status.STOPPING, Status.DEAD),
+    (Status.DEAD, Status.DEAD),  # stopped again, or its exit heard after it was marked dead
+})  # fmt: skip
+
+
+class IllegalNodeTransition(RuntimeError):
+    """An operation moved a node to a status its current one does not lead to."""
+
+
 @dataclass
 class NodeState:
     """One node as the master tracks it.
@@ -62,6 +80,45 @@ class NodeState:
     commands: list[Command] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
     stats: Stats = field(default_factory=Stats)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "status" and "status" in self.__dict__:
+            raise AttributeError("a node's status changes only through NodeState.move_to")
+        object.__setattr__(self, name, value)
+
+    def move_to(self, status: Status) -> None:
+        """Raises IllegalNodeTransition for a move :data:`NODE_FLOWS` does not allow."""
+        if (self.status, status) not in NODE_FLOWS:
+            raise IllegalNodeTransition(f"{self.name} cannot go from {self.status} to {status}")
+        object.__setattr__(self, "status", status)
+
+    def registered(self, now: float, address: str | None) -> None:
+        """It registered (serving at ``address``, a server). One asked to stop meanwhile stays
+        stopping."""
+        if self.status == Status.LAUNCHING:
+            self.move_to(Status.RUNNING)
+        self.registered_s, self.address = now, address
+
+    def works_in(self, generation: int | None) -> None:
+        """The cluster generation its latest message says it works in."""
+        self.generation = generation
+
+    def set_paused(self, paused: bool) -> None:
+        """A worker halted at a batch boundary (a repartition), or training again."""
+        self.paused = paused
+
+    def given_up(self, silent_s: float) -> None:
+        """Silent for ``silent_s``: the master kills it, and its exit says why."""
+        self.unresponsive_s = silent_s
+
+    def resized(self, spec: NodeSpec) -> None:
+        """Resized in place to a plan's ``spec``, which replaces a start-up allowance."""
+        self.spec, self.startup = spec, None
+
+    def mark_stopping(self) -> None:
+        """Asked to stop: a live node is now stopping (a dead one stays dead)."""
+        if self.alive:
+            self.move_to(Status.STOPPING)
 
     @property
     def name(self) -> str:

@@ -46,6 +46,11 @@ def repartition(
     return partition_by_bytes(sizes, ps_names)
 
 
+def names_on(placement: Mapping[str, str], ps: str) -> tuple[str, ...]:
+    """The tensors ``placement`` puts on server ``ps``, sorted (what it loads and serves)."""
+    return tuple(sorted(t for t, holder in placement.items() if holder == ps))
+
+
 def bytes_per_ps(placement: Mapping[str, str], sizes: Mapping[str, int]) -> dict[str, int]:
     """Bytes each PS holds under ``placement``."""
     totals: dict[str, int] = {}

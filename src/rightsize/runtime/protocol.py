@@ -8,8 +8,8 @@ and a body — :class:`Register`, :class:`Heartbeat`, :class:`LeaseRequest` or
 they apply the node's configuration, a cluster to switch to, a lease, or
 whether a progress report was accepted. Workers and parameter servers speak
 :class:`Pull` / :class:`Push` to each other, each tagged with the sender's
-generation; a server on another generation answers ``stale`` and applies
-nothing.
+generation, and are answered :class:`Pulled`, :class:`Pushed` or :class:`Refused`
+(a server on another generation answers ``stale`` and applies nothing).
 
 Generations are explicit about absence: a worker that has not been given a
 cluster yet works in generation ``None`` (:data:`NO_CLUSTER`), not in some
@@ -465,6 +465,11 @@ STOP_REPLY = Reply(commands=(Stop(),))
 
 
 # -- the data plane (worker <-> parameter server) ---------------------------------------------------
+class DataOp(StrEnum):
+    PULL = "pull"
+    PUSH = "push"
+
+
 @dataclass(frozen=True)
 class Pull:
     """Dense tensors, and the rows of ``tables`` whose ids travel as tensors."""
@@ -473,7 +478,7 @@ class Pull:
     tables: tuple[str, ...]
 
     def to_header(self) -> dict[str, Any]:
-        return {"op": "pull", "gen": self.generation, "tables": list(self.tables)}
+        return {"op": str(DataOp.PULL), "gen": self.generation, "tables": list(self.tables)}
 
 
 @dataclass(frozen=True)
@@ -486,13 +491,70 @@ class Push:
     tables: tuple[str, ...]
 
     def to_header(self) -> dict[str, Any]:
-        return {"op": "push", "gen": self.generation, "key": list(self.key),
+        return {"op": str(DataOp.PUSH), "gen": self.generation, "key": list(self.key),
                 "dense": list(self.dense), "tables": list(self.tables)}  # fmt: skip
 
 
 def data_request(header: dict[str, Any]) -> Pull | Push:
+    """Raises ValueError: the header names an operation the data plane does not have."""
     tables = tuple(header["tables"])
-    if header["op"] == "pull":
+    if DataOp(header["op"]) == DataOp.PULL:
         return Pull(header["gen"], tables)
     key = tuple(int(k) for k in header["key"])
     return Push(header["gen"], key, tuple(header["dense"]), tables)  # type: ignore[arg-type]
+
+
+class Refusal(StrEnum):
+    """Why a parameter server applied and sent nothing."""
+
+    STALE = "stale"  # it serves another generation than the request's
+    LOST = "lost"  # the request's tensors were in a shared-memory slot it could not open
+
+
+@dataclass(frozen=True)
+class Refused:
+    why: Refusal
+
+    def to_header(self) -> dict[str, Any]:
+        return {str(self.why): True}
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """The answer to a :class:`Pull`: the dense tensors' names, in the order their values
+    travel; the rows of the tables asked for follow them."""
+
+    dense: tuple[str, ...]
+
+    def to_header(self) -> dict[str, Any]:
+        return {"dense": list(self.dense)}
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """The answer to a :class:`Push`: ``applied`` is False for a key the server had applied
+    already (a retried batch changes nothing)."""
+
+    applied: bool
+
+    def to_header(self) -> dict[str, Any]:
+        return {"applied": self.applied}
+
+
+DataReply = Refused | Pulled | Pushed
+
+
+def data_reply(header: dict[str, Any]) -> DataReply:
+    """A server's answer, from its header (which also carries the transport's own keys).
+
+    Raises:
+        ValueError: the header is no data-plane answer.
+    """
+    for why in Refusal:
+        if header.get(str(why)):
+            return Refused(why)
+    if "dense" in header:
+        return Pulled(tuple(header["dense"]))
+    if "applied" in header:
+        return Pushed(bool(header["applied"]))
+    raise ValueError(f"not a parameter server's answer: {sorted(header)}")

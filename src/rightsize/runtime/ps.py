@@ -33,9 +33,9 @@ import zmq
 
 from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime import checkpoint
-from rightsize.runtime.backends.base import node_bind_host
+from rightsize.runtime.backends.contract import node_bind_host
 from rightsize.runtime.model_io import layout_of
-from rightsize.runtime.node import NodeContext
+from rightsize.runtime.node_link import NodeContext
 from rightsize.runtime.paramstore import OptimSettings, ParamStore, warm_up
 from rightsize.runtime.protocol import (
     Ack,
@@ -46,7 +46,11 @@ from rightsize.runtime.protocol import (
     Heartbeat,
     Load,
     Pull,
+    Pulled,
     Push,
+    Pushed,
+    Refusal,
+    Refused,
     Stop,
     data_request,
 )
@@ -163,18 +167,18 @@ class ParameterServer:
         request = data_request(header)
         back = {"rid": header["rid"], **route(header)}
         if request.generation != self.generation:
-            self.link.send(identity, {**back, "stale": True}, [])
+            self.link.send(identity, {**back, **Refused(Refusal.STALE).to_header()}, [])
             return
         if tensors is None:  # in a slot this server cannot open: nothing is applied
-            self.link.send(identity, {**back, "lost": True}, [])
+            self.link.send(identity, {**back, **Refused(Refusal.LOST).to_header()}, [])
             return
         if isinstance(request, Pull):
             reply, out = self._pull(request, tensors)
         else:
             reply, out = self._push(request, tensors)
-        self.link.send(identity, {**reply, **back}, out)
+        self.link.send(identity, {**reply.to_header(), **back}, out)
 
-    def _pull(self, request: Pull, tensors: list[torch.Tensor]):
+    def _pull(self, request: Pull, tensors: list[torch.Tensor]) -> tuple[Pulled, list]:
         """Dense values and the rows asked for, each copied once: into the slot the worker
         lent (shared memory) or into a new tensor for the socket. Under an emulated link the
         reply waits its turn, so it is copied now (the values of now)."""
@@ -184,9 +188,9 @@ class ParameterServer:
             out.append(rows_fill(store.params[name].detach(), ids))
         if self.link.bytes_per_s:
             out = [part.materialize() for part in out]
-        return {"dense": store.dense_names}, out
+        return Pulled(tuple(store.dense_names)), out
 
-    def _push(self, request: Push, tensors: list[torch.Tensor]):
+    def _push(self, request: Push, tensors: list[torch.Tensor]) -> tuple[Pushed, list]:
         it = iter(tensors)
         indices = next(it).numpy().astype(np.int32)
         dense = {name: next(it) for name in request.dense}
@@ -195,7 +199,7 @@ class ParameterServer:
         if applied:
             self.ctx.counted_at = time.monotonic()
         self.ctx.updates = self.store.updates
-        return {"applied": applied}, []
+        return Pushed(applied), []
 
     # -- control plane --------------------------------------------------------------
     def heartbeat(self) -> None:

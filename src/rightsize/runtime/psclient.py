@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 import torch
 import zmq
 
-from rightsize.runtime.protocol import ClusterView, Pull, Push
+from rightsize.runtime.protocol import (
+    ClusterView,
+    Pull,
+    Pulled,
+    Push,
+    Pushed,
+    Refusal,
+    Refused,
+    data_reply,
+)
 from rightsize.runtime.shards import Key
 from rightsize.runtime.sharedmem import SharedMemory
 from rightsize.runtime.slots import slot_layout
@@ -29,7 +38,7 @@ from rightsize.runtime.transport import Client, Counters, Header
 #: Seconds a worker waits on parameter servers before asking the master what is going on.
 STALL_CHECK_S = 1.0
 
-Replies = dict[str, tuple[Header, list[torch.Tensor]]]
+Replies = dict[str, tuple[Pulled | Pushed, list[torch.Tensor]]]
 
 
 class ResetLease(Exception):
@@ -113,9 +122,9 @@ class PSCluster:
     def pulled(self, request: InFlight, on_stall: Callable[[], None]) -> tuple[dict, dict]:
         """The values a pull brought: dense tensors by name, and (ids, rows) per table."""
         dense, rows = {}, {}
-        for ps, (header, tensors) in self.wait(request, on_stall).items():
-            count = len(header["dense"])
-            dense.update(zip(header["dense"], tensors[:count], strict=True))
+        for ps, (reply, tensors) in self.wait(request, on_stall).items():
+            count = len(reply.dense)
+            dense.update(zip(reply.dense, tensors[:count], strict=True))
             rows.update((t, (request.ids[t], v))
                         for t, v in zip(request.tables[ps], tensors[count:], strict=True))  # fmt: skip
         return dense, rows
@@ -130,7 +139,7 @@ class PSCluster:
         header = Pull(self.generation, (table,)).to_header()
         request = InFlight({ps: self.clients[ps].send(header, [ids], self.reply_bytes(ps, {table: ids}))})
         reply, tensors = self.wait(request, on_stall)[ps]
-        rows = tensors[len(reply["dense"])].clone()  # the slot is lent again at once
+        rows = tensors[len(reply.dense)].clone()  # the slot is lent again at once
         self.release(request)
         return rows
 
@@ -149,14 +158,18 @@ class PSCluster:
                 reply = self.clients[self.by_socket[socket]].receive()
                 if reply is not None:
                     self.arrived[reply[0]["rid"]] = reply
-        replies = {ps: self.arrived.pop(rid) for ps, rid in request.rids.items()}
+        replies = {}
+        for ps, rid in request.rids.items():
+            header, tensors = self.arrived.pop(rid)
+            replies[ps] = (data_reply(header), tensors)
         if not self.noted:
             self._note_carriers()
-        if any(header.get("stale") for header, _ in replies.values()):
+        refusals = {reply.why for reply, _ in replies.values() if isinstance(reply, Refused)}
+        if Refusal.STALE in refusals:
             raise ResetLease("a parameter server is on another generation")
-        if any(header.get("lost") for header, _ in replies.values()):
+        if Refusal.LOST in refusals:
             raise ResetLease("a parameter server could not open a shared-memory slot")
-        return replies
+        return replies  # type: ignore[return-value]  # no refusal among them
 
     def forget(self, request: InFlight | None) -> None:
         """Give up on ``request``: its replies are dropped whenever they come."""

@@ -11,61 +11,66 @@ queues handed out (those are kept beside it as ``leased``).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rightsize.runtime import checkpoint
 from rightsize.runtime.accounting import count_log
+from rightsize.runtime.records import (
+    NodeReading,
+    ProgressStatus,
+    Report,
+    TimelineAction,
+    TimelineRow,
+)
 
-if TYPE_CHECKING:
-    from rightsize.runtime.master import Master
+if TYPE_CHECKING:  # the values a report is built from
+    from rightsize.runtime.nodes import NodeState
+    from rightsize.runtime.script_state import ScriptState
+    from rightsize.runtime.shards import ShardManager, ShardPlan
+    from rightsize.runtime.state import CheckpointRow
 
 #: Problems named in an exactly-once failure's one-line message before the rest are counted.
 PROBLEMS_NAMED = 4
 
 
-def build_report(master: Master) -> dict[str, Any]:
-    job = master.store.job()
-    samples = master.store.samples()
-    timeline = master.store.timeline()
-    if master.job.script is not None:
-        headline = script_headline(master, samples)
-    else:
-        headline = workload_headline(master)
-    return {
-        "job": master.spec.name,
-        "workload": master.spec.program,
-        "strategy": str(master.spec.strategy),
-        "policy": master.policy.name,
-        "isolation": master.backend.mode,
-        "wall_time_s": master.time_s(),
-        **headline,
-        "final_shape": master.job.shape.to_dict(),
-        "timeline": timeline,
-        "moves": moves(timeline, samples),
-        "transitions": [
-            {"action": t["action"], "transition_s": t["transition_s"], "details": t["details"]}
-            for t in timeline if t["applied"] and t["transition_s"] is not None
-        ],
-        "throughput": [
-            {k: s[k] for k in ("time_s", "steps_per_s", "samples_per_s", "loss", "e_job")}
-            for s in samples
-        ],
-        "nodes": node_usage(samples),
-        "restarts": {
-            "masters": job["masters"] - 1,
-            "nodes": dict(master.job.restarts),
-            "events": master.store.events(),
-        },
-    }  # fmt: skip
+def build_report(*, job: str, workload: str, strategy: str, policy: str, isolation: str,
+                 wall_time_s: float, headline: dict[str, Any], final_shape: dict[str, Any],
+                 timeline: list[dict[str, Any]], samples: list[dict[str, Any]], masters: int,
+                 node_restarts: dict[str, int],
+                 events: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The report of a job that ended, as JSON: its names, its ``headline`` (steps, samples,
+    epochs and their accounting: :func:`workload_headline`, :func:`script_headline`), and
+    what the state file holds (``timeline``, ``samples``, ``events``; ``masters`` that ran
+    it)."""
+    rows = [TimelineRow.from_json(r) for r in timeline]
+    readings = [ProgressStatus.from_json(s) for s in samples]
+    return Report(
+        job, workload, strategy, policy, isolation, wall_time_s, headline, final_shape,
+        timeline=tuple(rows),
+        moves=tuple(moves(rows, readings)),
+        transitions=tuple(
+            {"action": str(t.action), "transition_s": t.transition_s, "details": t.details}
+            for t in rows if t.applied and t.transition_s is not None
+        ),
+        throughput=tuple(
+            {"time_s": s.time_s, "steps_per_s": s.steps_per_s, "samples_per_s": s.samples_per_s,
+             "loss": s.loss, "e_job": s.e_job}
+            for s in readings
+        ),
+        nodes=node_usage(readings),
+        masters_restarted=masters - 1,
+        node_restarts=dict(node_restarts),
+        events=tuple(events),
+    ).to_json()  # fmt: skip
 
 
-def workload_headline(master: Master) -> dict[str, Any]:
-    """What every parameter holder applied (the accounting), beside what was handed out."""
-    shards = master.job.shards
-    accounting = account(master)
+def workload_headline(dataset: str, shards: ShardManager,
+                      accounting: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """What every parameter holder applied (the ``accounting``), beside what was handed out."""
     applied = accounting.get("applied", {})
     return {
-        "dataset": master.workload.dataset.name,
+        "dataset": dataset,
         "steps": applied.get("steps"),
         "samples": applied.get("samples"),
         "epochs": applied.get("epochs"),
@@ -75,21 +80,19 @@ def workload_headline(master: Master) -> dict[str, Any]:
     }
 
 
-def script_headline(master: Master, samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """A script's optimizer steps and samples (what its ranks took, groups restarted
+def script_headline(script: ScriptState, nodes: Iterable[NodeState], steps: int,
+                    epoch: int | None, path: str,
+                    args: Sequence[str]) -> dict[str, Any]:  # fmt: skip
+    """A script's optimizer ``steps`` and samples (what its ranks took, groups restarted
     included), its groups' starts, and its data's accounting."""
-    from rightsize.runtime import script_group
-
-    script = master.job.script
-    nodes = master.job.nodes.by_name.values()
     return {
         "dataset": None,
-        "steps": script_group.steps_done(master),
+        "steps": steps,
         "samples": sum(n.stats.samples for n in nodes) + script.samples_before,
-        "epochs": master.job.epoch + 1 if master.job.epoch is not None else None,
+        "epochs": epoch + 1 if epoch is not None else None,
         "script": {
-            "path": master.spec.script,
-            "args": list(master.spec.args),
+            "path": path,
+            "args": list(args),
             "groups": [start.details() | {"generation": start.generation}
                        for start in script.starts],  # fmt: skip
             "failed_restarts": script.failed_restarts,
@@ -132,22 +135,23 @@ def script_violations(accounting: dict[str, Any]) -> list[str]:
     return problems
 
 
-def moves(timeline: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def moves(timeline: Sequence[TimelineRow],
+          samples: Sequence[ProgressStatus]) -> list[dict[str, Any]]:  # fmt: skip
     """Every plan after the launch: what it did and why, whether it was taken, what it cost,
     and the job's median samples/s between the move before it and it, and between it and
     the next move (or the end)."""
-    rows = [t for t in timeline[1:] if t["action"] != "interrupt"]
-    taken = [t["time_s"] for t in rows if t["applied"]]
+    rows = [t for t in timeline[1:] if t.action != TimelineAction.INTERRUPT]
+    taken = [t.time_s for t in rows if t.applied]
     out = []
     for row in rows:
-        begin = max([t for t in taken if t < row["time_s"]], default=0.0)
-        end = min([t for t in taken if t > row["time_s"]], default=float("inf"))
-        before = [s["samples_per_s"] for s in samples if begin < s["time_s"] <= row["time_s"]]
-        after = [s["samples_per_s"] for s in samples if row["time_s"] < s["time_s"] <= end]
-        details = row.get("details") or {}
+        begin = max([t for t in taken if t < row.time_s], default=0.0)
+        end = min([t for t in taken if t > row.time_s], default=float("inf"))
+        before = [s.samples_per_s for s in samples if begin < s.time_s <= row.time_s]
+        after = [s.samples_per_s for s in samples if row.time_s < s.time_s <= end]
+        details = row.details or {}
         out.append({
-            "time_s": row["time_s"], "action": row["action"], "taken": bool(row["applied"]),
-            "reason": row["reason"], "transition_s": row["transition_s"],
+            "time_s": row.time_s, "action": str(row.action), "taken": row.applied,
+            "reason": row.reason, "transition_s": row.transition_s,
             "restart_s": details.get("restart_s"), "lost_s": details.get("lost_s"),
             "samples_per_s_before": statistics.median(before) if before else None,
             "samples_per_s_after": statistics.median(after) if after else None,
@@ -155,21 +159,21 @@ def moves(timeline: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list
     return out
 
 
-def node_usage(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def node_usage(samples: Sequence[ProgressStatus]) -> dict[str, dict[str, float]]:
     """Per node: mean CPU used and allocated, peak memory, mean network rates."""
-    per_node: dict[str, list[dict]] = {}
+    per_node: dict[str, list[NodeReading]] = {}
     for sample in samples:
-        for node in sample["nodes"]:
-            per_node.setdefault(node["name"], []).append(node)
+        for node in sample.nodes:
+            per_node.setdefault(node.name, []).append(node)
     return {
         name: {
-            "role": rows[-1]["role"],
-            "cpu_used_mean": statistics.fmean(r["cpu_used"] for r in rows),
-            "cpu_allocated_mean": statistics.fmean(r["cpu_allocated"] for r in rows),
-            "memory_peak": max(r["memory_used"] for r in rows),
-            "memory_allocated": rows[-1]["memory_allocated"],
-            "net_in_mean": statistics.fmean(r["net_in"] for r in rows),
-            "net_out_mean": statistics.fmean(r["net_out"] for r in rows),
+            "role": rows[-1].role,
+            "cpu_used_mean": statistics.fmean(r.cpu_used_cores for r in rows),
+            "cpu_allocated_mean": statistics.fmean(r.cpu_allocated_cores for r in rows),
+            "memory_peak": max(r.memory_used_bytes for r in rows),
+            "memory_allocated": rows[-1].memory_allocated_bytes,
+            "net_in_mean": statistics.fmean(r.net_in_bytes_per_s for r in rows),
+            "net_out_mean": statistics.fmean(r.net_out_bytes_per_s for r in rows),
             "intervals": len(rows),
         }
         for name, rows in per_node.items()
@@ -189,12 +193,10 @@ def read_logs(files: dict[str, str]) -> dict[str, list]:
     return logs
 
 
-def account(master: Master) -> dict[str, Any]:
-    """Exactly-once per epoch, checked on the final checkpoint's logs."""
-    row = master.store.latest_checkpoint()
+def account(row: CheckpointRow | None, plan: ShardPlan, shards: ShardManager) -> dict[str, Any]:
+    """Exactly-once per epoch, checked on the logs of the final checkpoint (``row``)."""
     if row is None:
         return {"checked": False}
-    plan, shards = master.plan, master.job.shards
     whole = plan.steps is None and shards.finished
     # epochs before the checkpoint's own were complete when it was taken; a last, partial
     # epoch (a job of ``steps``): at most once

@@ -68,7 +68,7 @@ class NodeService:
         if node is None or node.status == Status.DEAD or sender.pid != node.pid:
             return STOP_REPLY, []
         node.heard(self.clock.now(), sender.stats)
-        node.generation = sender.generation
+        node.works_in(sender.generation)
         body = message.body
         if isinstance(body, Register):
             return self.register(node, body), []
@@ -91,9 +91,7 @@ class NodeService:
         return self.progress(node, body)
 
     def register(self, node: NodeState, body: Register) -> Reply:
-        node.status = Status.RUNNING
-        node.registered_s = self.clock.now()
-        node.address = body.address
+        node.registered(self.clock.now(), body.address)
         config = NodeConfig(
             self.spec_json, self.threads(node.spec),
             ps=node.config if isinstance(node.config, PSConfig) else None,
@@ -108,7 +106,7 @@ class NodeService:
 
     def worker_reply(self, node: NodeState, paused: bool = False, **extra) -> Reply:
         """Commands for a worker, with the pause/resume state and the cluster it should use."""
-        node.paused = paused
+        node.set_paused(paused)
         commands = list(node.take_commands())
         if self.job.phase == Phase.HALTED:
             commands.append(Pause())
@@ -168,7 +166,7 @@ class NodeService:
         except LedgerError as exc:
             print(f"error: {node.name}: {exc}", file=sys.stderr, flush=True)
             return self.worker_reply(node), []
-        script.sampler_used = True
+        script.sampler_asked()
         reply = self.worker_reply(node, samples=Samples(steps, end))
         return reply, [torch.from_numpy(indices)]
 

@@ -25,18 +25,17 @@ step — and the total is the measured restart cost the payback rule
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.runtime.backends.local import Exit
 from rightsize.runtime.errors import JobFailed, ScriptFailedAtStart
 from rightsize.runtime.jobstate import Phase
+from rightsize.runtime.nodes import NodeState
 from rightsize.runtime.protocol import ScriptConfig
+from rightsize.runtime.records import TimelineAction
 from rightsize.runtime.script_state import GroupStart, ScriptState
-
-if TYPE_CHECKING:
-    from rightsize.runtime.master import Master
-    from rightsize.runtime.nodes import NodeState
+from rightsize.runtime.steps import Steps
 
 #: A planned restart waits for the script's next save for at most this many saving periods...
 SAVE_WAIT_PERIODS = 1.5
@@ -48,86 +47,141 @@ def rank_order(shape: ClusterShape) -> list:
     return sorted(shape.workers, key=lambda n: int(n.name.rsplit("-", 1)[-1]))
 
 
-def start_group(master: Master, shape: ClusterShape, begun_at: float, restart: bool = False,
-                stop_s: float = 0.0, lost_s: float = 0.0) -> GroupStart:  # fmt: skip
-    """Launch ``shape``'s ranks as one group at a fresh store; returns its (running) timing
-    (``restart``: a group was stopped for it, ``stop_s`` ago, throwing ``lost_s`` away)."""
-    from rightsize.runtime import lifecycle
+class ScriptGroup:
+    """The group of a script's ranks, started, restarted and counted through ``steps``."""
 
-    job, script = master.job, master.job.script
-    ranks = rank_order(shape)
-    host, port = master.open_store(len(ranks))
-    script.exits.clear()
-    script.ended_late.clear()
-    script.ledger.new_group(job.generation, len(ranks))
-    start = GroupStart(job.generation, len(ranks), begun_at, restart, stop_s, lost_s=lost_s)
-    script.starts.append(start)
-    run_id = f"{master.spec.name}-{master.run_token}"
-    configs = [
-        (node, ScriptConfig(job.generation, rank, len(ranks), host, port, script.failed_restarts,
-                            master.spec.runtime.max_restarts, run_id,
-                            master.spec.runtime.startup_timeout_s,
-                            str(master.log_dir.resolve() / f"{node.name}-error.json")))
-        for rank, node in enumerate(ranks)
-    ]  # fmt: skip
-    t0 = master.clock.now()
-    lifecycle.start_nodes(master, configs, "the ranks starting")
-    start.launch_s = master.clock.now() - t0
-    return start
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+        self.job, self.clock, self.settings = steps.job, steps.clock, steps.settings
 
+    @property
+    def script(self) -> ScriptState:
+        return self.job.script
 
-def settle(master: Master) -> None:
-    """The current group's ``first_step_s``, once every rank has taken a step."""
-    start = master.job.script.current
-    if start is None or start.first_step_s is not None:
-        return
-    ranks = [master.job.nodes.get(n.name) for n in master.job.shape.workers]
-    if ranks and all(r is not None and r.first_step_s is not None for r in ranks):
-        start.first_step_s = max(r.first_step_s for r in ranks) - start.begun_at - start.stop_s
+    def start_group(self, shape: ClusterShape, begun_at: float, restart: bool = False,
+                    stop_s: float = 0.0, lost_s: float = 0.0) -> GroupStart:  # fmt: skip
+        """Launch ``shape``'s ranks as one group at a fresh store; returns its (running)
+        timing (``restart``: a group was stopped for it, ``stop_s`` ago, throwing ``lost_s``
+        away)."""
+        job, script, settings = self.job, self.script, self.settings
+        ranks = rank_order(shape)
+        host, port = store_address(self.steps.nodes.open_rendezvous(len(ranks)))
+        start = GroupStart(job.generation, len(ranks), begun_at, restart, stop_s, lost_s=lost_s)
+        script.group_started(start)
+        run_id = f"{settings.name}-{settings.run_token}"
+        configs = [
+            (node, ScriptConfig(job.generation, rank, len(ranks), host, port,
+                                script.failed_restarts, settings.max_restarts, run_id,
+                                settings.startup_timeout_s,
+                                str(settings.log_dir.resolve() / f"{node.name}-error.json")))
+            for rank, node in enumerate(ranks)
+        ]  # fmt: skip
+        t0 = self.clock.now()
+        self.steps.start_nodes(configs, "the ranks starting")
+        start.launch_s = self.clock.now() - t0
+        return start
 
+    def settle(self) -> None:
+        """The current group's ``first_step_s``, once every rank has taken a step."""
+        start = self.script.current
+        if start is None or start.first_step_s is not None:
+            return
+        ranks = self._ranks()
+        if ranks and all(r is not None and r.first_step_s is not None for r in ranks):
+            start.first_step_s = max(r.first_step_s for r in ranks) - start.begun_at - start.stop_s
 
-def wait_first_steps(master: Master) -> None:
-    """Serve the group until every rank took a step (or ended); a failure meanwhile
-    interrupts (the caller handles it)."""
-    job = master.job
-    ranks = [job.nodes.get(n.name) for n in job.shape.workers]
+    def wait_first_steps(self) -> None:
+        """Serve the group until every rank took a step (or ended); a failure meanwhile
+        interrupts (the caller handles it)."""
+        ranks = self._ranks()
 
-    def stepped() -> bool:
-        return all(r is not None and (r.first_step_s is not None or not r.alive) for r in ranks)
+        def stepped() -> bool:
+            return all(r is not None and (r.first_step_s is not None or not r.alive) for r in ranks)
 
-    master.wait_until(stepped, master.spec.runtime.startup_timeout_s, "the ranks' first steps")
-    settle(master)
+        self.steps.wait_until(stepped, self.settings.startup_timeout_s, "the ranks' first steps")
+        self.settle()
 
+    def restart(self, shape: ClusterShape, reason: str, planned: bool,
+                action: str = TimelineAction.RESTART_GROUP) -> dict[str, Any]:  # fmt: skip
+        """Stop the group and start ``shape``'s (torchrun's contract: the script resumes from
+        its own checkpoint). ``planned``: a resize (waits for the script's next save first);
+        else a failure (counted). Returns the timing details the timeline row carries."""
+        job, script = self.job, self.script
+        t0 = self.clock.now()
+        if planned:
+            self._wait_for_save()
+        stopped_at = self.clock.now()
+        lost_s = self.unsaved_s()
+        script.group_stopped(self._group_steps(),
+                             sum(n.stats.samples for n in self._ranks() if n is not None),
+                             failed=not planned)  # fmt: skip
+        for node in job.nodes.alive(NodeRole.WORKER):
+            self.steps.nodes.stop(node.name)
+        stop_s = self.clock.now() - stopped_at
+        self.steps.bump_generation()
+        job.take_shape(shape)
+        job.move_to(Phase.LAUNCHING)
+        start = self.start_group(shape, stopped_at, True, stop_s, lost_s)
+        job.move_to(Phase.TRAINING)
+        self.wait_first_steps()
+        details = start.details() | {"waited_for_save_s": stopped_at - t0}
+        self.steps.record(action, reason, t0, **details)
+        return details
 
-def restart(master: Master, shape: ClusterShape, reason: str, planned: bool,
-            action: str = "restart_group") -> dict[str, Any]:  # fmt: skip
-    """Stop the group and start ``shape``'s (torchrun's contract: the script resumes from its
-    own checkpoint). ``planned``: a resize (waits for the script's next save first); else a
-    failure (counted). Returns the timing details the timeline row carries."""
-    from rightsize.runtime import lifecycle
+    def _wait_for_save(self) -> None:
+        """If the script saves regularly, let it save once more before its ranks are stopped."""
+        script = self.script
+        if not saves_regularly(script):
+            return
+        saves = len(script.saves_at)
+        limit = SAVE_WAIT_PERIODS * script.save_period_s()
+        try:
+            self.steps.wait_until(
+                lambda: len(script.saves_at) > saves or script.finished(self.job.shape),
+                limit, "the script's next checkpoint",
+            )  # fmt: skip
+        except JobFailed:
+            pass  # no save in time: stop now, and count what is lost
 
-    job, script = master.job, master.job.script
-    t0 = master.clock.now()
-    if planned:
-        _wait_for_save(master)
-    else:
-        script.failed_restarts += 1
-    stopped_at = master.clock.now()
-    lost_s = unsaved_s(master)
-    script.steps_before += _group_steps(master)
-    script.samples_before += sum(n.stats.samples for n in _ranks(master) if n is not None)
-    for node in job.nodes.alive(NodeRole.WORKER):
-        master.stop_node(node.name)
-    stop_s = master.clock.now() - stopped_at
-    lifecycle.bump_generation(master)
-    job.shape = shape
-    job.move_to(Phase.LAUNCHING)
-    start = start_group(master, shape, stopped_at, True, stop_s, lost_s)
-    job.move_to(Phase.TRAINING)
-    wait_first_steps(master)
-    details = start.details() | {"waited_for_save_s": stopped_at - t0}
-    lifecycle.record(master, action, reason, t0, **details)
-    return details
+    def unsaved_s(self) -> float:
+        """Training time since the script's last save (since the group's start if it never
+        saved in it): what a stop now throws away."""
+        script = self.script
+        now = self.clock.now()
+        begun = script.current.begun_at if script.current else now
+        last = max([s for s in script.saves_at if s >= begun], default=None)
+        return max(0.0, now - (last if last is not None else begun))
+
+    def _ranks(self) -> list[NodeState | None]:
+        return [self.job.nodes.get(n.name) for n in self.job.shape.workers]
+
+    def _group_steps(self) -> int:
+        return max((r.stats.steps for r in self._ranks() if r is not None), default=0)
+
+    def steps_done(self) -> int:
+        """Optimizer steps the script took in all (every group's, trained twice or not)."""
+        return self.script.steps_before + self._group_steps()
+
+    def check_started(self, exit_: Exit, node: NodeState, resumed: bool) -> None:
+        """A rank exited with an error code before the job ever took a step, on its first
+        launch (``resumed``: this master took over a job, not a first launch): the script
+        cannot run as given (a bad argument, a missing import).
+
+        Raises:
+            ScriptFailedAtStart: with the last line the script printed, and where its log is.
+        """
+        script = self.script
+        stepped = any(s.first_step_s is not None for s in script.starts) or any(
+            n.stats.steps for n in self.job.nodes.by_name.values())  # fmt: skip
+        first_launch = script.failed_restarts == 0 and len(script.starts) == 1 and not resumed
+        if exit_.returncode <= 0 or exit_.oom_killed or stepped or not first_launch:
+            return
+        log = self.settings.log_dir / f"{node.name}.log"
+        said = last_words(log, node.name)
+        raise ScriptFailedAtStart(
+            f"{self.settings.script} exited with code {exit_.returncode} on {node.name} before "
+            f"its first step{': ' + said if said else ''} (its log: {log})"
+        )
 
 
 def saves_regularly(script: ScriptState) -> bool:
@@ -137,64 +191,10 @@ def saves_regularly(script: ScriptState) -> bool:
     return period is not None and SAVE_WAIT_PERIODS * period <= SAVE_WAIT_MAX_S
 
 
-def _wait_for_save(master: Master) -> None:
-    """If the script saves regularly, let it save once more before its ranks are stopped."""
-    script = master.job.script
-    if not saves_regularly(script):
-        return
-    saves = len(script.saves_at)
-    limit = SAVE_WAIT_PERIODS * script.save_period_s()
-    try:
-        master.wait_until(lambda: len(script.saves_at) > saves or script.finished(master.shape),
-                          limit, "the script's next checkpoint")  # fmt: skip
-    except JobFailed:
-        pass  # no save in time: stop now, and count what is lost
-
-
-def unsaved_s(master: Master) -> float:
-    """Training time since the script's last save (since the group's start if it never saved
-    in it): what a stop now throws away."""
-    script = master.job.script
-    now = master.clock.now()
-    begun = script.current.begun_at if script.current else now
-    last = max([s for s in script.saves_at if s >= begun], default=None)
-    return max(0.0, now - (last if last is not None else begun))
-
-
-def _ranks(master: Master) -> list[NodeState | None]:
-    return [master.job.nodes.get(n.name) for n in master.job.shape.workers]
-
-
-def _group_steps(master: Master) -> int:
-    return max((r.stats.steps for r in _ranks(master) if r is not None), default=0)
-
-
-def steps_done(master: Master) -> int:
-    """Optimizer steps the script took in all (every group's, trained twice or not)."""
-    return master.job.script.steps_before + _group_steps(master)
-
-
-
-
-def check_started(master: Master, exit_: Exit, node: NodeState) -> None:
-    """A rank exited with an error code before the job ever took a step, on its first launch:
-    the script cannot run as given (a bad argument, a missing import).
-
-    Raises:
-        ScriptFailedAtStart: with the last line the script printed, and where its log is.
-    """
-    script = master.job.script
-    stepped = any(s.first_step_s is not None for s in script.starts) or any(
-        n.stats.steps for n in master.job.nodes.by_name.values())  # fmt: skip
-    first_launch = script.failed_restarts == 0 and len(script.starts) == 1 and not master.resumed_from
-    if exit_.returncode <= 0 or exit_.oom_killed or stepped or not first_launch:
-        return
-    log = master.log_dir / f"{node.name}.log"
-    said = last_words(log, node.name)
-    raise ScriptFailedAtStart(
-        f"{master.spec.script} exited with code {exit_.returncode} on {node.name} before its "
-        f"first step{': ' + said if said else ''} (its log: {log})"
-    )
+def store_address(rendezvous: str) -> tuple[str, int]:
+    """``tcp://host:port`` as the host and port a rank's ``TCPStore`` client takes."""
+    host, port = rendezvous.removeprefix("tcp://").rsplit(":", 1)
+    return host, int(port)
 
 
 def last_words(log: Path, name: str) -> str:

@@ -31,7 +31,7 @@ import torch
 
 from rightsize.core.spec import JobSpec
 from rightsize.runtime import script_hooks, script_link
-from rightsize.runtime.node import NodeContext, set_threads
+from rightsize.runtime.node_link import NodeContext, set_threads
 from rightsize.runtime.protocol import (
     FileEvent,
     FileReport,

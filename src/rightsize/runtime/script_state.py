@@ -77,6 +77,37 @@ class ScriptState:
         done = self.done
         return bool(done) and all(n.name in done for n in shape.workers)
 
+    def group_started(self, start: GroupStart) -> None:
+        """A new group starts (``start`` times it): the last group's exits are forgotten, and
+        the ledger hands out its samples anew."""
+        self.exits.clear()
+        self.ended_late.clear()
+        self.ledger.new_group(start.generation, start.world)
+        self.starts.append(start)
+
+    def group_stopped(self, steps: int, samples: int, failed: bool) -> None:
+        """The group is stopped having taken ``steps`` and ``samples``; ``failed``: a rank's
+        failure stopped it (torchrun counts that restart)."""
+        self.steps_before += steps
+        self.samples_before += samples
+        if failed:
+            self.failed_restarts += 1
+
+    def rank_exited(self, name: str, returncode: int) -> None:
+        self.exits[name] = returncode
+
+    def rank_ended_late(self, name: str, how: str) -> None:
+        """A rank failed (``how``) after another had finished the script: it counts as done."""
+        self.ended_late[name] = how
+
+    def sampler_asked(self) -> None:
+        """A rank's ElasticSampler asked for samples: the ledger's guarantee applies."""
+        self.sampler_used = True
+
+    def resumed(self, ledger: SampleLedger) -> None:
+        """A new master takes over the script's ledger from the state file."""
+        self.ledger = ledger
+
     def save_period_s(self) -> float | None:
         """The script's median time between saves, once it has saved twice."""
         gaps = [b - a for a, b in zip(self.saves_at, self.saves_at[1:], strict=False)]

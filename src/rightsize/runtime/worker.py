@@ -28,7 +28,7 @@ import torch
 
 from rightsize.core.spec import SharedMemoryMode
 from rightsize.runtime.model_io import EmbeddingLookups, gradients, layout_of, write_pulled
-from rightsize.runtime.node import NodeContext
+from rightsize.runtime.node_link import NodeContext
 from rightsize.runtime.protocol import (
     ClusterView,
     Grant,

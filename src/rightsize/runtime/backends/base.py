@@ -1,60 +1,21 @@
-"""What the master asks of a backend, whichever runs the nodes: this machine or a Ray cluster.
+"""Which backend runs a job's nodes, and what it may span.
 
-The master speaks to one object with this shape (:class:`NodeBackend`): it launches
-a node's process inside the node's resources, resizes it, hears of its exit, signals
-and stops it, and reads its CPU and memory. :func:`open_backend` picks the backend
-a job file names (``runtime.backend``); :func:`capacity_of` is what the job may
-span, read before anything is launched (the master checks a shape against it).
+:func:`open_backend` picks the backend a job file names (``runtime.backend``) and
+returns it as the contract the master speaks to (:class:`contract.NodeBackend`);
+:func:`capacity_of` is what the job may span, read before anything is launched (the
+master checks a shape against it).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
-from rightsize.core.resources import Resources
-from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Backend, JobSpec, RuntimeSpec
 from rightsize.runtime.backends.cgroups import NO_SHARING, QuotaSharing
-from rightsize.runtime.backends.local import Exit, LocalBackend, machine_resources
+from rightsize.runtime.backends.contract import NodeBackend
+from rightsize.runtime.backends.local import LocalBackend, machine_resources
 from rightsize.runtime.capacity import Capacity
-
-#: The environment variable that tells a node which address its own server binds (a PS):
-#: loopback on one machine (the default), its host's address on a cluster.
-BIND_HOST_ENV = "RIGHTSIZE_BIND_HOST"
-
-
-def node_bind_host() -> str:
-    return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
-
-
-class NotInPlace(Exception):
-    """The backend cannot give a running node these resources without relaunching it (its
-    host has no room for them): the caller relaunches the node at the new size."""
-
-
-class NodeBackend(Protocol):
-    """The mechanism under the master (:class:`LocalBackend`, :class:`RayBackend`)."""
-
-    #: how nodes are confined, for the report: ``cgroup-v1``, ``affinity``, ``ray+cgroup-v1``
-    mode: str
-    #: the address the master's own server binds, which every node can reach
-    bind_host: str
-    #: CPUs of the largest host a node can land on (torch threads follow a node's quota)
-    host_cpus: int
-
-    def launch(self, node: NodeSpec, argv: list[str], env: dict[str, str],
-               startup: Resources | None = None) -> int: ...
-    def note(self, name: str, text: str) -> None: ...
-    def resize(self, name: str, resources: Resources) -> int: ...
-    def exits(self) -> list[Exit]: ...
-    def signal(self, name: str, sig: int) -> None: ...
-    def stop(self, name: str, timeout_s: float = 10.0) -> int | None: ...
-    def close(self) -> None: ...
-    def reading(self, name: str) -> tuple[float, int]: ...
-    def placements(self) -> list[dict]: ...
 
 
 def open_backend(runtime: RuntimeSpec, log_dir: Path, warn: Callable[[str], None],

@@ -41,6 +41,7 @@ from rightsize.runtime.backends.cgroups import (
     QuotaSharing,
     detect,
 )
+from rightsize.runtime.backends.isolation import IsolationMode
 from rightsize.runtime.segments import remove_segments, sweep_stale
 
 #: Threads for an allocation of ``c`` cores: ``floor(c + THREAD_ROUNDING)``, at least 1 and
@@ -118,7 +119,7 @@ class LocalBackend:
                     raise ResourceError(f"runtime.isolation cgroup: {exc}") from None
                 self.cgroups = None
                 warn(f"warning: {exc}; nodes get CPU affinity and thread limits instead")
-        self.mode = f"cgroup-v{self.cgroups.hierarchy.version}" if self.cgroups else "affinity"
+        self.mode = IsolationMode.of_cgroups(self.cgroups.hierarchy.version if self.cgroups else None)
 
     @property
     def host_cpus(self) -> int:

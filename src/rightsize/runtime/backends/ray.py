@@ -38,7 +38,8 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
-from rightsize.runtime.backends.base import NotInPlace
+from rightsize.runtime.backends.contract import NotInPlace
+from rightsize.runtime.backends.isolation import IsolationMode
 from rightsize.runtime.backends.local import Exit, append_note
 from rightsize.runtime.backends.ray_host import NodeHost
 from rightsize.runtime.capacity import Capacity
@@ -142,14 +143,14 @@ class RayBackend:
         self.token = uuid.uuid4().hex[:8]
         self.nodes: dict[str, _Placed] = {}
         self._placements: list[dict] = []
-        self._host_mode = ""
+        self._host_mode: IsolationMode | None = None  # how the hosts confine nodes
         self.bind_host = self.ray.util.get_node_ip_address()
         self.host_cpus = max(1, int(max((h.cpu_cores for h in _hosts(self.ray)), default=1)))
         self.host_class = self.ray.remote(NodeHost)
 
     @property
-    def mode(self) -> str:
-        return f"ray+{self._host_mode}" if self._host_mode else "ray"
+    def mode(self) -> IsolationMode:
+        return IsolationMode.on_ray(self._host_mode)
 
     def placements(self) -> list[dict]:
         """Every launch: the node, the Ray node and host it landed on."""
@@ -195,7 +196,7 @@ class RayBackend:
             raise
         for warning in info["warnings"]:
             self.warn(f"{node.name} on {host}: {warning}")
-        self._host_mode = info["mode"]
+        self._host_mode = IsolationMode(info["mode"])
         placed = _Placed(actor, group, node.resources, ray_node, host, actor.wait.remote())
         self.nodes[node.name] = placed
         self._placements.append({"node": node.name, "ray_node": ray_node[:12], "host": host,

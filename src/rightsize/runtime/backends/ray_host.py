@@ -29,8 +29,8 @@ from pathlib import Path
 from rightsize.core.resources import Resources
 from rightsize.core.shape import NodeSpec
 from rightsize.core.spec import Isolation
-from rightsize.runtime.backends.base import BIND_HOST_ENV
 from rightsize.runtime.backends.cgroups import QuotaSharing
+from rightsize.runtime.backends.contract import BIND_HOST_ENV
 from rightsize.runtime.backends.local import Exit, LocalBackend
 
 #: How often the actor looks for its process's exit.
@@ -56,7 +56,7 @@ class NodeHost:
         with self.lock:
             pid = self.local.launch(node, [sys.executable, *argv[1:]], env)
         return {"pid": pid, "host": self.host, "hostname": socket.gethostname(),
-                "mode": self.local.mode, "warnings": list(self.warnings)}  # fmt: skip
+                "mode": str(self.local.mode), "warnings": list(self.warnings)}  # fmt: skip
 
     def wait(self) -> Exit:
         """Return when the process has ended (or was stopped): how it ended."""
