@@ -97,7 +97,7 @@ def test_a_plan_adds_a_worker_and_times_it_on_the_fake_clock(world):
 
 
 def test_a_plan_the_lease_refuses_changes_nothing_and_is_recorded_once(world):
-    world.lease.reserve = lambda total: "the service's capacity is taken"
+    world.lease.reserve = lambda total, nodes=None: "the service's capacity is taken"
     for _ in range(2):
         assert not world.ops.apply_plan(plan(ps_shape(n_workers=3))).applied
     assert world.job.shape == ps_shape() and world.nodes.launched[-1] == "worker-1"

@@ -59,7 +59,7 @@ class Elastic:
                or _outside(self.settings.worker_range, plan.shape)
                or _not_now(job, change))  # fmt: skip
         if not why and not change.empty:  # last: a granted reservation takes capacity
-            why = self.steps.ports.lease.reserve(plan.shape.total())
+            why = self.steps.ports.lease.reserve(plan.shape.total(), len(plan.shape.nodes))
         if why or change.empty:
             reason = f"{plan.reason} (rejected: {why})" if why else f"{plan.reason} (no change)"
             if not self.steps.timeline.repeats_last(str(plan.action), reason, plan.shape):

@@ -41,11 +41,13 @@ class CapacityLease(Protocol):
     def free(self, shape: ClusterShape) -> Resources:
         """What the job could hold beyond ``shape`` now."""
 
-    def reserve(self, total: Resources) -> str | None:
-        """Take ``total`` (the job's whole shape) if it fits; None if granted, else why not."""
+    def reserve(self, total: Resources, nodes: int | None = None) -> str | None:
+        """Take ``total`` (the job's whole shape, of ``nodes`` nodes: the books allow each
+        node's rounding, ``core.shape.rounding_slack``) if it fits; None if granted, else
+        why not."""
 
-    def settle(self, total: Resources) -> None:
-        """The job now holds ``total``."""
+    def settle(self, total: Resources, nodes: int | None = None) -> None:
+        """The job now holds ``total`` on ``nodes`` nodes."""
 
     def ceiling(self, budget: Resources) -> Resources:
         """The most the job's nodes may hold together at any moment (``budget``: its own)."""
@@ -62,10 +64,10 @@ class MachineLease:
         return Resources(max(0.0, self.machine.cpu_cores - used.cpu_cores),
                          max(0, self.machine.memory_bytes - used.memory_bytes))  # fmt: skip
 
-    def reserve(self, total: Resources) -> str | None:
+    def reserve(self, total: Resources, nodes: int | None = None) -> str | None:
         return None  # capacity_problem() already refused what the machine cannot hold
 
-    def settle(self, total: Resources) -> None:
+    def settle(self, total: Resources, nodes: int | None = None) -> None:
         pass
 
     def ceiling(self, budget: Resources) -> Resources:

@@ -248,7 +248,7 @@ class Master:
         launch = None if resume else self._launch_plan()
         shape = resume.shape if resume else launch.shape
         check_fits(self.spec, shape, self.capacity, self.oversubscribe)
-        refused = self.lease.reserve(shape.total())
+        refused = self.lease.reserve(shape.total(), len(shape.nodes))
         if refused:
             raise ResourceError(f"the job cannot start now: {refused}")
         return resume, launch
@@ -570,7 +570,7 @@ class Master:
         try:
             return self.ops.apply_plan(floored_plan(plan, self.need))
         finally:  # what the job holds now, applied or not: a reservation not used goes back
-            self.lease.settle(self.job.shape.total())
+            self.lease.settle(self.job.shape.total(), len(self.job.shape.nodes))
 
     def checkpoint(self) -> None:
         try:
