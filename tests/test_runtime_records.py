@@ -96,3 +96,23 @@ def test_the_report_is_built_from_values():
     usage = report["nodes"]["worker-0"]
     assert usage["cpu_used_mean"] == 1.0 and usage["intervals"] == 4
     assert report["restarts"] == {"masters": 1, "nodes": {"worker-0": 1}, "events": []}
+
+
+def test_the_progress_line_and_table_read_the_record_by_its_units():
+    from rightsize.cli.run_cmd import node_table, status_line
+
+    record = ProgressStatus.from_json(status_dict(61.0, 48.0, cpu_used=0.5))
+    line = status_line(record)
+    assert "epoch" in line and "steps 12/?" in line and "48 samples/s" in line
+    assert "loss 0.2500" in line and "cpu 0.50/2.00" in line
+    table = node_table(record)
+    assert "worker-0" in table and "0.50/2.00" in table and "3.0" in table
+
+
+def test_a_status_from_an_earlier_state_file_reads_its_missing_fields_as_unknown():
+    data = status_dict(2.0, 10.0)
+    for optional in ("epoch", "steps_total", "loss", "e_job", "shape"):
+        del data[optional]
+    record = ProgressStatus.from_json(data)
+    assert (record.epoch, record.steps_total, record.loss, record.e_job) == (None,) * 4
+    assert record.shape == "" and record.samples_per_s == 10.0

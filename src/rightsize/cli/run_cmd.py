@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rightsize.cli.output import format_table, print_json
 from rightsize.cli.store_args import add_store_arguments, open_store
@@ -14,6 +14,9 @@ from rightsize.core.spec import Backend, JobSpec, job_spec_help, load_job_spec, 
 from rightsize.core.units import format_bytes, format_duration
 from rightsize.runtime import run as front_door
 from rightsize.scaling.registry import policy_names
+
+if TYPE_CHECKING:
+    from rightsize.runtime.records import ProgressStatus
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -150,7 +153,7 @@ class ProgressView:
     def warn(self, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    def update(self, status: dict[str, Any]) -> None:
+    def update(self, status: ProgressStatus) -> None:
         if self.quiet:
             return
         if self.live is None:
@@ -161,27 +164,26 @@ class ProgressView:
         self.live.update(Text(status_line(status) + "\n" + node_table(status)))
 
 
-def status_line(status: dict[str, Any]) -> str:
-    loss = f"loss {status['loss']:.4f}" if status.get("loss") is not None else "loss -"
-    used = sum(n["cpu_used"] for n in status["nodes"])
-    allocated = sum(n["cpu_allocated"] for n in status["nodes"])
-    epoch = "-" if status["epoch"] is None else status["epoch"] + 1
-    total = status["steps_total"] if status["steps_total"] is not None else "?"
+def status_line(status: ProgressStatus) -> str:
+    loss = f"loss {status.loss:.4f}" if status.loss is not None else "loss -"
+    used = sum(n.cpu_used_cores for n in status.nodes)
+    allocated = sum(n.cpu_allocated_cores for n in status.nodes)
+    epoch = "-" if status.epoch is None else status.epoch + 1
+    total = status.steps_total if status.steps_total is not None else "?"
     return (
-        f"{format_duration(status['time_s'])}  epoch {epoch}  "
-        f"steps {status['steps_done']}/{total}  "
-        f"{status['samples_per_s']:.0f} samples/s  {loss}  cpu {used:.2f}/{allocated:.2f}  "
-        f"{status['shape']}"
+        f"{format_duration(status.time_s)}  epoch {epoch}  steps {status.steps_done}/{total}  "
+        f"{status.samples_per_s:.0f} samples/s  {loss}  cpu {used:.2f}/{allocated:.2f}  "
+        f"{status.shape}"
     )
 
 
-def node_table(status: dict[str, Any]) -> str:
+def node_table(status: ProgressStatus) -> str:
     rows = [
-        (n["name"], f"{n['cpu_used']:.2f}/{n['cpu_allocated']:.2f}",
-         f"{format_bytes(n['memory_used'])}/{format_bytes(n['memory_allocated'])}",
-         f"{format_bytes(n['net_in'])}/s", f"{format_bytes(n['net_out'])}/s",
-         f"{n['steps_per_s']:.1f}")
-        for n in status["nodes"]
+        (n.name, f"{n.cpu_used_cores:.2f}/{n.cpu_allocated_cores:.2f}",
+         f"{format_bytes(n.memory_used_bytes)}/{format_bytes(n.memory_allocated_bytes)}",
+         f"{format_bytes(n.net_in_bytes_per_s)}/s", f"{format_bytes(n.net_out_bytes_per_s)}/s",
+         f"{n.steps_per_s:.1f}" if n.steps_per_s is not None else "-")
+        for n in status.nodes
     ]  # fmt: skip
     return format_table(("node", "cpu used/alloc", "memory", "net in", "net out", "steps/s"), rows)
 

@@ -66,7 +66,7 @@ from rightsize.runtime.memory_need import (
     script_need,
     warn_below_floors,
 )
-from rightsize.runtime.metrics import MetricCollector, progress_status, read_nodes
+from rightsize.runtime.metrics import MetricCollector, progress, read_nodes
 from rightsize.runtime.model_io import layout_of
 from rightsize.runtime.node_link import build_workload
 from rightsize.runtime.nodes import Status, describe_exit
@@ -74,7 +74,7 @@ from rightsize.runtime.operations import JobOperations
 from rightsize.runtime.ports import JobPorts, Settings
 from rightsize.runtime.processes import NodeProcesses
 from rightsize.runtime.protocol import Message, Role, Threads
-from rightsize.runtime.records import TimelineAction, TimelineRow
+from rightsize.runtime.records import ProgressStatus, TimelineAction, TimelineRow
 from rightsize.runtime.report import (
     account,
     build_report,
@@ -134,7 +134,7 @@ class Master:
         clock: Clock | None = None,
         fresh: bool = False,
         warn: Callable[[str], None] | None = None,
-        on_sample: Callable[[dict[str, Any]], None] | None = None,
+        on_sample: Callable[[ProgressStatus], None] | None = None,
         oversubscribe: bool = False,
         lease: CapacityLease | None = None,
         launch: Plan | None = None,
@@ -634,8 +634,8 @@ class Master:
             return None
         for m in sample.role(NodeRole.WORKER):
             self.job.record_speed(m.name, m.steps_per_s)
-        status = progress_status(sample, self.job, self.steps_done(), self.steps_total,
-                                 self.collector.loss)  # fmt: skip
-        self.store.record_sample(now, status)
+        status = progress(sample, self.job, self.steps_done(), self.steps_total,
+                          self.collector.loss)  # fmt: skip
+        self.store.record_sample(now, status.to_json())
         self.on_sample(status)
         return sample

@@ -104,10 +104,12 @@ class ProgressStatus:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgressStatus:
+        """The status a state file holds; the fields a status may lack (an earlier version's
+        file: no epoch, total, loss, efficiency or shape) read as unknown."""
         nodes = tuple(NodeReading.from_json(n) for n in data["nodes"])
-        return cls(data["time_s"], data["epoch"], data["steps_done"], data["steps_total"],
-                   data["steps_per_s"], data["samples_per_s"], data["loss"], data["e_job"],
-                   data["shape"], nodes)  # fmt: skip
+        return cls(data["time_s"], data.get("epoch"), data["steps_done"],
+                   data.get("steps_total"), data["steps_per_s"], data["samples_per_s"],
+                   data.get("loss"), data.get("e_job"), data.get("shape", ""), nodes)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {"time_s": self.time_s, "epoch": self.epoch, "steps_done": self.steps_done,

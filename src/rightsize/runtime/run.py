@@ -31,6 +31,7 @@ from rightsize.scaling.registry import policy_for
 
 if TYPE_CHECKING:
     from rightsize.runtime.lease import CapacityLease
+    from rightsize.runtime.records import ProgressStatus
     from rightsize.scaling.api import Plan
 
 
@@ -75,7 +76,7 @@ def run_job(
     lease: CapacityLease | None = None,
     launch: Plan | None = None,
     warn: Callable[[str], None] | None = None,
-    on_sample: Callable[[dict[str, Any]], None] | None = None,
+    on_sample: Callable[[ProgressStatus], None] | None = None,
     command: str | None = None,
 ) -> JobOutcome:
     """Train ``spec`` to its end (or resume it) and write its report to ``report_path``.

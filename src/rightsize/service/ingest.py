@@ -18,6 +18,7 @@ from pathlib import Path
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from rightsize.runtime.records import NodeReading, ProgressStatus
 from rightsize.runtime.state import StateReader, StateUnreadable
 from rightsize.service.models import EventRow, NodeSampleRow, SampleRow, ShapeRow
 
@@ -54,19 +55,23 @@ def _copy_timeline(session: Session, job_id: int, source: StateReader) -> None:
 def _copy_samples(session: Session, job_id: int, source: StateReader) -> None:
     last = session.scalar(select(func.max(SampleRow.seq)).where(SampleRow.job_id == job_id))
     for sample in source.samples_after(last or 0):
-        status = sample.status
+        status = ProgressStatus.from_json(sample.status)
         session.add(SampleRow(
             job_id=job_id, seq=sample.seq, time_s=sample.time_s,
-            steps_done=status["steps_done"], steps_per_s=status["steps_per_s"],
-            samples_per_s=status["samples_per_s"], loss=status.get("loss"),
-            e_job=status.get("e_job"), shape=status.get("shape", ""),
-            nodes=[NodeSampleRow(**{k: n[k] for k in _NODE_FIELDS}, node=n["name"])
-                   for n in status["nodes"]],
+            steps_done=status.steps_done, steps_per_s=status.steps_per_s,
+            samples_per_s=status.samples_per_s, loss=status.loss, e_job=status.e_job,
+            shape=status.shape, nodes=[_node_row(n) for n in status.nodes],
         ))  # fmt: skip
 
 
-_NODE_FIELDS = ("role", "cpu_used", "cpu_allocated", "memory_used", "memory_allocated", "net_in",
-                "net_out", "steps_per_s")  # fmt: skip
+def _node_row(node: NodeReading) -> NodeSampleRow:
+    # the store's columns are named as the state file's keys (no units), fixed by migration
+    return NodeSampleRow(node=node.name, role=node.role, cpu_used=node.cpu_used_cores,
+                         cpu_allocated=node.cpu_allocated_cores,
+                         memory_used=node.memory_used_bytes,
+                         memory_allocated=node.memory_allocated_bytes,
+                         net_in=node.net_in_bytes_per_s, net_out=node.net_out_bytes_per_s,
+                         steps_per_s=node.steps_per_s)  # fmt: skip
 
 
 def _copy_events(session: Session, job_id: int, source: StateReader) -> None:
