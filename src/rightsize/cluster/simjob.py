@@ -262,11 +262,11 @@ class SimJob:
         cpu_cv = noise.cpu_cv
         true, cap, columns = template.true[-1], template.cap[-1], template.columns
         out = []
-        for t, draws, draw in zip(times, block, block[:, -1].tolist(), strict=True):
+        for t, draws in zip(times, block.tolist(), strict=True):
             warm = t - ready < warmup_s
             cv = warmup_cv if warm else steady_cv
             # measured_row's last value, spelled the same way (the same float)
-            speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
+            speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draws[-1]) else factor)
             speed = cap if cap < speed else speed
             nodes = partial(columns, draws, cv, None if warm else cpu_cv)
             out.append(lazy_metric_sample(t - start, nodes, speed, speed * batch))
@@ -328,10 +328,10 @@ class _SampleTemplate:
         count, speed = len(self.names), row[-1]
         return metric_sample(time_s, self._columns_of(row, count), speed, speed * batch)
 
-    def columns(self, draws: np.ndarray, cv: float, cpu_cv: float | None) -> NodeColumns:
-        """The node columns one sample's noise ``draws`` make (see the row layout): every value
+    def columns(self, values: list[float], cv: float, cpu_cv: float | None) -> NodeColumns:
+        """The node columns one sample's noise draws make (see the row layout): every value
         measured with ``cv``, and the CPU readings again with ``cpu_cv`` if given."""
-        values, count = draws.tolist(), len(self.names)
+        count = len(self.names)
         row = measured_row(self.true, cv, values, self.cap)
         if cpu_cv is not None:  # the CPU readings' own noise
             row[:count] = measured_row(self.true[:count], cpu_cv, values[:count], self.cap[:count])
