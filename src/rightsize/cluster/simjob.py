@@ -325,19 +325,20 @@ class _SampleTemplate:
     def sample(self, time_s: float, row: list[float], batch: int) -> MetricSample:
         """The sample a row of measurements makes at ``time_s`` (see the row layout; the
         simulated link is full duplex: as many bytes in as out)."""
-        count, speed = len(self.names), row[-1]
-        return metric_sample(time_s, self._columns_of(row, count), speed, speed * batch)
+        speed = row[-1]
+        return metric_sample(time_s, self._columns_of(row), speed, speed * batch)
 
     def columns(self, values: list[float], cv: float, cpu_cv: float | None) -> NodeColumns:
         """The node columns one sample's noise draws make (see the row layout): every value
         measured with ``cv``, and the CPU readings again with ``cpu_cv`` if given."""
-        count = len(self.names)
         row = measured_row(self.true, cv, values, self.cap)
         if cpu_cv is not None:  # the CPU readings' own noise
+            count = len(self.names)
             row[:count] = measured_row(self.true[:count], cpu_cv, values[:count], self.cap[:count])
-        return self._columns_of(row, count)
+        return self._columns_of(row)
 
-    def _columns_of(self, row: list[float], count: int) -> NodeColumns:
+    def _columns_of(self, row: list[float]) -> NodeColumns:
+        count = len(self.names)
         net = tuple(row[count:-1])
         return node_columns(self.names, self.roles, tuple(row[:count]), self.allocated,
                             self.memory_used, self.memory_allocated, net, net, self.capacity,

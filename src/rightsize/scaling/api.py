@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rightsize.core.resources import Resources
@@ -98,7 +99,7 @@ class NodeColumns(Sequence[NodeMetrics]):
         memory_used_bytes, memory_allocated_bytes, net_in_bytes_per_s, net_out_bytes_per_s,
         net_capacity_bytes_per_s, steps_per_s: each node's :class:`NodeMetrics` field.
         net_utilization: each node's :attr:`NodeMetrics.net_utilization` (``None`` if its link
-            capacity is unknown): derived from the link columns when the columns are made.
+            capacity is unknown): derived from the link columns when first read.
     """
 
     names: tuple[str, ...]
@@ -111,11 +112,13 @@ class NodeColumns(Sequence[NodeMetrics]):
     net_out_bytes_per_s: tuple[float, ...]
     net_capacity_bytes_per_s: tuple[float | None, ...]
     steps_per_s: tuple[float, ...]
-    net_utilization: tuple[float | None, ...] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "net_utilization", _net_utilization(
-            self.net_in_bytes_per_s, self.net_out_bytes_per_s, self.net_capacity_bytes_per_s))  # fmt: skip
+    @cached_property
+    def net_utilization(self) -> tuple[float | None, ...]:
+        # derived on the first read: NEARCHUS reads it only to place a PSN bottleneck, and
+        # the simulator makes a set of columns per sample, millions in a long trace
+        return _net_utilization(
+            self.net_in_bytes_per_s, self.net_out_bytes_per_s, self.net_capacity_bytes_per_s)
 
     @classmethod
     def of(cls, nodes: Sequence[NodeMetrics]) -> NodeColumns:
@@ -185,16 +188,14 @@ def node_columns(
     net_capacity_bytes_per_s: tuple[float | None, ...],
     steps_per_s: tuple[float, ...],
 ) -> NodeColumns:
-    """A :class:`NodeColumns`, made as its constructor would (``net_utilization`` derived),
-    without it: the simulator makes one per metric sample, millions in a long trace."""
+    """A :class:`NodeColumns`, made as its constructor would, without it: the simulator makes
+    one per metric sample, millions in a long trace."""
     return filled(NodeColumns, {
         "names": names, "roles": roles, "cpu_used_cores": cpu_used_cores,
         "cpu_allocated_cores": cpu_allocated_cores, "memory_used_bytes": memory_used_bytes,
         "memory_allocated_bytes": memory_allocated_bytes,
         "net_in_bytes_per_s": net_in_bytes_per_s, "net_out_bytes_per_s": net_out_bytes_per_s,
         "net_capacity_bytes_per_s": net_capacity_bytes_per_s, "steps_per_s": steps_per_s,
-        "net_utilization": _net_utilization(
-            net_in_bytes_per_s, net_out_bytes_per_s, net_capacity_bytes_per_s),
     })  # fmt: skip
 
 
@@ -365,9 +366,11 @@ class Observation:
         object.__setattr__(self, "readings", Readings())
         object.__setattr__(self, "job_readings", Readings())
 
-    @property
+    @cached_property
     def headroom(self) -> Resources:
-        """What the job may still grow by: the smaller of budget left and cluster free."""
+        """What the job may still grow by: the smaller of budget left and cluster free
+        (computed on the first read and kept with this observation: NEARCHUS's rules read it
+        several times per decision)."""
         return headroom(self.shape, self.budget, self.free)
 
     @property
