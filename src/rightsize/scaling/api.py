@@ -25,13 +25,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
-from rightsize.scaling.frozen import filled
+from rightsize.scaling.frozen import filled, remembered_property
 
 T = TypeVar("T")
 
@@ -113,7 +112,7 @@ class NodeColumns(Sequence[NodeMetrics]):
     net_capacity_bytes_per_s: tuple[float | None, ...]
     steps_per_s: tuple[float, ...]
 
-    @cached_property
+    @remembered_property
     def net_utilization(self) -> tuple[float | None, ...]:
         # derived on the first read: NEARCHUS reads it only to place a PSN bottleneck, and
         # the simulator makes a set of columns per sample, millions in a long trace
@@ -366,7 +365,7 @@ class Observation:
         object.__setattr__(self, "readings", Readings())
         object.__setattr__(self, "job_readings", Readings())
 
-    @cached_property
+    @remembered_property
     def headroom(self) -> Resources:
         """What the job may still grow by: the smaller of budget left and cluster free
         (computed on the first read and kept with this observation: NEARCHUS's rules read it

@@ -37,8 +37,9 @@ class remembered_property(Generic[T]):  # noqa: N801 (a decorator, named like ca
     most values it guards here (the simulator's cluster spec and performances), and the
     simulator makes millions of such first reads; 3.12 dropped the lock. Two threads reading
     at once may both compute the value — the same value: it is for pure properties of frozen
-    objects. Policies use none: what they read more than once per window is kept by the
-    observation book (``api.Readings``).
+    objects. Policies use none (what they read more than once per window is kept by the
+    observation book, ``api.Readings``); an observation's headroom and a sample's link
+    utilization are such values of the types themselves.
     """
 
     def __init__(self, func: Callable[[Any], T]) -> None:
