@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 
 import numpy as np
 
@@ -33,11 +32,13 @@ from rightsize.scaling.api import (
     Plan,
     lazy_metric_sample,
     metric_sample,
-    node_columns,
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
+from rightsize.scaling.frozen import filled, remembered_property
 
+# ``filled``'s two steps, bound once: the simulator's innermost loop makes objects this way
+_new, _fill = object.__new__, object.__setattr__
 
 def measured(true: float, cv: float, draw: float, cap: float) -> float:
     """A measurement of ``true`` with multiplicative noise ``cv·draw``, never negative nor above
@@ -259,17 +260,16 @@ class SimJob:
         batch = self.model.model.batch_size
         start, ready = self.started_s or 0.0, self.ready_s
         warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
-        cpu_cv = noise.cpu_cv
-        true, cap, columns = template.true[-1], template.cap[-1], template.columns
+        true, cap = template.true[-1], template.cap[-1]
         out = []
-        for t, draws in zip(times, block.tolist(), strict=True):
-            warm = t - ready < warmup_s
-            cv = warmup_cv if warm else steady_cv
+        column = _CollectedColumns(template, block, times, ready, noise).column
+        # only the speeds are measured now; the nodes when a policy first reads them
+        for k, (t, draw) in enumerate(zip(times, block[:, -1].tolist())):  # noqa: B905 (a row each)
+            cv = warmup_cv if t - ready < warmup_s else steady_cv
             # measured_row's last value, spelled the same way (the same float)
-            speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draws[-1]) else factor)
+            speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
             speed = cap if cap < speed else speed
-            nodes = partial(columns, draws, cv, None if warm else cpu_cv)
-            out.append(lazy_metric_sample(t - start, nodes, speed, speed * batch))
+            out.append(lazy_metric_sample(t - start, column, k, speed, speed * batch))
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
@@ -281,6 +281,33 @@ class SimJob:
             self._template_cache = sample_template(self.templates, self.perf, link)
             self._template_for = self.perf
         return self._template_cache
+
+
+
+class _CollectedColumns:
+    """The node columns of one collection's samples (``collect``), all measured when a policy
+    first reads any of them: a policy that reads nodes reads every sample's (NEARCHUS's
+    stability points), and one loop over the collection's rows costs less than a call chain
+    per sample; one that reads only the speed (Optimus) never pays for them."""
+
+    __slots__ = ("template", "draws", "times", "ready_s", "noise", "made")
+
+    def __init__(
+        self, template: _SampleTemplate, draws: np.ndarray, times: list[float],
+        ready_s: float, noise: Noise,
+    ) -> None:  # fmt: skip
+        self.template, self.draws, self.times = template, draws, times
+        self.ready_s, self.noise = ready_s, noise
+        self.made: list[NodeColumns] | None = None
+
+    def column(self, k: int) -> NodeColumns:
+        """Sample ``k``'s node columns."""
+        made = self.made
+        if made is None:
+            made = self.made = self.template.columns(
+                self.draws.tolist(), self.times, self.ready_s, self.noise)
+            self.draws = None  # type: ignore[assignment]  # its floats are in the columns now
+        return made[k]
 
 
 def sample_template(
@@ -328,21 +355,53 @@ class _SampleTemplate:
         speed = row[-1]
         return metric_sample(time_s, self._columns_of(row), speed, speed * batch)
 
-    def columns(self, values: list[float], cv: float, cpu_cv: float | None) -> NodeColumns:
-        """The node columns one sample's noise draws make (see the row layout): every value
-        measured with ``cv``, and the CPU readings again with ``cpu_cv`` if given."""
-        row = measured_row(self.true, cv, values, self.cap)
-        if cpu_cv is not None:  # the CPU readings' own noise
-            count = len(self.names)
-            row[:count] = measured_row(self.true[:count], cpu_cv, values[:count], self.cap[:count])
-        return self._columns_of(row)
+    def columns(
+        self, draws: list[list[float]], times: list[float], ready_s: float, noise: Noise
+    ) -> list[NodeColumns]:
+        """The node columns each row of noise ``draws`` makes (one row per sample, taken at
+        ``times``, see the row layout): every value measured with the noise of its time (the
+        warm-up's until ``noise.warmup_s`` after ``ready_s``), and the CPU readings again with
+        ``noise.cpu_cv`` after the warm-up if it is given."""
+        true, cap, count, fixed = self.true, self.cap, len(self.names), self._fixed
+        out = []
+        # measured_row and _columns_of written out: one loop for the collection, no call per
+        # sample (the simulator's innermost loop; the same operations, so the same floats)
+        warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
+        for values, time_s in zip(draws, times):  # noqa: B905 (equal: a row per sample)
+            warm = time_s - ready_s < warmup_s
+            cv, cpu_cv = (warmup_cv, None) if warm else (steady_cv, noise.cpu_cv)
+            row = [
+                c if c < (value := t * (0.0 if 0.0 > (factor := 1.0 + cv * d) else factor))
+                else value
+                for t, d, c in zip(true, values, cap)  # noqa: B905 (the row layout's length)
+            ]  # fmt: skip
+            if cpu_cv is not None:  # the CPU readings' own noise
+                row[:count] = measured_row(true[:count], cpu_cv, values[:count], cap[:count])
+            net = tuple(row[count:-1])
+            columns = _new(NodeColumns)
+            _fill(columns, "__dict__", {
+                **fixed, "cpu_used_cores": tuple(row[:count]),
+                "net_in_bytes_per_s": net, "net_out_bytes_per_s": net,
+            })  # fmt: skip
+            out.append(columns)
+        return out
 
     def _columns_of(self, row: list[float]) -> NodeColumns:
         count = len(self.names)
         net = tuple(row[count:-1])
-        return node_columns(self.names, self.roles, tuple(row[:count]), self.allocated,
-                            self.memory_used, self.memory_allocated, net, net, self.capacity,
-                            self.steps)  # fmt: skip
+        return filled(NodeColumns, {
+            **self._fixed, "cpu_used_cores": tuple(row[:count]),
+            "net_in_bytes_per_s": net, "net_out_bytes_per_s": net,
+        })  # fmt: skip
+
+    @remembered_property
+    def _fixed(self) -> dict[str, tuple]:
+        """The columns that do not vary from sample to sample, by ``NodeColumns`` field."""
+        return {
+            "names": self.names, "roles": self.roles, "cpu_allocated_cores": self.allocated,
+            "memory_used_bytes": self.memory_used, "memory_allocated_bytes": self.memory_allocated,
+            "net_capacity_bytes_per_s": self.capacity, "steps_per_s": self.steps,
+        }  # fmt: skip
 
     @classmethod
     def of(cls, perf: Performance, link: float) -> _SampleTemplate:

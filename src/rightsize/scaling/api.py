@@ -219,17 +219,6 @@ class MetricSample:
         object.__setattr__(self, "nodes", columns)
         object.__setattr__(self, "cpu_used_cores", sum(columns.cpu_used_cores))
 
-    def __getattr__(self, name: str) -> Any:
-        # Only a sample made by ``lazy_metric_sample`` gets here: its nodes (and their CPU sum)
-        # are made on the first read, from the values it was made with, then kept.
-        make = self.__dict__.get("_make_nodes")
-        if make is None or name not in ("nodes", "cpu_used_cores"):
-            raise AttributeError(name)
-        columns = make()
-        self.__dict__.update(nodes=columns, cpu_used_cores=sum(columns.cpu_used_cores))
-        del self.__dict__["_make_nodes"]
-        return self.__dict__[name]
-
     @property
     def columns(self) -> NodeColumns:
         """The nodes' metrics as columns (``nodes`` itself)."""
@@ -252,6 +241,34 @@ class MetricSample:
         return self.cpu_used_cores / allocated if allocated else 0.0
 
 
+class _NodesOnFirstRead:
+    """``MetricSample.nodes`` and ``cpu_used_cores`` of a sample made by
+    :func:`lazy_metric_sample`: made on the first read from the function it was made with,
+    then kept in the instance's ``__dict__``, which later reads find first (a non-data
+    descriptor). A sample made by its constructor has both in its ``__dict__`` already and
+    never gets here. Set on the class after it is made, so the dataclass does not take it for
+    the fields' default; a ``__getattr__`` did the same after a failed lookup, which cost the
+    simulator more than the columns themselves."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        values = instance.__dict__
+        make, index = values.pop("_make_nodes")
+        columns = make(index)
+        values["nodes"], values["cpu_used_cores"] = columns, sum(columns.cpu_used_cores)
+        return values[self.name]
+
+
+for _name in ("nodes", "cpu_used_cores"):
+    _lazy = _NodesOnFirstRead()
+    _lazy.__set_name__(MetricSample, _name)
+    setattr(MetricSample, _name, _lazy)
+
+
 def metric_sample(
     time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float
 ) -> MetricSample:
@@ -264,17 +281,20 @@ def metric_sample(
 
 
 def lazy_metric_sample(
-    time_s: float, make_nodes: Callable[[], NodeColumns], steps_per_s: float,
+    time_s: float, make_nodes: Callable[[int], NodeColumns], index: int, steps_per_s: float,
     samples_per_s: float,
 ) -> MetricSample:
-    """:func:`metric_sample` with its nodes made by ``make_nodes`` when first read. The
-    simulator's samples: a policy that reads only the job's speed (Optimus) then never pays
-    for every node's noisy metrics in every sample, the simulator's innermost loop. The
-    sample equals, field by field, the one :func:`metric_sample` makes of the same nodes."""
-    return filled(MetricSample, {
+    """:func:`metric_sample` with its nodes made by ``make_nodes(index)`` when first read (one
+    maker serves a batch of samples, each by its index). The simulator's samples: a policy
+    that reads only the job's speed (Optimus) then never pays for every node's noisy metrics
+    in every sample, the simulator's innermost loop. The sample equals, field by field, the
+    one :func:`metric_sample` makes of the same nodes."""
+    sample = object.__new__(MetricSample)  # ``filled`` without its call: one per sample
+    object.__setattr__(sample, "__dict__", {
         "time_s": time_s, "steps_per_s": steps_per_s, "samples_per_s": samples_per_s,
-        "_make_nodes": make_nodes,
+        "_make_nodes": (make_nodes, index),
     })  # fmt: skip
+    return sample
 
 
 class EventKind(StrEnum):
