@@ -257,8 +257,7 @@ class _NodesOnFirstRead:
         if instance is None:
             return self
         values = instance.__dict__
-        make, index = values.pop("_make_nodes")
-        columns = make(index)
+        columns = values.pop("_make_nodes")(values.pop("_index"))
         values["nodes"], values["cpu_used_cores"] = columns, sum(columns.cpu_used_cores)
         return values[self.name]
 
@@ -292,7 +291,7 @@ def lazy_metric_sample(
     sample = object.__new__(MetricSample)  # ``filled`` without its call: one per sample
     object.__setattr__(sample, "__dict__", {
         "time_s": time_s, "steps_per_s": steps_per_s, "samples_per_s": samples_per_s,
-        "_make_nodes": (make_nodes, index),
+        "_make_nodes": make_nodes, "_index": index,
     })  # fmt: skip
     return sample
 
