@@ -83,7 +83,7 @@ def test_a_ps_at_its_share_reads_full_only_against_its_share(observed, utilizati
     # the PS link carries 66.7/100 = 0.667 -> PSN caps the job at 0.667 steps/s, the PS
     # moving 66.7 B/s: its whole share (utilization 1), S/n = 2/3 of its server's link.
     obs, plan = first_plan(observed)
-    ps = [s.columns.net_utilization_of("ps-0") for s in obs.window]
+    ps = [s.nodes.net_utilization_of("ps-0") for s in obs.window]
     assert ps == pytest.approx([utilization] * len(ps))
     # e_job = (0.0667 PS + 2 · 3.33 workers) / 30 = 0.224 < 0.95: PSN is asked
     assert sum(s.cpu_used_cores for s in obs.window) / len(obs.window) == pytest.approx(

@@ -312,11 +312,11 @@ def as_the_simulator_makes_it(s: MetricSample) -> MetricSample:
 def test_columns_view_the_nodes_and_feed_the_sums():
     shape = shape_of()
     s = sample(60.0, shape, [2.0, 4.5, 5.0], net={"ps-0": 95.0})
-    assert s.columns.names == ("ps-0", "worker-0", "worker-1")
-    assert s.columns.cpu_used_cores == (2.0, 4.5, 5.0)
-    assert s.columns.net_utilization == (0.95, 0.0, 0.0)
-    assert s.columns.net_utilization_of("ps-0") == 0.95
-    assert s.columns.net_utilization_of("ps-9") is None
+    assert s.nodes.names == ("ps-0", "worker-0", "worker-1")
+    assert s.nodes.cpu_used_cores == (2.0, 4.5, 5.0)
+    assert s.nodes.net_utilization == (0.95, 0.0, 0.0)
+    assert s.nodes.net_utilization_of("ps-0") == 0.95
+    assert s.nodes.net_utilization_of("ps-9") is None
     assert s.cpu_used_cores == 11.5 and s.cpu_allocated_cores == 15.0
     lean = as_the_simulator_makes_it(s)
     assert lean == s and repr(lean) == repr(s) and lean.__dict__ == s.__dict__

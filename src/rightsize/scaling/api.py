@@ -219,11 +219,6 @@ class MetricSample:
         object.__setattr__(self, "nodes", columns)
         object.__setattr__(self, "cpu_used_cores", sum(columns.cpu_used_cores))
 
-    @property
-    def columns(self) -> NodeColumns:
-        """The nodes' metrics as columns (``nodes`` itself)."""
-        return self.nodes
-
     def node(self, name: str) -> NodeMetrics | None:
         return next((n for n in self.nodes if n.name == name), None)
 

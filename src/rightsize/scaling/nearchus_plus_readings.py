@@ -128,11 +128,11 @@ def max_link_utilization(window: Sequence[MetricSample]) -> float:
     names = {
         name
         for s in window
-        for name, role in zip(s.columns.names, s.columns.roles, strict=True)
+        for name, role in zip(s.nodes.names, s.nodes.roles)  # noqa: B905 (columns)
         if role == NodeRole.PS
     }
     for name in names:
-        utils = [u for s in window if (u := s.columns.net_utilization_of(name)) is not None]
+        utils = [u for s in window if (u := s.nodes.net_utilization_of(name)) is not None]
         if utils:
             means.append(sum(utils) / len(utils))
     return max(means, default=0.0)

@@ -137,12 +137,12 @@ def psn_bottleneck(window: Sequence[MetricSample], params: NearchusParams) -> st
     """The first PS whose last ``N_net`` link samples are more than ``psn_sample_fraction``
     above ``psn_link_utilization`` of capacity, or ``None`` (NEARCHUS §IV)."""
     recent = window[-params.n_net :]
-    last = recent[-1].columns if recent else None
+    last = recent[-1].nodes if recent else None
     names = (
         [n for n, r in zip(last.names, last.roles, strict=True) if r == NodeRole.PS] if last else []
     )
     for name in names:
-        utils = [u for s in recent if (u := s.columns.net_utilization_of(name)) is not None]
+        utils = [u for s in recent if (u := s.nodes.net_utilization_of(name)) is not None]
         hot = sum(1 for u in utils if u > params.psn_link_utilization)
         if utils and hot / len(utils) > params.psn_sample_fraction:
             return name

@@ -124,7 +124,7 @@ def _mean_cpu_used(point: tuple[MetricSample, ...]) -> float:
     the same running sum divided by one: the same float, summed once per sample."""
     if len(point) == 1:
         return point[0].cpu_used_cores
-    return sum(u for s in point for u in s.columns.cpu_used_cores) / len(point)
+    return sum(u for s in point for u in s.nodes.cpu_used_cores) / len(point)
 
 
 def stable_window(window: Sequence[MetricSample], params: NearchusParams) -> StableWindow | None:
