@@ -126,6 +126,11 @@ def predicted_curve(worker: WorkerSpec, profile: PSCostProfile, update: float, t
     return {"curve": curve, "capacity": 1 / busiest, "bottleneck": runs[max(counts)].bottleneck}
 
 
+def described(profile: PSCostProfile) -> dict:
+    """The profile's fields for the report, no ceiling written as null (strict JSON)."""
+    return {k: None if v == float("inf") else v for k, v in profile.__dict__.items()}
+
+
 def per_gpu(entries: list[dict], key: str) -> dict[str, dict[str, float]]:
     """Each GPU's mean MAPE and shape error over its curves, for the profile-and-model ``key``."""
     out: dict[str, dict[str, float]] = {}
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
               "assumptions": {"batch": BATCH, "ps_vcpus": PS_VCPUS,
                               "ps_link_bytes_per_s": PS_VCPUS * GBPS_PER_VCPU,
                               "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU},
-              "profiles": {name: {**p.__dict__} for name, p in profiles.items()},
+              "profiles": {name: described(p) for name, p in profiles.items()},
               "curves": []}  # fmt: skip
     updates: dict[str, float] = {}
     for (model, gpu), measured in sorted(curves().items()):
