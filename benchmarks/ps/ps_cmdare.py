@@ -1,4 +1,4 @@
-"""The PS models against CM-DARE's measured clusters: the reserved independent check (issue 18).
+"""The PS models against CM-DARE's measured clusters: the reserved independent check (issues 18, 40).
 
 CM-DARE (Li, Walls, Guo, ICDCS 2020) trained CIFAR-10 ResNets with TensorFlow 1.10's
 asynchronous parameter servers on Google Cloud: one PS VM of 4 vCPUs, 1-8 GPU workers (K80
@@ -10,15 +10,20 @@ predicted from what rightsize knows before any run, as ``plan --strategy ps`` pr
   counted costs on that GPU at batch 128, fp32 — forward and backward (the PS applies the
   update);
 - the PS's CPU per update: the optimizer step (SGD with momentum, Tensor2Tensor's default for
-  these ResNets) over the model's parameters timed on this CPU, one thread — the profile's
-  ``optimizer_s`` that FC2's planner takes; per byte moved, ``PS_CPU_S_PER_BYTE`` (fitted on
-  this machine's runtime); the PS's 4 vCPUs; its link's efficiency ``PS_NETWORK_EFFICIENCY``
-  (fitted on shaped links of this machine's runtime, benchmarks/ps/ps_link.py);
+  these ResNets) over the model's parameters timed on this CPU, one thread; the PS's 4 vCPUs;
+- the framework's PS costs, one named profile each (perf/ps_profiles.py): ``rightsize`` (this
+  project's runtime, measured here: what the check used before profiles) and
+  ``tensorflow1-grpc`` (TensorFlow 1.x's gRPC PS, from TensorFlow's published gRPC figures:
+  a per-process transfer ceiling and a CPU cost per tensor, the tensors counted from the
+  model's variables); the latter also at both ends of its published spread;
 - links: Google Cloud's 2 Gbps per vCPU of the time (the PS 8 Gbps, a worker's 8 vCPUs 16).
 
-It reports, per curve and model (DLRover's eq. 1, the planner's default, and the queueing
-model): the MAPE over 1-8 workers, the saturation point (the first worker count whose next
-adds < 10%) measured and predicted, and the one-worker error (the device model's alone).
+It reports, per curve, profile and model (DLRover's eq. 1, the planner's default, and the
+queueing model): the MAPE over 1-8 workers; the curve's shape error (each curve divided by its
+own one-worker point, MAPE over 2-8 workers: the PS's part, apart from the device model's); the
+knee (the first worker count whose next adds < 10%) measured and predicted; the one-worker error
+(mostly the device model's); and the PS capacity each profile predicts beside the highest rate
+measured. Per GPU it averages the curves.
 
     python benchmarks/ps/ps_cmdare.py --out benchmarks/results/ps_cmdare.json
 """
@@ -40,13 +45,14 @@ from benchmarks.ps.ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
 from rightsize.perf.device_model import Efficiencies, step_time
 from rightsize.perf.precision import Precision
-from rightsize.perf.ps import (
-    PS_CPU_S_PER_BYTE,
-    PS_NETWORK_EFFICIENCY,
-    PSModel,
-    PSSpec,
-    WorkerSpec,
-    predict_ps,
+from rightsize.perf.ps import PSModel, WorkerSpec, predict_ps, station_demands
+from rightsize.perf.ps_profiles import (
+    PROFILES,
+    TENSORFLOW1_GRPC,
+    TF1_GRPC_BYTES_PER_S_RANGE,
+    TF1_GRPC_CPU_S_PER_TENSOR_RANGE,
+    PSCostProfile,
+    tf1_tensors_per_step,
 )
 
 CMDARE = gp.DATA / "cmdare_ps_cifar10.csv"
@@ -55,6 +61,11 @@ PS_VCPUS = 4
 GBPS_PER_VCPU = 2e9 / 8  # bytes/s
 WORKER_VCPUS = 8
 MODELS = ("resnet15-cifar", "resnet32-cifar")  # the ones gpu_models.py builds exactly
+#: TensorFlow 1.x at the slow and the fast end of its published figures (perf/ps_profiles.py)
+TF1_BOUNDS = {
+    "slow": TENSORFLOW1_GRPC.bounded(TF1_GRPC_BYTES_PER_S_RANGE[0], TF1_GRPC_CPU_S_PER_TENSOR_RANGE[1]),
+    "fast": TENSORFLOW1_GRPC.bounded(TF1_GRPC_BYTES_PER_S_RANGE[1], TF1_GRPC_CPU_S_PER_TENSOR_RANGE[0]),
+}
 
 
 def update_s(model: str, repeats: int = 50) -> float:
@@ -73,6 +84,61 @@ def update_s(model: str, repeats: int = 50) -> float:
         optimizer.step()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def variables(model: str) -> tuple[int, int]:
+    """The model's trainable tensors and its batch-norm state tensors (moving mean and
+    variance), as TensorFlow would hold them as variables on the PS."""
+    net = gpu_models.BUILDERS[model](None).model
+    trainable = sum(1 for _ in net.parameters())
+    state = sum(1 for name, _ in net.named_buffers() if "running_" in name)
+    return trainable, state
+
+
+def shape_error(predicted: dict[int, float], measured: dict[int, float]) -> float:
+    """MAPE of the curves' shapes: each divided by its own one-worker point, over 2+ workers
+    (what the PS model predicts, apart from how fast one worker steps)."""
+    counts = [n for n in sorted(measured) if n > 1]
+    return statistics.fmean(
+        abs(predicted[n] / predicted[1] - measured[n] / measured[1]) / (measured[n] / measured[1])
+        for n in counts
+    )
+
+
+def scored(predicted: dict[int, float], measured: dict[int, float], capacity: float,
+           bottleneck: str) -> dict:  # fmt: skip
+    return {"predicted": predicted, "mape": mape(predicted, measured),
+            "shape_error": shape_error(predicted, measured),
+            "one_worker_error": predicted[1] / measured[1] - 1,
+            "knee_at": saturation(predicted), "ps_capacity_steps_per_s": capacity,
+            "bottleneck_at_8": bottleneck}  # fmt: skip
+
+
+def predicted_curve(worker: WorkerSpec, profile: PSCostProfile, update: float, tensors: int,
+                    param_bytes: int, kind: PSModel, counts: list[int]) -> dict:  # fmt: skip
+    """One profile's and one model's predicted steps/s at each worker count, the PS's capacity
+    (steps/s its busiest station allows) and what limits the largest cluster."""
+    ps = profile.spec(update_core_s=update, cores=PS_VCPUS,
+                      link_bytes_per_s=PS_VCPUS * GBPS_PER_VCPU, tensors_per_step=tensors)  # fmt: skip
+    runs = {n: predict_ps([worker] * n, ps, param_bytes, kind) for n in counts}
+    busiest = max(station_demands([worker], ps, param_bytes, 1).values())
+    curve = {n: r.steps_per_s for n, r in runs.items()}
+    return {"curve": curve, "capacity": 1 / busiest, "bottleneck": runs[max(counts)].bottleneck}
+
+
+def described(profile: PSCostProfile) -> dict:
+    """The profile's fields for the report, no ceiling written as null (strict JSON)."""
+    return {k: None if v == float("inf") else v for k, v in profile.__dict__.items()}
+
+
+def per_gpu(entries: list[dict], key: str) -> dict[str, dict[str, float]]:
+    """Each GPU's mean MAPE and shape error over its curves, for the profile-and-model ``key``."""
+    out: dict[str, dict[str, float]] = {}
+    for gpu in sorted({e["gpu"] for e in entries}):
+        mine = [e["predictions"][key] for e in entries if e["gpu"] == gpu]
+        out[gpu] = {"mape": statistics.fmean(m["mape"] for m in mine),
+                    "shape_error": statistics.fmean(m["shape_error"] for m in mine)}  # fmt: skip
+    return out
 
 
 def curves() -> dict[tuple[str, str], dict[int, float]]:
@@ -96,14 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     eff = Efficiencies.shipped()
     sheets = gp.load_sheets(gp.SHEETS)
+    profiles = {**PROFILES, **{f"tensorflow1-grpc-{end}": p for end, p in TF1_BOUNDS.items()}}
     result = {"benchmark": "ps_cmdare",
+              "command": "python benchmarks/ps/ps_cmdare.py --out benchmarks/results/ps_cmdare.json",
               "assumptions": {"batch": BATCH, "ps_vcpus": PS_VCPUS,
                               "ps_link_bytes_per_s": PS_VCPUS * GBPS_PER_VCPU,
-                              "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU,
-                              "ps_cpu_s_per_byte": PS_CPU_S_PER_BYTE,
-                              "ps_network_efficiency": PS_NETWORK_EFFICIENCY},
+                              "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU},
+              "profiles": {name: described(p) for name, p in profiles.items()},
               "curves": []}  # fmt: skip
-    updates = {}
+    updates: dict[str, float] = {}
     for (model, gpu), measured in sorted(curves().items()):
         if (model, "") not in sheets:
             print(f"counting {model}'s costs", file=sys.stderr)
@@ -111,26 +178,33 @@ def main(argv: list[str] | None = None) -> int:
         sheet = sheets[model, ""]
         if model not in updates:
             updates[model] = update_s(model)
+        trainable, state = variables(model)
+        tensors = tf1_tensors_per_step(trainable, state)
         step = step_time(sheet, find_accelerator(gpu), Precision.FP32, BATCH, eff)
         worker = WorkerSpec(BATCH, step.forward_s + step.backward_s, WORKER_VCPUS * GBPS_PER_VCPU)
-        ps = PSSpec(count=1, update_core_s=updates[model], cores=PS_VCPUS,
-                    link_bytes_per_s=PS_VCPUS * GBPS_PER_VCPU,
-                    cpu_s_per_byte=PS_CPU_S_PER_BYTE,
-                    network_efficiency=PS_NETWORK_EFFICIENCY)  # fmt: skip
         entry = {"model": model, "gpu": gpu, "param_bytes": sheet.param_bytes,
+                 "trainable_tensors": trainable, "state_tensors": state,
+                 "tf1_tensors_per_step": tensors,
                  "worker_compute_s": step.forward_s + step.backward_s,
                  "ps_update_s": updates[model], "measured": measured,
-                 "measured_saturation_at": saturation(measured)}  # fmt: skip
-        for kind in (PSModel.DLROVER, PSModel.QUEUEING):
-            predicted = {n: predict_ps([worker] * n, ps, int(sheet.param_bytes), kind).steps_per_s
-                         for n in sorted(measured)}  # fmt: skip
-            entry[kind.value] = {"predicted": predicted, "mape": mape(predicted, measured),
-                                 "one_worker_error": predicted[1] / measured[1] - 1,
-                                 "saturation_at": saturation(predicted)}  # fmt: skip
-            print(f"{model} {gpu} {kind.value}: MAPE {entry[kind.value]['mape']:.1%}, "
-                  f"saturation {entry['measured_saturation_at']} measured, "
-                  f"{entry[kind.value]['saturation_at']} predicted", file=sys.stderr)  # fmt: skip
+                 "measured_knee_at": saturation(measured),
+                 "measured_max_steps_per_s": max(measured.values()), "predictions": {}}  # fmt: skip
+        for name, profile in profiles.items():
+            for kind in (PSModel.DLROVER, PSModel.QUEUEING):
+                run = predicted_curve(worker, profile, updates[model], tensors,
+                                      int(sheet.param_bytes), kind, sorted(measured))  # fmt: skip
+                key = f"{name}/{kind.value}"
+                entry["predictions"][key] = scored(run["curve"], measured, run["capacity"],
+                                                   run["bottleneck"])  # fmt: skip
+                got = entry["predictions"][key]
+                print(f"{model} {gpu} {key}: MAPE {got['mape']:.1%}, shape {got['shape_error']:.1%}, "
+                      f"knee {entry['measured_knee_at']} measured, {got['knee_at']} predicted, "
+                      f"PS capacity {got['ps_capacity_steps_per_s']:.0f} steps/s "
+                      f"(measured max {entry['measured_max_steps_per_s']:.0f} steps/s)",
+                      file=sys.stderr)  # fmt: skip
         result["curves"].append(entry)
+    keys = list(result["curves"][0]["predictions"])
+    result["per_gpu"] = {key: per_gpu(result["curves"], key) for key in keys}
     gp.save_sheets(gp.SHEETS, sheets)
     write_report(args.out, result)
     return 0

@@ -58,6 +58,13 @@ both; DLRover's eq. 1 keeps its serial step. Measured on a shaped kernel link
 (benchmarks/ps/ps_link.py), a TCP link at an Ethernet MTU carries the model's bytes at 0.95 of its
 line rate (:data:`PS_NETWORK_EFFICIENCY`): a segment's 1448 bytes of payload take 1514 on the
 wire.
+
+A framework's RPC layer can move fewer bytes per second than its link and its cores would allow:
+TensorFlow 1.x's gRPC PS tops out at a few hundred MB/s per PS process whatever its cores
+(``PSSpec.transfer_bytes_per_s``; perf/ps_profiles.py names where each framework's figure comes
+from). Both models take it as one more station every step's bytes pass (``ps-transfer``): the
+queueing model queues there, eq. 1 takes it as a cap and in the transfer time. Unset (infinite),
+both are as before.
 """
 
 from __future__ import annotations
@@ -142,6 +149,8 @@ class PSSpec:
         colocated_cpu_s_per_step: CPU-seconds the co-located workers and master spend per
             step on that host (benchmarks/ps/ps_ceiling.py measures both), beyond the workers'
             own ``WorkerSpec.cpu_s_per_step`` (which the host's demand adds where it is set).
+        transfer_bytes_per_s: the most bytes per second one PS process's RPC layer moves,
+            whatever its cores and link (infinite: no such ceiling, the default).
     """
 
     count: int
@@ -154,8 +163,13 @@ class PSSpec:
     network_efficiency: float = 1.0
     host_cores: float = float("inf")
     colocated_cpu_s_per_step: float = 0.0
+    transfer_bytes_per_s: float = float("inf")
 
     def __post_init__(self) -> None:
+        if not self.transfer_bytes_per_s > 0:
+            raise ValueError(
+                f"PSSpec: transfer_bytes_per_s must be > 0 (got {self.transfer_bytes_per_s})"
+            )
         if not self.host_cores > 0 or self.colocated_cpu_s_per_step < 0:
             raise ValueError(
                 f"PSSpec: host_cores must be > 0 (got {self.host_cores}) and "
@@ -174,6 +188,11 @@ class PSSpec:
     def effective_cores(self) -> float:
         return min(self.cores, self.usable_cores)
 
+    def transfer_s(self, moved_bytes: float) -> float:
+        """Seconds the PS processes' RPC layer takes to move ``moved_bytes`` (0 without a
+        ceiling)."""
+        return moved_bytes / (self.count * self.transfer_bytes_per_s)
+
 
 class PSModel(StrEnum):
     DLROVER = "dlrover"  # DLRover eq. 1 summed over workers, FC2's network cap (faithful)
@@ -187,7 +206,7 @@ class PSThroughput:
     steps_per_s: float
     samples_per_s: float
     worker_step_s: tuple[float, ...]
-    bottleneck: str  # "workers", "worker-cpu", "ps-network", "ps-compute" or "host-cpu"
+    bottleneck: str  # "workers", "worker-cpu", "ps-network", "ps-compute", "ps-transfer", "host-cpu"
     ps_bytes_per_s_per_worker: tuple[float, ...]  # FC2's b_t of each worker
 
 
@@ -195,9 +214,10 @@ def worker_step_time(worker: WorkerSpec, ps: PSSpec, model_bytes: int) -> float:
     """DLRover eq. 1's denominator for one worker: ``t_IO + t_compute + t_update``.
 
     ``t_IO`` includes pushing gradients and pulling parameters, ``2·model bytes``,
-    over the slower of the worker's link and its share of the PS links.
+    over the slower of the worker's link, its share of the PS links and the PS's RPC ceiling.
     """
-    transfer = 2 * model_bytes / min(worker.link_bytes_per_s, ps.count * ps.link_bytes_per_s)
+    transfer = 2 * model_bytes / min(worker.link_bytes_per_s, ps.count * ps.link_bytes_per_s,
+                                     ps.count * ps.transfer_bytes_per_s)  # fmt: skip
     update = ps.update_core_s / min(ps.cores, ps.usable_cores)
     return worker.io_s + transfer + worker.compute_s + update
 
@@ -216,6 +236,7 @@ def ps_throughput(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int) -
             1 / w.quota_step_s(n) if w.quota_step_s(n) else float("inf") for w in workers
         ),
         "ps-network": ps.headroom * ps.count * ps.link_bytes_per_s / (2 * model_bytes),
+        "ps-transfer": ps.count * ps.transfer_bytes_per_s / (2 * model_bytes),
         "ps-compute": min(ps.cores, ps.usable_cores) / ps.update_core_s
         if ps.update_core_s
         else float("inf"),
@@ -275,7 +296,7 @@ def overlap_share(workers: Sequence[WorkerSpec]) -> float:
 def station_waits(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
                   demands: dict[str, float]) -> dict[str, float]:  # fmt: skip
     """The part of each station's demand a worker waits for: without overlap all of it; with
-    it, the pull's bytes on the link and the PS's CPU serving them — not the push's, nor the
+    it, the pull's bytes on the link (and through the PS's RPC layer) and the PS's CPU serving them — not the push's, nor the
     update, which the PS applies while the worker computes. The host's CPU is all waited for."""
     share = overlap_share(workers)
     if not share:
@@ -286,6 +307,7 @@ def station_waits(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
         "ps-compute": (ps.update_core_s * (1 - share) + 2 * model_bytes * waited
                        * ps.cpu_s_per_byte) / ps.effective_cores,
         "ps-network": demands["ps-network"] * waited,
+        "ps-transfer": demands["ps-transfer"] * waited,
     }  # fmt: skip
 
 
@@ -314,6 +336,7 @@ def station_demands(workers: Sequence[WorkerSpec], ps: PSSpec, model_bytes: int,
     return {
         "ps-compute": (ps.update_core_s + moved * ps.cpu_s_per_byte) / ps.effective_cores,
         "ps-network": moved / (ps.count * ps.link_bytes_per_s * ps.network_efficiency),
+        "ps-transfer": ps.transfer_s(moved),
         "host-cpu": ps.host_demand_s(model_bytes, mean_worker_cpu_s(workers, active)),
     }
 
