@@ -15,6 +15,7 @@ from rightsize.cli.skypilot_export import (
     add_skypilot_arguments,
     exported_plan,
     node_command,
+    write_launcher,
     write_task,
 )
 from rightsize.core.catalog import load_catalogs
@@ -42,6 +43,7 @@ from rightsize.planning.precision_alternatives import (
 from rightsize.planning.precision_terms import PrecisionStatement, precision_statement
 from rightsize.planning.recommend import FC2_PS_TYPES, Market, fc2, srift
 from rightsize.planning.skypilot import NodeCommand, task_shape
+from rightsize.planning.skypilot_launcher import candidates
 from rightsize.profiling.profile import Profile
 
 #: Flags that only --strategy ps reads (FC2's recommenders).
@@ -248,7 +250,11 @@ def run(args: argparse.Namespace) -> int:
         exported = exported_plan(best, found.options, comm, request)
         instances = {o.name: o.instance for o in found.options}
         shape = task_shape(exported, instances, args.spot, best)
-        write_task(args.skypilot_yaml, shape, command, args.spot)
+        task_file = write_task(args.skypilot_yaml, shape, command, args.spot)
+        if args.launcher:
+            write_launcher(args.launcher, task_file, shape,
+                           candidates(shape, found.options, comm, request), args.spot,
+                           statement.line())  # fmt: skip
     return status
 
 
