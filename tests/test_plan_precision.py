@@ -139,3 +139,16 @@ def test_plan_at_amp_shows_tf32_when_it_is_slower(capsys, profile_file):
     alternatives = json.loads(out)[0]["precision_alternatives"]
     assert [a["precision"] for a in alternatives] == ["tf32"]
     assert alternatives[0]["total_seconds_change"] > SHOWN_ABOVE
+
+
+def test_fc2_plans_state_the_precision_and_plan_no_alternatives(capsys, profile_file):
+    code, out, _ = run(capsys, "plan", "--profile", profile_file, "--strategy", "ps",
+                       "--global-batch", "64", "--iterations", "1000", "--cloud", "fc2-2018",
+                       "--instances", "g3.4xlarge,p2.xlarge", "--budget-per-hour", "10",
+                       "--quiet", "--json")  # fmt: skip
+    rows = json.loads(out)
+    assert code == 0 and rows
+    expected = precision_statement(Precision.PYTORCH,
+                                   [find_accelerator("M60"), find_accelerator("K80")])  # fmt: skip
+    for row in rows:
+        assert row["precision"] == expected.to_dict() and "precision_alternatives" not in row

@@ -344,20 +344,20 @@ def stated_precision(market: Market, options: Sequence) -> PrecisionStatement:
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
                 objective: str | None = None, notes: Sequence[str] = (),
                 precision: PrecisionStatement | None = None,
-                alternatives: Sequence[PrecisionAlternative] = ()) -> int:  # fmt: skip
+                alternatives: Sequence[PrecisionAlternative] | None = None) -> int:  # fmt: skip
     """The plans as a table under ``header``, or as a JSON list of objects; with
     ``objective``, a note when the next plans lie within the best plan's interval;
     ``notes`` (what the plans rest on that the user should know) under the header, or
     on stderr with JSON; ``precision``, what the predictions assume, under the header
     and in every plan's JSON; ``alternatives``, the first plan at other precisions,
-    under the table and in the first plan's JSON."""
+    under the table and in the first plan's JSON (None: not planned, e.g. FC2's)."""
     if as_json:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         rows = [p.to_dict() for p in plans]
         for row in rows if precision else ():
             row["precision"] = precision.to_dict()
-        if rows and precision:
+        if rows and alternatives is not None:
             rows[0]["precision_alternatives"] = [a.to_dict() for a in alternatives]
         print_json(rows)
         return 0
