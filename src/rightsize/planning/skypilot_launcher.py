@@ -20,7 +20,6 @@ pins the task to the cheapest, and launches that.
 
 from __future__ import annotations
 
-import pprint
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,8 +87,18 @@ def launcher_script(task_file: Path, shape: TaskShape, found: Sequence[Candidate
     return _SCRIPT.substitute(
         about=textwrap.fill(about, 88), nodes=nodes,
         task_file=repr(str(task_file)), spot=repr(spot),
-        table=pprint.pformat(table, sort_dicts=False, width=88),
+        table=_table_literal(table),
     )  # fmt: skip
+
+
+def _table_literal(table: dict[str, dict[str, Any]]) -> str:
+    """The table as Python source, one entry per instance type (None stays None)."""
+    lines = ["{"]
+    for name, row in table.items():
+        fields = [f"{key!r}: {value!r}" for key, value in row.items()]
+        lines += [f"    {name!r}: {{", f"        {', '.join(fields[:3])},",
+                  f"        {', '.join(fields[3:])},", "    },"]  # fmt: skip
+    return "\n".join([*lines, "}"])
 
 
 _SCRIPT = Template('''\
