@@ -55,7 +55,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "Predict the iteration time, total time and total cost of cloud configurations "
         "for a workload (Srift: profile + comm model + iteration simulator) and search for the "
         "cheapest or fastest one that meets a deadline and/or budget, with the CAP and TAP "
-        "baselines beside it. --strategy ps runs FC2's recommenders instead."
+        "baselines beside it, and, when the training precision changes its time or cost by "
+        f"more than {SHOWN_ABOVE:.0%}, the best plans at --precision tf32 and amp. "
+        "--strategy ps runs FC2's recommenders instead."
     )
     add_request_arguments(parser)
     parser.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
