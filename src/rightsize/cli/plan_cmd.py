@@ -15,6 +15,7 @@ from rightsize.cli.skypilot_export import (
     add_skypilot_arguments,
     exported_plan,
     node_command,
+    write_launcher,
     write_task,
 )
 from rightsize.core.catalog import load_catalogs
@@ -33,8 +34,16 @@ from rightsize.planning.measured import HistoryFit, MeasuredSpeed
 from rightsize.planning.options import ComputeMethod, DeviceChoice
 from rightsize.planning.plan import CloudPlan, overlapping
 from rightsize.planning.planner import parse_instances
+from rightsize.planning.precision_alternatives import (
+    SHOWN_ABOVE,
+    PrecisionAlternative,
+    device_modelled,
+    precision_alternatives,
+)
+from rightsize.planning.precision_terms import PrecisionStatement, precision_statement
 from rightsize.planning.recommend import FC2_PS_TYPES, Market, fc2, srift
 from rightsize.planning.skypilot import NodeCommand, task_shape
+from rightsize.planning.skypilot_launcher import candidates
 from rightsize.profiling.profile import Profile
 
 #: Flags that only --strategy ps reads (FC2's recommenders).
@@ -46,7 +55,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "Predict the iteration time, total time and total cost of cloud configurations "
         "for a workload (Srift: profile + comm model + iteration simulator) and search for the "
         "cheapest or fastest one that meets a deadline and/or budget, with the CAP and TAP "
-        "baselines beside it. --strategy ps runs FC2's recommenders instead."
+        "baselines beside it, and, when the training precision changes its time or cost by "
+        f"more than {SHOWN_ABOVE:.0%}, the best plans at --precision tf32 and amp. "
+        "--strategy ps runs FC2's recommenders instead."
     )
     add_request_arguments(parser)
     parser.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
@@ -227,14 +238,25 @@ def run(args: argparse.Namespace) -> int:
     result = found.result
     header = (f"{request.iterations} iterations at global batch {request.global_batch}, "
               f"minimising {request.objective.value} ({result.mode} search)")  # fmt: skip
+    statement = stated_precision(market, found.options)
+    if device_modelled(found.options):
+        progress("planning again at the other precisions")
+    alternatives = precision_alternatives(
+        profiles, market, request, comm, result.plans[0], found.options, result.mode, args.top,
+        speeds, HistoryFit(args.history_fit))  # fmt: skip
     status = print_plans(result.plans + result.baselines, header, args.json,
-                         request.objective.value, notes + found.notes)  # fmt: skip
+                         request.objective.value, notes + found.notes, statement,
+                         alternatives)  # fmt: skip
     if command is not None:
         best = result.plans[0]
         exported = exported_plan(best, found.options, comm, request)
         instances = {o.name: o.instance for o in found.options}
         shape = task_shape(exported, instances, args.spot, best)
-        write_task(args.skypilot_yaml, shape, command, args.spot)
+        task_file = write_task(args.skypilot_yaml, shape, command, args.spot)
+        if args.launcher:
+            write_launcher(args.launcher, task_file, shape,
+                           candidates(shape, found.options, comm, request), args.spot,
+                           statement.line())  # fmt: skip
     return status
 
 
@@ -315,18 +337,35 @@ def past_speeds(url: str | None, profile: Profile, strategy: str) -> list[Measur
         store.close()
 
 
+def stated_precision(market: Market, options: Sequence) -> PrecisionStatement:
+    """What the plans' precision assumes on the GPUs the device model predicted for them."""
+    gpus = [o.instance.accelerator for o in device_modelled(options)]
+    return precision_statement(market.device.precision, gpus)
+
+
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
-                objective: str | None = None, notes: Sequence[str] = ()) -> int:  # fmt: skip
+                objective: str | None = None, notes: Sequence[str] = (),
+                precision: PrecisionStatement | None = None,
+                alternatives: Sequence[PrecisionAlternative] | None = None) -> int:  # fmt: skip
     """The plans as a table under ``header``, or as a JSON list of objects; with
     ``objective``, a note when the next plans lie within the best plan's interval;
     ``notes`` (what the plans rest on that the user should know) under the header, or
-    on stderr with JSON."""
+    on stderr with JSON; ``precision``, what the predictions assume, under the header
+    and in every plan's JSON; ``alternatives``, the first plan at other precisions,
+    under the table and in the first plan's JSON (None: not planned, e.g. FC2's)."""
     if as_json:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-        print_json([p.to_dict() for p in plans])
+        rows = [p.to_dict() for p in plans]
+        for row in rows if precision else ():
+            row["precision"] = precision.to_dict()
+        if rows and alternatives is not None:
+            rows[0]["precision_alternatives"] = [a.to_dict() for a in alternatives]
+        print_json(rows)
         return 0
     print(header)
+    if precision:
+        print(precision.line())
     for note in notes:
         print(f"note: {note}")
     print(format_table(
@@ -342,7 +381,21 @@ def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
         print(f"note: plan{'s' if len(close) > 1 else ''} {', '.join(str(i + 1) for i in close)} "
               f"within the first plan's {objective} interval (x/÷ {factor:.2f}, the device "
               "model's held-out error): their order is uncertain")  # fmt: skip
+    if alternatives:
+        print_alternatives(alternatives)
     return 0
+
+
+def print_alternatives(alternatives: Sequence[PrecisionAlternative]) -> None:
+    """The first plan's alternatives at other precisions, each planned by the same search."""
+    print(f"\nat another precision (the same search; shown when the time or the cost differs "
+          f"from plan 1's by more than {SHOWN_ABOVE:.0%}):")  # fmt: skip
+    print(format_table(
+        ["precision", "configuration", "s/iter", "total time", "total cost", "vs plan 1"],
+        [[f"--precision {a.precision.value}", str(a.plan.config), f"{a.plan.seconds_per_iter:.4g}",
+          format_duration(a.plan.total_seconds), format_money(a.plan.total_cost),
+          f"time {a.time_change:+.0%}, cost {a.cost_change:+.0%}"] for a in alternatives],
+    ))  # fmt: skip
 
 
 def _fc2_request(args, market: Market, request: PlanRequest) -> Fc2Request:
@@ -363,7 +416,8 @@ def _run_fc2(args, profiles, market: Market, request: Fc2Request,
     found = fc2(profiles, market, request, args.ps_types or FC2_PS_TYPES, args.worker_type)
     header = (f"{found.header}, worker batch {request.worker_batch}, "
               f"{request.iterations} global steps")  # fmt: skip
-    status = print_plans(found.plans, header, args.json)
+    status = print_plans(found.plans, header, args.json,
+                         precision=stated_precision(market, found.workers))  # fmt: skip
     if command is not None:  # FC2's recommenders are not ranked: export the best by --objective
         by_time = Objective(args.objective) == Objective.TIME
         chosen = min(found.plans, key=lambda p: p.total_seconds if by_time else p.total_cost)

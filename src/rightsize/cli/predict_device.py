@@ -19,6 +19,7 @@ from rightsize.core.units import format_duration
 from rightsize.perf.device_model import GpuCompute
 from rightsize.perf.precision import Precision, describe
 from rightsize.planning.options import bmax_on
+from rightsize.planning.precision_terms import PrecisionStatement, precision_statement
 from rightsize.profiling.profile import Profile
 
 
@@ -80,6 +81,7 @@ def device_report(profile: Profile, acc: Accelerator, precision: Precision,
         "devices_per_instance": devices,
         "precision": precision.value,
         "precision_means": describe(precision, acc),
+        "precision_assumed": precision_statement(precision, [acc]).to_dict(),
         "largest_batch_that_fits": fits_up_to,
         "model": {
             "kind": "calibrated per-operation-class roofline (perf/device_model.py)",
@@ -94,6 +96,8 @@ def device_report(profile: Profile, acc: Accelerator, precision: Precision,
 def print_device_report(profile: Profile, report: dict) -> None:
     where = report["instance"] or report["device"]
     print(f"{profile.workload} on {where}: {report['precision_means']}")
+    assumed = report["precision_assumed"]
+    print(PrecisionStatement(Precision(assumed["precision"]), assumed["assumes"]).line())
     print(f"model: {report['model']['kind']}; interval {report['model']['interval']}")
     if report["model"]["calibration"]:
         print(f"calibrated on: {report['model']['calibration']}")

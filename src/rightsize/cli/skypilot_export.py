@@ -32,9 +32,10 @@ from rightsize.planning.skypilot import (
     task_notes,
     task_yaml,
 )
+from rightsize.planning.skypilot_launcher import Candidate, launcher_script
 
 #: Flags that only --skypilot-yaml reads.
-TASK_ONLY = ("run_job", "run_command")
+TASK_ONLY = ("run_job", "run_command", "launcher")
 
 
 def add_skypilot_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +57,13 @@ def add_skypilot_arguments(parser: argparse.ArgumentParser) -> None:
         help="the task runs CMD on every node, with RIGHTSIZE_ROLE, RIGHTSIZE_PS_HOSTS, "
         "RIGHTSIZE_BATCH_PER_NODE and RIGHTSIZE_ITERATIONS set (with --skypilot-yaml)",
     )
+    parser.add_argument(
+        "--launcher",
+        metavar="PATH",
+        help="also write a Python launcher that gives SkyPilot the plan's predicted time on "
+        "each instance type planned and launches the one with the lowest total cost (with "
+        "--skypilot-yaml, --strategy allreduce)",
+    )
 
 
 def node_command(args: argparse.Namespace) -> NodeCommand | None:
@@ -69,6 +77,13 @@ def node_command(args: argparse.Namespace) -> NodeCommand | None:
     if not args.skypilot_yaml:
         return None
     check_output_path(args.skypilot_yaml, "--skypilot-yaml")
+    if args.launcher:
+        if args.strategy != "allreduce":
+            raise SpecError("--launcher chooses among the allreduce plan's instance types; "
+                            "drop it with --strategy ps (its task file still launches)")  # fmt: skip
+        check_output_path(args.launcher, "--launcher")
+        if Path(args.launcher).resolve() == Path(args.skypilot_yaml).resolve():
+            raise SpecError("--launcher and --skypilot-yaml name the same file; give two paths")
     forbid_together(args, "run_job", ["run_command"], "the task runs one of them")
     if args.run_command:
         return UserCommand(args.run_command)
@@ -104,7 +119,7 @@ def exported_plan(best: CloudPlan, options: Sequence[InstanceOption], comm: Comm
         ) from None
 
 
-def write_task(path: str, shape: TaskShape, command: NodeCommand, spot: bool) -> None:
+def write_task(path: str, shape: TaskShape, command: NodeCommand, spot: bool) -> Path:
     """Write the task file and say on stderr what it launches (stdout may be JSON)."""
     written = atomic_write_text(Path(path), task_yaml(shape, command, spot))
     plan = shape.plan
@@ -112,3 +127,16 @@ def write_task(path: str, shape: TaskShape, command: NodeCommand, spot: bool) ->
           f"{shape.infra} for {plan.policy}'s {plan.config}", file=sys.stderr)  # fmt: skip
     for note in task_notes(shape, command):
         print(f"  note: {note}", file=sys.stderr)
+    return written
+
+
+def write_launcher(path: str, task_file: Path, shape: TaskShape, found: Sequence[Candidate],
+                   spot: bool, precision: str) -> None:  # fmt: skip
+    """Write the launcher script beside the task file and say on stderr what it offers."""
+    text = launcher_script(task_file.resolve(), shape, found, spot, precision)
+    written = atomic_write_text(Path(path), text)
+    written.chmod(written.stat().st_mode | 0o111)
+    print(f"SkyPilot launcher written to {written}: {len(found)} instance type"
+          f"{'s' if len(found) != 1 else ''} with predicted times "
+          f"({', '.join(c.instance.name for c in found)}); run: python {written}",
+          file=sys.stderr)  # fmt: skip
