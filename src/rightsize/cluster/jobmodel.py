@@ -60,9 +60,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from rightsize.core.errors import SpecError
+from rightsize.core.frozen import remembered_property
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
-from rightsize.scaling.frozen import remembered_property
 
 # NEARCHUS §III-B, Fig. 3: where one worker's CPU use stagnates, by server size.
 MU_CORES_BY_SERVER = ((20, 16.0), (32, 21.0), (64, 37.0))

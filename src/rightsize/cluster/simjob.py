@@ -21,6 +21,7 @@ import numpy as np
 
 from rightsize.cluster.jobmodel import JobModel, Performance, remembered
 from rightsize.cluster.traces import TraceJob
+from rightsize.core.frozen import filled, remembered_property
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import (
@@ -35,7 +36,6 @@ from rightsize.scaling.api import (
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
-from rightsize.scaling.frozen import filled, remembered_property
 
 # ``filled``'s two steps, bound once: the simulator's innermost loop makes objects this way
 _new, _fill = object.__new__, object.__setattr__

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 from rightsize.core.errors import ResourceError, SpecError, unknown_name
+from rightsize.core.frozen import remembered_property
 from rightsize.core.resources import CPU_DECIMALS, Resources, sum_resources
 
 #: Every node's CPU is rounded to a millicore (``core.resources``).
@@ -85,19 +85,21 @@ class ClusterShape:
             raise SpecError(f"node names must be unique, got {names}")
 
     # Derived values, computed once per shape: a shape never changes, and the simulator and
-    # the policies ask for the same totals of it many times per decision. cached_property
-    # stores them in the instance ``__dict__``, outside the dataclass fields, so equality,
-    # hashing, ``replace`` and ``to_dict`` do not see them.
+    # the policies ask for the same totals of it many times per decision. They are
+    # stored in the instance ``__dict__``, outside the dataclass fields, so equality,
+    # hashing, ``replace`` and ``to_dict`` do not see them. (``remembered_property``: 3.11's
+    # ``cached_property`` takes a lock on every first read, and the simulator makes a shape
+    # per plan.)
     def __hash__(self) -> int:
         # The hash dataclass would compute, ``hash((self.nodes,))``, but remembered: shapes are
         # dict keys (performance caches) looked up on every simulated restart.
         return self._hash
 
-    @cached_property
+    @remembered_property
     def _hash(self) -> int:
         return hash((self.nodes,))
 
-    @cached_property
+    @remembered_property
     def _by_role(self) -> dict[NodeRole, tuple[NodeSpec, ...]]:
         nodes = self.nodes  # two explicit passes: iterating the enum costs more than the work
         return {
@@ -105,11 +107,11 @@ class ClusterShape:
             NodeRole.WORKER: tuple(n for n in nodes if n.role == NodeRole.WORKER),
         }
 
-    @cached_property
+    @remembered_property
     def _total(self) -> Resources:
         return sum_resources([node.resources for node in self.nodes])
 
-    @cached_property
+    @remembered_property
     def node_extremes(self) -> tuple[float, int, float, int]:
         """(largest node CPU, largest node memory, smallest node CPU, smallest node memory):
         what a plan check compares with a node limit and with zero, once per shape."""
@@ -117,7 +119,7 @@ class ClusterShape:
         memories = [n.resources.memory_bytes for n in self.nodes] or [0]
         return max(cpus), max(memories), min(cpus), min(memories)
 
-    @cached_property
+    @remembered_property
     def _role_totals(self) -> dict[NodeRole, Resources]:
         return {
             role: sum_resources([node.resources for node in members])
@@ -260,7 +262,7 @@ class ClusterShape:
         """Compact text, e.g. ``1 ps (2 cpu) + 2 workers (4 cpu)``."""
         return self._description
 
-    @cached_property
+    @remembered_property
     def _description(self) -> str:  # plans and reports describe the same shapes many times
         parts = []
         for role in NodeRole:

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rightsize.core.frozen import filled, remembered_property
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
-from rightsize.scaling.frozen import filled, remembered_property
 
 T = TypeVar("T")
 

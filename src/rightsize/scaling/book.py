@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rightsize.core.frozen import filled
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape
 from rightsize.scaling.api import (
@@ -31,7 +32,6 @@ from rightsize.scaling.api import (
     WorkerRange,
     window_speed,
 )
-from rightsize.scaling.frozen import filled
 
 
 @dataclass
@@ -115,7 +115,7 @@ class ObservationBook:
         """The job as its policy sees it at ``time_s``, running ``shape`` with ``steps_done``
         steps behind it, when the cluster can still give it ``free``.
 
-        Built with :func:`~rightsize.scaling.frozen.filled` (every field given, of its
+        Built with :func:`~rightsize.core.frozen.filled` (every field given, of its
         type, the window's and the job's readings too): the simulator builds one or two per
         decision tick.
         """

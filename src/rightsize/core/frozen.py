@@ -1,6 +1,7 @@
 """Frozen dataclass instances built without their ``__init__``, for the mechanisms' hot paths.
 
-The simulator builds millions of metric samples and an observation per decision
+In core: the scaling contract's types and the core's own values (a cluster shape's totals) use
+them. The simulator builds millions of metric samples and an observation per decision
 tick; a frozen dataclass's ``__init__`` spends one ``object.__setattr__`` per
 field (five times slower than filling the instance's ``__dict__`` at once). The
 contract's types stay plain dataclasses: only how the mechanism makes them
