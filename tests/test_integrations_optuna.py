@@ -224,6 +224,25 @@ def test_same_configurations_give_rightsize_own_losses_bit_for_bit(space, own, c
     _check_states(study)
 
 
+def test_small_brackets_first_asks_them_first_and_changes_no_trials_losses(space, own):
+    trials, result = own
+    study = optuna.create_study()
+    for s in (0, 1, 2):  # enqueued in the order the driver now asks
+        _enqueue(study, trials, {s})
+    ran = optimize(study, space, SETTINGS, small_brackets_first=True)
+    assert ran.brackets_run == (0, 1, 2)
+    brackets = [t.user_attrs[TRIAL_ATTR]["bracket"] for t in study.trials]
+    assert brackets == [0] * 3 + [1] * 5 + [2] * 9
+    expected = _losses_by_trial(result)  # a trial's id, seed and losses do not depend on order
+    for trial in _ours(study):
+        assert trial.intermediate_values == expected[trial.user_attrs[TRIAL_ATTR]["trial_id"]]
+    assert ran.result.best == result.best and ran.result.best_loss == result.best_loss
+    _check_states(study)
+    with pytest.raises(SpecError, match="small_brackets_first.*concurrent"):
+        optimize(optuna.create_study(), space, _replace(concurrent_brackets=True),
+                 small_brackets_first=True)  # fmt: skip
+
+
 def _check_states(study):
     """The trials of each bracket's last rung complete with their final loss; the rest pruned."""
     complete = [t for t in _ours(study) if t.state == OptunaState.COMPLETE]
@@ -414,6 +433,7 @@ def test_tune_writes_into_an_optuna_study_and_resumes_it(capsys, space, tmp_path
     assert code == 0, err
     first = json.loads(out)
     assert first["optuna"]["brackets_run"] == [1, 0] and first["optuna"]["trials"] == 5
+    assert first["optuna"]["sampler"] == "tpe"  # the default: multivariate TPE with the liar
     study = optuna.load_study(storage=storage, study_name="cli")
     assert first["best"]["val_loss"] == min(
         v for t in study.trials for v in t.intermediate_values.values()

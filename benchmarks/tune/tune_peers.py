@@ -139,6 +139,7 @@ class PeerVariant:
         sampler, scheduler: Optuna's sampler; Ray's scheduler.
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
         algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
+        small_first: the driver runs the brackets with the fewest trials first.
     """
 
     tool: str
@@ -148,6 +149,7 @@ class PeerVariant:
     scheduler: str | None = None
     search: str | None = None
     algorithm: str = "hyperband"
+    small_first: bool = False
 
 
 SHA = "successive-halving"
@@ -175,6 +177,10 @@ VARIANTS = {
     "rightsize-optuna-driver-tpe-concurrent": PeerVariant("rightsize-optuna", 1, sampler="tpe"),
     "rightsize-optuna-driver-tpe-sha": PeerVariant(
         "rightsize-optuna", 1, sampler="tpe", algorithm=SHA
+    ),
+    # TPE with the most finished trials before the large brackets ask: s = 0 first
+    "rightsize-optuna-driver-tpe-small-first": PeerVariant(
+        "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w", small_first=True
     ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
@@ -521,7 +527,7 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
         if variant.sampler == "rightsize":
             _enqueue_rightsize_draws(study, settings, space)
         start = time.perf_counter()
-        ran = optimize(study, space, settings, registry)
+        ran = optimize(study, space, settings, registry, small_brackets_first=variant.small_first)
         wall = time.perf_counter() - start
     states = [t.state.name for t in study.trials]
     result = ran.result
@@ -531,7 +537,7 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
         name, variant.threads, settings.workers, wall, meter.steps, len(states),
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
         details={"search": search_name, "algorithm": variant.algorithm,
-                 "sampler": variant.sampler,
+                 "sampler": variant.sampler, "small_brackets_first": variant.small_first,
                  "rightsize_trial_steps": ran.search.executor.trial_steps,
                  "rightsize_wall_s": result.wall_s,
                  "states": {s: states.count(s) for s in sorted(set(states))}},
