@@ -7,6 +7,7 @@ of which 1 + 1 + 3 = 5 complete and 12 are pruned.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,17 +23,19 @@ from optuna.trial import TrialState as OptunaState  # noqa: E402
 from tests.test_packing_probe import SETTINGS, SPACE, one_thread  # noqa: E402, F401 (a fixture)
 
 from rightsize.cli.main import main  # noqa: E402
-from rightsize.core.errors import SpecError  # noqa: E402
+from rightsize.core.errors import SpecError, UnknownNameError  # noqa: E402
 from rightsize.integrations.optuna import (  # noqa: E402
     BRACKET_ATTR,
     TRIAL_ATTR,
     distributions_from_space,
+    make_sampler,
     optimize,
     optuna_space,
 )
 from rightsize.packing.hyperband import Hyperband  # noqa: E402
 from rightsize.packing.optimizers import OptimizerSpec  # noqa: E402
 from rightsize.packing.packopt import PackOptSettings  # noqa: E402
+from rightsize.packing.probe import ProbeSettings  # noqa: E402
 from rightsize.packing.runner import TuneSettings, prepare_search, run_search  # noqa: E402
 from rightsize.packing.space import load_space  # noqa: E402
 from rightsize.packing.trial import TrialSpec, TrialState  # noqa: E402
@@ -221,6 +224,25 @@ def test_same_configurations_give_rightsize_own_losses_bit_for_bit(space, own, c
     _check_states(study)
 
 
+def test_small_brackets_first_asks_them_first_and_changes_no_trials_losses(space, own):
+    trials, result = own
+    study = optuna.create_study()
+    for s in (0, 1, 2):  # enqueued in the order the driver now asks
+        _enqueue(study, trials, {s})
+    ran = optimize(study, space, SETTINGS, small_brackets_first=True)
+    assert ran.brackets_run == (0, 1, 2)
+    brackets = [t.user_attrs[TRIAL_ATTR]["bracket"] for t in study.trials]
+    assert brackets == [0] * 3 + [1] * 5 + [2] * 9
+    expected = _losses_by_trial(result)  # a trial's id, seed and losses do not depend on order
+    for trial in _ours(study):
+        assert trial.intermediate_values == expected[trial.user_attrs[TRIAL_ATTR]["trial_id"]]
+    assert ran.result.best == result.best and ran.result.best_loss == result.best_loss
+    _check_states(study)
+    with pytest.raises(SpecError, match="small_brackets_first.*concurrent"):
+        optimize(optuna.create_study(), space, _replace(concurrent_brackets=True),
+                 small_brackets_first=True)  # fmt: skip
+
+
 def _check_states(study):
     """The trials of each bracket's last rung complete with their final loss; the rest pruned."""
     complete = [t for t in _ours(study) if t.state == OptunaState.COMPLETE]
@@ -254,6 +276,41 @@ def test_tpe_proposes_and_a_completed_trial_matches_training_it_alone(space):
     trial_spec = {s.trial_id: s for s in _specs(ran)}[best.user_attrs[TRIAL_ATTR]["trial_id"]]
     _, losses, _ = alone.executor.train([TrialState(trial_spec)], [[trial_spec.trial_id]], 9)
     assert losses[trial_spec.trial_id] == best.value
+
+
+@pytest.mark.parametrize("algorithm", ["hyperband", "successive-halving"])
+def test_multivariate_tpe_with_the_liar_proposes_each_rung_before_it_is_packed(space, algorithm):
+    # Optuna 5's default TPE (set explicitly, so 4.x too), learning after 4 finished trials
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        tpe = optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=2,
+                                         n_startup_trials=4)  # fmt: skip
+    study = optuna.create_study(sampler=tpe)
+    sha = algorithm == "successive-halving"
+    settings = _replace(algorithm=algorithm, configurations=9 if sha else None,
+                        packopt=PackOptSettings("knn"), memory_limit_bytes=None,
+                        probe=ProbeSettings(enabled=False))  # fmt: skip (pack_opt's own packs)
+    ran = optimize(study, space, settings)
+    firsts = [r for r in ran.result.rungs if r.rung == 0]
+    assert [r.n for r in firsts] == ([9] if sha else [9, 5, 3])
+    for rung in firsts:  # packed after all of the rung's proposals: packs of several
+        assert sorted(i for g in rung.groups for i in g) == sorted(rung.losses)
+        assert max(len(g) for g in rung.groups) > 1
+    states = [t.state for t in _ours(study)]
+    assert len(states) == sum(r.n for r in firsts) and OptunaState.RUNNING not in states
+    assert states.count(OptunaState.COMPLETE) == (1 if sha else 5)
+    assert study.best_value == min(t.value for t in _ours(study) if t.state == OptunaState.COMPLETE)
+
+
+def test_make_sampler_builds_seeded_samplers_and_refuses_unknown_kinds():
+    first, again = make_sampler("tpe", 3), make_sampler("tpe", 3)
+    assert isinstance(first, optuna.samplers.TPESampler)
+    assert isinstance(make_sampler("random", 3), optuna.samplers.RandomSampler)
+    space = {"x": IntDistribution(0, 1000)}
+    draws = [optuna.create_study(sampler=s).ask(space).params["x"] for s in (first, again)]
+    assert draws[0] == draws[1]  # seeded
+    with pytest.raises(UnknownNameError, match="unknown sampler 'tpee'.*did you mean 'tpe'"):
+        make_sampler("tpee", 0)
 
 
 def _specs(ran):
@@ -376,6 +433,7 @@ def test_tune_writes_into_an_optuna_study_and_resumes_it(capsys, space, tmp_path
     assert code == 0, err
     first = json.loads(out)
     assert first["optuna"]["brackets_run"] == [1, 0] and first["optuna"]["trials"] == 5
+    assert first["optuna"]["sampler"] == "tpe"  # the default: multivariate TPE with the liar
     study = optuna.load_study(storage=storage, study_name="cli")
     assert first["best"]["val_loss"] == min(
         v for t in study.trials for v in t.intermediate_values.values()

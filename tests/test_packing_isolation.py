@@ -128,6 +128,30 @@ def test_mlp_trials_match_alone_bit_for_bit(mlp, settings):
         assert_same(results[t.trial_id], alone)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [PackSettings(), PackSettings(batch_mode="exact"), PackSettings(mix_activations=True),
+     PackSettings(batch_mode="ragged"), PackSettings(fuse=False)],
+    ids=["fused-padded", "fused-exact", "fused-mixed-activations", "ragged-direct", "general"],
+)  # fmt: skip
+def test_mlp_trials_match_alone_bit_for_bit_at_two_threads(mlp, settings):
+    # issue 41: at two threads MKL split a lone trial's small weight-gradient product
+    # between the threads but not a batched one's, so two trials of one batch size
+    # (t4 and t6, 45 rows) came out in other last bits from step 6 on
+    architectures, stream = mlp
+    trials = specs(MIXED)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _, results = packed(trials, architectures, stream, {t.trial_id: 30 for t in trials},
+                            settings)  # fmt: skip
+        for t in trials:
+            alone = train_alone(TrialState(t), architectures, stream, 30, fused_optimizer=True)
+            assert_same(results[t.trial_id], alone)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("batch_mode", ["pad", "ragged"])
 def test_for_loop_updates_match_torch_optim_default_bit_for_bit(mlp, batch_mode):
     architectures, stream = mlp

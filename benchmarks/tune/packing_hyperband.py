@@ -111,6 +111,9 @@ VARIANTS = {
     "knn-ragged-concurrent+mix-2w": Variant(
         "knn", mix=True, batch_mode="ragged", concurrent=True, workers=2
     ),
+    # brackets one after another: a model-based sampler (the Optuna driver's TPE) learns
+    # from each bracket before the next is asked (concurrent brackets are all asked at once)
+    "knn-ragged+mix-2w": Variant("knn", mix=True, batch_mode="ragged", workers=2),
     "knn-ragged-concurrent-for-loop-2w": Variant(
         "knn", "for-loop", batch_mode="ragged", concurrent=True, workers=2
     ),

@@ -139,6 +139,7 @@ class PeerVariant:
         sampler, scheduler: Optuna's sampler; Ray's scheduler.
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
         algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
+        small_first: the driver runs the brackets with the fewest trials first.
     """
 
     tool: str
@@ -148,6 +149,7 @@ class PeerVariant:
     scheduler: str | None = None
     search: str | None = None
     algorithm: str = "hyperband"
+    small_first: bool = False
 
 
 SHA = "successive-halving"
@@ -165,6 +167,21 @@ VARIANTS = {
     "rightsize-packed-sha": PeerVariant("rightsize", 1, algorithm=SHA),
     "rightsize-optuna-driver": PeerVariant("rightsize-optuna", 1, sampler="rightsize"),
     "rightsize-optuna-driver-random": PeerVariant("rightsize-optuna", 1, sampler="random"),
+    # issue 41: the study's multivariate TPE with the constant liar proposing each bracket
+    # (brackets in turn, so it learns from the earlier ones), then packed
+    "rightsize-optuna-driver-tpe": PeerVariant(
+        "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w"
+    ),
+    # the same on the default (concurrent) search and on successive halving: every
+    # configuration is asked before any is told, so TPE proposes at random (its startup)
+    "rightsize-optuna-driver-tpe-concurrent": PeerVariant("rightsize-optuna", 1, sampler="tpe"),
+    "rightsize-optuna-driver-tpe-sha": PeerVariant(
+        "rightsize-optuna", 1, sampler="tpe", algorithm=SHA
+    ),
+    # TPE with the most finished trials before the large brackets ask: s = 0 first
+    "rightsize-optuna-driver-tpe-small-first": PeerVariant(
+        "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w", small_first=True
+    ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
 #: The module each tool imports before its clock starts (its import is not its search).
@@ -492,22 +509,25 @@ def _rightsize_details(search_name: str, report: dict[str, Any]) -> dict[str, An
 def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
     import optuna
 
-    from rightsize.integrations.optuna import optimize
+    from rightsize.integrations.optuna import make_sampler, optimize
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    settings = tune_settings(SEARCHES[args.packed_variant], args)
+    search_name = variant.search or args.packed_variant
+    settings = replace(tune_settings(SEARCHES[search_name], args), algorithm=variant.algorithm)
     registry = WorkloadRegistry()
     space = load_space(args.space, model_option_names(registry, args.workload))
     meter = Meter()
     with metered_groups(meter):
-        # random, as rightsize's own sampler (TPE is what the CLI's --optuna-storage opens)
+        # "rightsize": random, with rightsize's own draws enqueued; "tpe": multivariate TPE
+        # with the constant liar (what the CLI's --optuna-storage opens by default)
+        kind = "random" if variant.sampler == "rightsize" else variant.sampler
         study = optuna.create_study(
-            study_name=STUDY_NAME, sampler=optuna.samplers.RandomSampler(seed=args.seed)
+            study_name=STUDY_NAME, sampler=make_sampler(kind, args.seed)
         )
         if variant.sampler == "rightsize":
             _enqueue_rightsize_draws(study, settings, space)
         start = time.perf_counter()
-        ran = optimize(study, space, settings, registry)
+        ran = optimize(study, space, settings, registry, small_brackets_first=variant.small_first)
         wall = time.perf_counter() - start
     states = [t.state.name for t in study.trials]
     result = ran.result
@@ -516,7 +536,8 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
     return VariantResult(
         name, variant.threads, settings.workers, wall, meter.steps, len(states),
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
-        details={"search": args.packed_variant, "sampler": variant.sampler,
+        details={"search": search_name, "algorithm": variant.algorithm,
+                 "sampler": variant.sampler, "small_brackets_first": variant.small_first,
                  "rightsize_trial_steps": ran.search.executor.trial_steps,
                  "rightsize_wall_s": result.wall_s,
                  "states": {s: states.count(s) for s in sorted(set(states))}},

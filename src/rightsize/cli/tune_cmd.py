@@ -222,11 +222,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--optuna-storage",
         metavar="URL",
         help="write the search into an Optuna study in this storage, e.g. sqlite:///tune.db "
-        "(with --optuna-study; TPE proposes the configurations; run again to resume; needs "
+        "(with --optuna-study; --optuna-sampler proposes the configurations; run again to resume; needs "
         "the optuna extra)",
     )
     parser.add_argument(
         "--optuna-study", metavar="NAME", help="the Optuna study's name (with --optuna-storage)"
+    )
+    parser.add_argument(
+        "--optuna-sampler",
+        choices=("tpe", "random"),
+        default="tpe",
+        help="what proposes a new study's configurations: multivariate TPE with the constant "
+        "liar (Optuna 5's defaults; default) or random; a loaded study keeps proposing with it",
     )
     parser.add_argument(
         "--schedule-only",
@@ -349,7 +356,7 @@ def _optuna_study(args: argparse.Namespace):
             raise
         raise SpecError("--optuna-storage needs Optuna: pip install 'rightsize[optuna]'") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # progress comes from rightsize
-    return open_study(args.optuna_storage, args.optuna_study, args.seed)
+    return open_study(args.optuna_storage, args.optuna_study, args.seed, args.optuna_sampler)
 
 
 def _optuna_report(study, space, settings, registry, progress, args) -> dict:
@@ -360,6 +367,7 @@ def _optuna_report(study, space, settings, registry, progress, args) -> dict:
     report = search_report(ran.search, ran.result)
     report["optuna"] = {
         "storage": args.optuna_storage, "study": args.optuna_study,
+        "sampler": args.optuna_sampler,
         "brackets_run": list(ran.brackets_run), "trials": len(study.trials),
     }  # fmt: skip
     return report

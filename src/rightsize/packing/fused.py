@@ -81,11 +81,31 @@ class _StackedLinearFn(torch.autograd.Function):
         grad_w = torch.empty_like(weight)
         grad_b = weight.new_empty(weight.shape[:2]) if ctx.has_bias else None
         for lo, hi, rows in ctx.segments or ((0, weight.shape[0], grad.shape[1]),):
+            if _each_own_product(hi - lo):
+                for i in range(lo, hi):  # the calls the trial makes alone (see the helper)
+                    torch.mm(grad[i, :rows].t(), x[i, :rows], out=grad_w[i])
+                    if grad_b is not None:
+                        torch.sum(grad[i, :rows], dim=0, out=grad_b[i])
+                continue
             part = grad[lo:hi, :rows]
             torch.bmm(part.transpose(1, 2), x[lo:hi, :rows], out=grad_w[lo:hi])
             if grad_b is not None:
                 torch.sum(part, dim=1, out=grad_b[lo:hi])
         return grad_x, grad_w, grad_b, None
+
+
+def _each_own_product(trials: int) -> bool:
+    """Whether a segment's weight gradients must be one product per trial (bit for bit).
+
+    A weight gradient sums over the batch rows. At one thread MKL sums each matrix of
+    a batched product in the order the trial's own ``mm`` does. With more threads it
+    splits a lone small product's sum (e.g. MLP-3's 10x100 output layer over 45 rows)
+    between the threads, but hands whole matrices of a batch to each thread, so a
+    segment of two or more trials summed in one ``bmm`` came out in other last bits
+    than the trial alone (issue 41). Then each trial gets its own ``mm``: the call it
+    makes alone, at the cost of a Python loop over the segment's trials.
+    """
+    return trials > 1 and torch.get_num_threads() > 1
 
 
 class _SharedLinearFn(torch.autograd.Function):
@@ -112,6 +132,12 @@ class _SharedLinearFn(torch.autograd.Function):
         grad_w = torch.empty_like(weight)
         grad_b = weight.new_empty(n, out) if ctx.has_bias else None
         for lo, hi, rows in ctx.segments or ((0, n, grad.shape[1]),):
+            if _each_own_product(hi - lo):
+                for i in range(lo, hi):  # the calls the trial makes alone
+                    torch.mm(grad[i, :rows].t(), x[:rows], out=grad_w[i])
+                    if grad_b is not None:
+                        torch.sum(grad[i, :rows], dim=0, out=grad_b[i])
+                continue
             part = grad[lo:hi, :rows].transpose(0, 1).reshape(rows, (hi - lo) * out)
             torch.mm(part.t(), x[:rows], out=grad_w[lo:hi].view(-1, fan_in))
             if grad_b is not None:
