@@ -15,7 +15,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from rightsize.perf.op_costs import OpSheet, count_ops
 from rightsize.perf.precision import OpClass
+from rightsize.profiling.profile import OpCostProfile
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import Workload
 
@@ -189,3 +191,30 @@ def _own_counts(counts: dict[str, float], layers: list[Layer], model: nn.Module)
 
 def _per_module(mode: FlopCounterMode) -> dict[str, float]:
     return {name: float(sum(ops.values())) for name, ops in mode.get_flop_counts().items()}
+
+
+def step_ops(model: nn.Module, workload: Workload, batch_size: int,
+             device: str = "cpu") -> tuple[OpCostProfile, ...] | None:  # fmt: skip
+    """The operations one training step dispatches (perf/op_costs.py), counted at
+    ``batch_size`` and twice it, as a profile records them; None for a model that dispatches
+    different operations at different batches (it is then timed per operation class)."""
+
+    def step_at(n: int):
+        batch = workload.example_batch(n, device)
+        return lambda: workload.loss(model, batch)
+
+    try:
+        sheet = count_ops(model, step_at, batch_size)
+    except ValueError:
+        return None
+    return ops_for_profile(sheet)
+
+
+def ops_for_profile(sheet: OpSheet) -> tuple[OpCostProfile, ...]:
+    return tuple(
+        OpCostProfile(name=op.name, kind=op.kind.value, phase=op.phase, count=op.count,
+                      flops=(op.flops.fixed, op.flops.per_sample),
+                      bytes=(op.bytes.fixed, op.bytes.per_sample),
+                      gemm=tuple((d.fixed, d.per_sample) for d in op.gemm))
+        for op in sheet.ops
+    )  # fmt: skip
