@@ -308,3 +308,62 @@ def test_shipped_operation_efficiencies_load():
     assert 0 < shipped.memory <= 1 and shipped.kernel_s > 0
     with pytest.raises(SpecError, match="not in"):
         OpEfficiencies.from_dict({**shipped.to_dict(), "memory": 1.5})
+
+
+def _synthetic_rows(eff: OpEfficiencies):
+    """Measurements the per-operation model itself made, on four made-up GPUs."""
+    import dataclasses
+
+    from rightsize.perf import op_calibration
+    from rightsize.perf.calibration import Measurement
+    from rightsize.perf.device_model import CostSheet
+
+    gpus = [Accelerator("old", 12, 4.0, 4.0, 240.0, sm_count=13),
+            Accelerator("mid", 16, 15.0, 120.0, 900.0, sm_count=80),
+            Accelerator("new", 40, 20.0, 310.0, 1500.0, 155.0, sm_count=108),
+            Accelerator("newer", 80, 60.0, 990.0, 3300.0, 495.0, sm_count=132)]  # fmt: skip
+    nets = {"mlp": nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)),
+            "cnn": nn.Sequential(nn.Conv2d(3, 32, 3), nn.BatchNorm2d(32), nn.ReLU(),
+                                 nn.Conv2d(32, 64, 3), nn.Flatten(1))}  # fmt: skip
+    inputs = {"mlp": (512,), "cnn": (3, 16, 16)}
+    rows = []
+    for name, net in nets.items():
+        def step_at(n, net=net, name=name):
+            x = torch.randn(n, *inputs[name])
+            return lambda: net(x).pow(2).mean()
+
+        ops = count_ops(net, step_at, 2)
+        sheet = CostSheet((), sum(p.numel() * 4 for p in net.parameters()))
+        for acc in gpus:
+            for precision in (Precision.FP32, Precision.AMP):
+                for batch in (32, 256):
+                    m = Measurement(name, sheet, acc, precision, batch, 1.0, "synthetic", ops)
+                    rows.append(dataclasses.replace(
+                        m, samples_per_s=op_calibration.predicted_samples_per_s(m, eff)))  # fmt: skip
+    return rows
+
+
+def test_the_per_operation_fit_recovers_what_made_the_data():
+    from rightsize.perf import calibration, op_calibration
+
+    true = OpEfficiencies({"gemm_cuda": 0.7, "gemm_tensor": 0.4, "conv_cuda": 0.5,
+                           "conv_tensor": 0.3}, memory=0.8, kernel_s=8e-6)  # fmt: skip
+    rows = _synthetic_rows(true)
+    fitted = op_calibration.fit(rows, prior_weight=1e-6, loss="linear")
+    assert max(calibration.absolute_errors(rows, fitted, op_calibration.predicted_samples_per_s)) < 0.01
+    held = calibration.leave_one_out(rows, "gpu", lambda r: op_calibration.fit(r, prior_weight=1e-6),
+                                     op_calibration.predicted_samples_per_s)  # fmt: skip
+    assert len(held.ratio) == 2 * len(held.ratio_own_batch) > 0  # two batches, one largest
+    assert held.summary()["ratio_p90"] < 0.05
+
+
+def test_pairs_as_a_user_compares_gpus_take_each_at_its_own_batch():
+    from rightsize.perf import calibration
+
+    rows = _synthetic_rows(EFF)
+    same = list(calibration._gpu_pairs(rows, same_batch=True))
+    own = list(calibration._gpu_pairs(rows, same_batch=False))
+    # same batch: per model, precision and batch, the 6 pairs of 4 GPUs; own batch: each GPU
+    # once per model and precision, at its largest batch
+    assert len(same) == 2 * 2 * 2 * 6 and len(own) == 2 * 2 * 6
+    assert all(a.batch == b.batch == 256 for a, b in own)

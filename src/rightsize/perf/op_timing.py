@@ -27,7 +27,11 @@ operation that PyTorch dispatches (perf/op_costs.py) by what it is:
   memory traffic, which op_costs.py adds to its bytes: the same time as attention
   written with ``matmul`` and ``softmax``.
 - **Everything else** (element-wise, normalisation, softmax, gathers, reductions) by
-  its bytes: ``bytes / (W · η_mem) + κ``.
+  its bytes: ``φ · bytes / (W · η_mem) + κ``, where ``φ`` is the fraction of the
+  counted traffic the measured stacks really move: the CPU profile counts eager
+  PyTorch's unfused kernels, the published stacks (NVIDIA's containers: fused
+  bias-GeLU, LayerNorm, softmax-dropout) fuse many of them. ``φ`` is fitted with the
+  rest, and is 1 before any fit.
 
 ``κ`` is the fixed cost of one kernel in eager PyTorch (launch, tail). Under AMP
 every tensor moves in 16 bits (half the bytes); the optimizer's traffic is the
@@ -78,9 +82,11 @@ class OpEfficiencies:
     log_spread: float = 0.0
     source: str = ""
     held_out: Mapping[str, float] = field(default_factory=dict)
+    traffic: float = 1.0  # the fraction of memory-bound kernels' counted bytes really moved
 
     def to_dict(self) -> dict:
         return {"compute": dict(self.compute), "memory": self.memory, "kernel_s": self.kernel_s,
+                "traffic": self.traffic,
                 "log_spread": self.log_spread, "source": self.source,
                 "held_out": dict(self.held_out)}  # fmt: skip
 
@@ -90,13 +96,14 @@ class OpEfficiencies:
         try:
             compute = {s: float(data["compute"][s]) for s in SLOTS}
             memory, kernel_s = float(data["memory"]), float(data["kernel_s"])
+            traffic = float(data.get("traffic", 1.0))
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"operation efficiencies: missing or bad field {exc}") from None
-        for name, value in [*compute.items(), ("memory", memory)]:
+        for name, value in [*compute.items(), ("memory", memory), ("traffic", traffic)]:
             if not 0 < value <= 1:
                 raise SpecError(f"operation efficiencies: {name} = {value} is not in (0, 1]")
         return cls(compute, memory, kernel_s, float(data.get("log_spread", 0.0)),
-                   str(data.get("source", "")), dict(data.get("held_out", {})))  # fmt: skip
+                   str(data.get("source", "")), dict(data.get("held_out", {})), traffic)  # fmt: skip
 
     @classmethod
     def shipped(cls) -> OpEfficiencies:
@@ -163,13 +170,16 @@ class TimedRows:
         eff = np.where(self.slot >= 0, compute[np.maximum(self.slot, 0)], 1.0)
         return np.where(self.slot >= 0, self.flops / (self.rate * eff), 0.0)
 
-    def seconds(self, compute: np.ndarray, memory: float, kernel_s: float) -> np.ndarray:
+    def seconds(self, compute: np.ndarray, memory: float, kernel_s: float,
+                traffic: float = 1.0) -> np.ndarray:  # fmt: skip
         """Each row's time (without kernel costs): its arithmetic or its traffic."""
-        return np.maximum(self.compute_s(compute), self.moved / (self.bandwidth * memory))
+        moved = np.where(self.slot >= 0, self.moved, self.moved * traffic)
+        return np.maximum(self.compute_s(compute), moved / (self.bandwidth * memory))
 
-    def total_s(self, compute: np.ndarray, memory: float, kernel_s: float) -> float:
-        return float(self.seconds(compute, memory, kernel_s).sum() + self.kernels * kernel_s
-                     + self.optimizer_bytes / (self.bandwidth * memory))  # fmt: skip
+    def total_s(self, compute: np.ndarray, memory: float, kernel_s: float,
+                traffic: float = 1.0) -> float:  # fmt: skip
+        return float(self.seconds(compute, memory, kernel_s, traffic).sum()
+                     + self.kernels * kernel_s + self.optimizer_bytes / (self.bandwidth * memory))  # fmt: skip
 
 
 def _slot(kind: OpKind, acc: Accelerator, precision: Precision) -> tuple[int, float]:
@@ -240,7 +250,7 @@ def op_step_time(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision
     if batch <= 0:
         raise SpecError(f"batch must be positive, got {batch}")
     rows = timed_rows(sheet, param_bytes, acc, precision, batch)
-    seconds = rows.seconds(eff.vector(), eff.memory, eff.kernel_s)
+    seconds = rows.seconds(eff.vector(), eff.memory, eff.kernel_s, eff.traffic)
     by_kind: dict[str, float] = {}
     for kind, s in zip(rows.kind, seconds, strict=True):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(s)
