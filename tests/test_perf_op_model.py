@@ -1,10 +1,9 @@
 """The per-operation device model (perf/op_costs.py, perf/op_timing.py).
 
-The central property: the same network written four ways — PyTorch's own
-encoder layer (what the zoo and benchmarks/plan/gpu_models.py build), an
-attention module with explicit ``matmul``/``softmax`` and separate Q, K, V
-projections, ``F.scaled_dot_product_attention`` behind a fused QKV projection,
-and ``einsum`` — predicts within 5% of each other on every catalog GPU, since
+The central property: the same network written four ways
+(benchmarks/plan/gpu_models.py) — PyTorch's own encoder layer, BERT's attention
+module with explicit ``matmul``/``softmax`` and separate Q, K, V projections,
+``F.scaled_dot_product_attention`` behind a fused QKV projection, and ``einsum`` — predicts within 5% of each other on every catalog GPU, since
 the counts come from the operations dispatched, not from module types.
 """
 
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -24,7 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 
-from benchmarks.plan.gpu_models import BERT_VOCAB, Bert  # noqa: E402
+from benchmarks.plan.gpu_models import BERT_VOCAB, Bert, ExplicitBert  # noqa: E402
 
 from profile_factory import make_profile, sample  # noqa: E402
 from rightsize.core.catalog import Accelerator, find_accelerator  # noqa: E402
@@ -50,66 +48,6 @@ def catalog_gpus() -> list[Accelerator]:
 
 
 WIDTH, HEADS, FF, SEQ, LAYERS = 768, 12, 3072, 128, 2  # BERT-base's layer, two of them
-
-
-class _Attention(nn.Module):
-    """Self-attention written by hand, three ways of computing the same thing."""
-
-    def __init__(self, style: str, dropout: float) -> None:
-        super().__init__()
-        self.style, self.dropout = style, dropout
-        if style == "sdpa":  # one fused projection, chunked
-            self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
-        else:
-            self.q, self.k, self.v = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
-        self.out = nn.Linear(WIDTH, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        if self.style == "sdpa":
-            q, k, v = self.qkv(x).chunk(3, dim=-1)
-        else:
-            q, k, v = self.q(x), self.k(x), self.v(x)
-        q, k, v = (t.view(b, s, HEADS, WIDTH // HEADS).transpose(1, 2) for t in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        if self.style == "sdpa":
-            ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        elif self.style == "einsum":
-            scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(WIDTH // HEADS)
-            probs = F.dropout(scores.softmax(-1), p, self.training)
-            ctx = torch.einsum("bhqk,bhkd->bhqd", probs, v)
-        else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(WIDTH // HEADS)
-            ctx = F.dropout(torch.softmax(scores, dim=-1), p, self.training) @ v
-        return self.out(ctx.transpose(1, 2).reshape(b, s, WIDTH))
-
-
-class _Layer(nn.Module):
-    """nn.TransformerEncoderLayer's post-norm block around a hand-written attention."""
-
-    def __init__(self, style: str, dropout: float) -> None:
-        super().__init__()
-        self.attn = _Attention(style, dropout)
-        self.ff1, self.ff2 = nn.Linear(WIDTH, FF), nn.Linear(FF, WIDTH)
-        self.norm1, self.norm2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.norm1(x + self.drop(self.attn(x)))
-        return self.norm2(x + self.drop(self.ff2(self.drop(F.gelu(self.ff1(x))))))
-
-
-class _HandBert(nn.Module):
-    def __init__(self, style: str, dropout: float) -> None:
-        super().__init__()
-        self.tokens, self.positions = nn.Embedding(BERT_VOCAB, WIDTH), nn.Embedding(512, WIDTH)
-        self.norm = nn.LayerNorm(WIDTH)
-        self.layers = nn.Sequential(*(_Layer(style, dropout) for _ in range(LAYERS)))
-        self.head = nn.Linear(WIDTH, 2)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(ids.shape[1], device=ids.device)
-        return self.head(self.layers(self.norm(self.tokens(ids) + self.positions(positions))))
 
 
 def _torch_bert(dropout: float) -> nn.Module:
@@ -148,7 +86,8 @@ def variants():
         out["torch", dropout] = _sheet(_torch_bert(dropout))
         for style in ("explicit", "sdpa", "einsum"):
             fused = style == "sdpa" and dropout == 0.0
-            out[style, dropout] = _sheet(_HandBert(style, dropout), "cpu" if fused else "meta")
+            hand = ExplicitBert(LAYERS, WIDTH, SEQ, False, style, dropout)
+            out[style, dropout] = _sheet(hand, "cpu" if fused else "meta")
     return out
 
 

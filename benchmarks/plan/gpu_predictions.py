@@ -82,16 +82,14 @@ def knows(model: str, size: str) -> bool:
 def cost_sheet(model: str, size: str, count_batch: int = 1) -> CostSheet:
     """Count one model's costs on this CPU (seconds to minutes; nothing is timed). At batch 1
     and 2: BERT-large at 512 tokens holds ~10 GB of activations at batch 4."""
+    return count_costs(*_built(model, size), count_batch)
+
+
+def count_costs(net, feeder, count_batch: int = 1) -> CostSheet:
+    """:func:`cost_sheet` of a built network and what feeds it."""
     from rightsize.profiling.layers import layer_costs, trainable_layers
     from rightsize.profiling.memory import saved_activation_bytes
-    from rightsize.workloads.registry import WorkloadRegistry
 
-    if model in ZOO:
-        feeder = WorkloadRegistry().get(ZOO[model][0])
-        net = feeder.make_model(0, "cpu")
-    else:
-        feeder = gpu_models.BUILDERS[model](int(size) if size else None)
-        net = feeder.model
     net.train()
     layers = trainable_layers(net)
     costs = layer_costs(net, feeder, layers, feeder.example_batch(count_batch))
@@ -124,26 +122,35 @@ def op_sheet(model: str, size: str, count_batch: int = 2) -> OpSheet | None:
     twice it — on meta tensors (shapes only: BERT-large at 512 tokens in seconds), or on this
     CPU where an operation has no meta kernel (recurrent layers). None where the graph
     changes with the batch."""
-    from rightsize.perf.op_costs import count_ops
-
     net, feeder = _built(model, size)
-    net.train()
     for device in ("meta", "cpu"):
-        net.to(device)
-
-        def step_at(n: int, device=device, net=net):
-            inputs, target = feeder.example_batch(n)
-            batch = (tuple(t.to(device) for t in inputs), target.to(device))
-            return lambda: feeder.loss(net, batch)
-
         try:
-            return count_ops(net, step_at, count_batch)
+            return count_step_ops(net, feeder, device, count_batch)
         except (NotImplementedError, RuntimeError) as exc:
             print(f"{model}: counting on {device} failed ({str(exc)[:80]})", file=sys.stderr)
-            net = _built(model, size)[0].train()  # meta weights cannot go back to the CPU
+            net = _built(model, size)[0]  # meta weights cannot go back to the CPU
         except ValueError:
             return None
     return None
+
+
+def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> OpSheet:
+    """:func:`op_sheet` of a built network on ``device``.
+
+    Raises:
+        ValueError: the graph changes with the batch; NotImplementedError, RuntimeError: an
+            operation without a kernel on ``device``.
+    """
+    from rightsize.perf.op_costs import count_ops
+
+    net.train().to(device)
+
+    def step_at(n: int):
+        inputs, target = feeder.example_batch(n)
+        batch = (tuple(t.to(device) for t in inputs), target.to(device))
+        return lambda: feeder.loss(net, batch)
+
+    return count_ops(net, step_at, count_batch)
 
 
 def op_sheet_apart(model: str, size: str) -> OpSheet | None:
