@@ -306,3 +306,23 @@ def test_pairs_as_a_user_compares_gpus_take_each_at_its_own_batch():
     # once per model and precision, at its largest batch
     assert len(same) == 2 * 2 * 2 * 6 and len(own) == 2 * 2 * 6
     assert all(a.batch == b.batch == 256 for a, b in own)
+
+
+def test_a_recurrent_layer_is_one_fused_kernel_per_layer_and_direction():
+    """The CPU runs an LSTM layer as one oneDNN kernel (as cuDNN does on a GPU), timed as
+    its steps' GEMMs: 2 · T · B · 4H · (I + H) FLOPs forward, twice that backward."""
+    lstm = nn.LSTM(16, 8, num_layers=2, batch_first=True)
+
+    def step_at(n):
+        x = torch.randn(n, 5, 16)
+        return lambda: lstm(x)[0].pow(2).mean()
+
+    sheet = count_ops(lstm, step_at, 2)
+    rnn = [op for op in sheet.ops if op.kind is OpKind.RNN]
+    assert sum(op.count for op in rnn if op.phase == "forward") == 2
+    first = 2 * 5 * 10 * 32 * (16 + 8)  # layer 1 at batch 10
+    second = 2 * 5 * 10 * 32 * (8 + 8)
+    assert sheet.flops(10, "forward") == pytest.approx(first + second)
+    assert sheet.flops(10, "backward") == pytest.approx(2 * (first + second))
+    assert sorted(tuple(d.at(10) for d in op.gemm) for op in rnn if op.phase == "forward") == [
+        (1, 10, 32, 16), (1, 10, 32, 24)]

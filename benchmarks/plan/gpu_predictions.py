@@ -120,10 +120,14 @@ def _built(model: str, size: str):
 def op_sheet(model: str, size: str, count_batch: int = 2) -> OpSheet | None:
     """Count the operations one step dispatches (perf/op_costs.py) at ``count_batch`` and
     twice it — on meta tensors (shapes only: BERT-large at 512 tokens in seconds), or on this
-    CPU where an operation has no meta kernel (recurrent layers). None where the graph
+    CPU for recurrent layers and where an operation has no meta kernel. None where the graph
     changes with the batch."""
+    from torch import nn
+
     net, feeder = _built(model, size)
-    for device in ("meta", "cpu"):
+    # recurrent layers: the CPU runs them fused, as cuDNN does; meta tensors decompose them
+    recurrent = any(isinstance(m, nn.RNNBase) for m in net.modules())
+    for device in ("cpu",) if recurrent else ("meta", "cpu"):
         try:
             return count_step_ops(net, feeder, device, count_batch)
         except (NotImplementedError, RuntimeError) as exc:

@@ -17,7 +17,10 @@ element-wise, normalisation, gather and reduction kernels. :class:`OpRecorder`
 - the bytes it reads and writes (its tensor arguments and results; views move none),
 - for matmul-like work its GEMM shape ``(batch, M, N, K)`` — a convolution as the
   implicit GEMM cuDNN runs (M = images · output pixels, N = output channels,
-  K = input channels per group · kernel area), attention as its two matmuls.
+  K = input channels per group · kernel area), attention as its two matmuls, a fused
+  recurrent layer (oneDNN's on the CPU, standing for cuDNN's) as one time step's GEMM.
+  Meta tensors decompose recurrent layers into per-step kernels a GPU does not run:
+  count models with recurrent layers on the CPU.
 
 A step is counted at two batch sizes, ``b`` and ``2b``; the same operations come
 out in the same order, so every number of every operation is a line in the batch
@@ -48,6 +51,7 @@ from torch.utils.flop_counter import flop_registry
 
 class OpKind(StrEnum):
     GEMM = "gemm"  # mm, addmm, bmm, baddbmm
+    RNN = "rnn"  # a fused recurrent layer (oneDNN's on the CPU, cuDNN's on a GPU)
     CONV = "conv"  # convolution and its backward
     ATTENTION = "attention"  # fused scaled-dot-product attention
     NORM = "norm"  # batch/layer/group norm and their backward
@@ -58,7 +62,7 @@ class OpKind(StrEnum):
 
     @property
     def matmul_like(self) -> bool:
-        return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION)
+        return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION, OpKind.RNN)
 
 
 #: Operations that launch no kernel and move no memory on a GPU (allocations, views the
@@ -79,8 +83,14 @@ REDUCTION_OPS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "var", "
                            "nll_loss2d_backward", "_log_softmax"})  # fmt: skip
 
 
+#: Fused recurrent layers (one direction of one layer each; inputs time-major).
+RNN_OPS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
+
+
 def kind_of(name: str) -> OpKind:
     """An aten operation's kind from its packet name (``aten.addmm.default`` -> ``addmm``)."""
+    if name in RNN_OPS:
+        return OpKind.RNN
     if name in GEMM_OPS:
         return OpKind.GEMM
     if name in CONV_OPS:
@@ -177,6 +187,22 @@ def _conv_output_pixels(args) -> float:
 SCORE_TRAFFIC = {"forward": 6, "backward": 9}
 
 
+def _rnn(args, phase: str) -> tuple[float, tuple[float, float, float, float]]:
+    """A fused recurrent layer's FLOPs and the GEMM one time step runs.
+
+    Each step multiplies the batch's inputs and hidden state by the gates' weights,
+    ``2 · B · G·H · (I + H)`` FLOPs (backward twice that: the inputs' and the weights'
+    gradients); the steps run one after another, so the GEMM that fills the GPU is one
+    step's: (1, B, G·H, I + H). Arguments: (input [T, B, I], w_ih [G·H, I], w_hh [G·H, H],
+    ...), the input time-major whatever the module's ``batch_first``.
+    """
+    inputs, w_ih, w_hh = args[0], args[1], args[2]
+    gates_hidden, width, hidden = w_ih.shape[0], w_ih.shape[1], w_hh.shape[1]
+    steps, batch = inputs.shape[0], inputs.shape[1]
+    flops = 2.0 * steps * batch * gates_hidden * (width + hidden)
+    return flops * (1 if phase == "forward" else 2), (1.0, batch, gates_hidden, width + hidden)
+
+
 def _attention(args, phase: str) -> tuple[float, float, tuple[float, float, float, float]]:
     """Fused attention's FLOPs, its unfused score traffic (bytes) and its matmuls' shape.
 
@@ -214,6 +240,8 @@ class OpRecorder(TorchDispatchMode):
         if kind is OpKind.ATTENTION:
             flops, scores, shape = _attention(args, self.phase)
             moved += scores
+        elif kind is OpKind.RNN:
+            flops, shape = _rnn(args, self.phase)
         elif kind.matmul_like:
             formula = flop_registry.get(func._overloadpacket)
             flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
