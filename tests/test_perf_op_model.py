@@ -326,3 +326,21 @@ def test_a_recurrent_layer_is_one_fused_kernel_per_layer_and_direction():
     assert sheet.flops(10, "backward") == pytest.approx(2 * (first + second))
     assert sorted(tuple(d.at(10) for d in op.gemm) for op in rnn if op.phase == "forward") == [
         (1, 10, 32, 16), (1, 10, 32, 24)]
+
+
+def test_a_profile_counts_on_meta_tensors_what_real_ones_dispatch():
+    from rightsize.profiling.layers import step_ops, step_ops_on
+
+    class Feeder:
+        def example_batch(self, n, device="cpu"):
+            return (torch.randn(n, 3, 8, 8, device=device),), torch.randint(0, 4, (n,), device=device)
+
+        def loss(self, model, batch):
+            return F.cross_entropy(model(*batch[0]), batch[1])
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(8 * 6 * 6, 4))  # fmt: skip
+    counted = step_ops(model, Feeder(), 2)
+    assert counted == step_ops_on(model, Feeder(), 2, "cpu")
+    assert all(p.device.type == "cpu" for p in model.parameters())  # the model is untouched
+    assert {op.kind for op in counted} >= {"conv", "gemm", "norm"}
