@@ -7,7 +7,11 @@ architecture the sources state exactly (benchmarks/data/measured/README.md):
 - BERT-base / BERT-large encoders (Devlin et al.): 12 x 768 / 24 x 1024, heads of 64,
   feed-forward 4x, WordPiece vocabulary 30,522, at the row's sequence length, with a
   SQuAD span head (pre-training's heads differ by a vocabulary-wide projection,
-  which is the MLM head here);
+  which is the MLM head here); written as the measured implementations write it
+  (NVIDIA's DeepLearningExamples and Hugging Face's ``BertSelfAttention``: separate
+  query, key and value projections, explicit ``matmul``, scaling, an additive mask,
+  softmax and dropout), :class:`ExplicitBert`; :class:`Bert` is the same network
+  from PyTorch's ``nn.TransformerEncoder``;
 - NeuMF (He et al., NVIDIA DLE's NCF): MovieLens-20M's 138,493 users and 26,744 items,
   64 factors, MLP 256-256-128-64;
 - Gavel's word-level LM (PyTorch's word_language_model example on Wikitext-2): a
@@ -69,7 +73,87 @@ class Bert(nn.Module):
         return self.head(self.encoder(self.norm(self.tokens(ids) + self.positions(positions))))
 
 
-def bert(layers: int, width: int, seq: int, pretrain: bool = False) -> Built:
+#: Ways of writing the same self-attention (benchmarks/plan/gpu_variants.py, and the test
+#: that the device model times them alike): BertSelfAttention's explicit matmuls, einsum,
+#: and PyTorch's fused scaled_dot_product_attention behind one fused QKV projection.
+ATTENTION_STYLES = ("explicit", "einsum", "sdpa")
+
+
+class ExplicitSelfAttention(nn.Module):
+    """BERT's self-attention as BertSelfAttention writes it (``style="explicit"``), or the same
+    computation with ``einsum`` or ``F.scaled_dot_product_attention`` (fused QKV)."""
+
+    def __init__(self, width: int, dropout: float = 0.1, style: str = "explicit") -> None:
+        super().__init__()
+        self.heads, self.style, self.p = width // 64, style, dropout
+        if style == "sdpa":
+            self.qkv = nn.Linear(width, 3 * width)
+        else:
+            self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s, width = x.shape
+        d = width // self.heads
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, s, self.heads, d).permute(0, 2, 1, 3)
+
+        if self.style == "sdpa":
+            q, k, v = (heads(t) for t in self.qkv(x).chunk(3, dim=-1))
+            context = nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0)
+        elif self.style == "einsum":
+            q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+            scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / d**0.5 + mask
+            context = torch.einsum("bhqk,bhkd->bhqd", self.dropout(scores.softmax(-1)), v)
+        else:
+            q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / d**0.5 + mask
+            context = torch.matmul(self.dropout(torch.softmax(scores, dim=-1)), v)
+        return context.permute(0, 2, 1, 3).contiguous().view(b, s, width)
+
+
+class ExplicitBertLayer(nn.Module):
+    def __init__(self, width: int, dropout: float = 0.1, style: str = "explicit") -> None:
+        super().__init__()
+        self.attention = ExplicitSelfAttention(width, dropout, style)
+        self.attention_out, self.attention_norm = nn.Linear(width, width), nn.LayerNorm(width)
+        self.intermediate, self.output = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+        self.output_norm, self.dropout = nn.LayerNorm(width), nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.attention_norm(x + self.dropout(self.attention_out(self.attention(x, mask))))
+        hidden = nn.functional.gelu(self.intermediate(x))
+        return self.output_norm(x + self.dropout(self.output(hidden)))
+
+
+class ExplicitBert(nn.Module):
+    def __init__(self, layers: int, width: int, seq: int, pretrain: bool,
+                 style: str = "explicit", dropout: float = 0.1) -> None:  # fmt: skip
+        super().__init__()
+        self.tokens = nn.Embedding(BERT_VOCAB, width)
+        self.positions = nn.Embedding(512, width)
+        self.norm = nn.LayerNorm(width)
+        self.layers = nn.ModuleList(ExplicitBertLayer(width, dropout, style)
+                                    for _ in range(layers))  # fmt: skip
+        self.head = nn.Linear(width, BERT_VOCAB if pretrain else 2)
+        self.seq = seq
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.norm(self.tokens(ids) + self.positions(positions))
+        mask = torch.zeros(ids.shape[0], 1, 1, ids.shape[1], device=ids.device)  # no padding
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(x)
+
+
+def bert(layers: int, width: int, seq: int, pretrain: bool = False,
+         style: str = "explicit") -> Built:  # fmt: skip
+    """A BERT encoder fed as the measurements ran it; ``style`` one of :data:`ATTENTION_STYLES`,
+    or ``"torch"`` for nn.TransformerEncoder's."""
+
     def example(n: int) -> Batch:
         ids = torch.randint(0, BERT_VOCAB, (n, seq))
         target = torch.randint(0, BERT_VOCAB if pretrain else seq, (n, seq) if pretrain else (n,))
@@ -80,7 +164,9 @@ def bert(layers: int, width: int, seq: int, pretrain: bool = False) -> Built:
             return nn.functional.cross_entropy(out.flatten(0, 1), target.flatten())
         return nn.functional.cross_entropy(out[..., 0], target)  # the span start's logits
 
-    return Built(Bert(layers, width, seq, pretrain), example, loss)
+    if style == "torch":
+        return Built(Bert(layers, width, seq, pretrain), example, loss)
+    return Built(ExplicitBert(layers, width, seq, pretrain, style), example, loss)
 
 
 class NeuMF(nn.Module):

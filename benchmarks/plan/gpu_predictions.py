@@ -11,10 +11,17 @@ training throughput on each measured GPU with the calibrated device model
 - the independent check on rows nobody fitted to (Lambda Labs' benchmarks,
   lambda_gpu_benchmarks.csv), predicted by the full fit;
 - the same errors for the old absolute roofline (one fp32 peak, 35% of it),
-  as the baseline.
+  as the baseline;
+- both device models side by side (issue 40): ``per-class`` (one efficiency per
+  operation class, perf/device_model.py) and ``per-op`` (each dispatched operation
+  by its shape, perf/op_costs.py and perf/op_timing.py, counted on meta tensors),
+  each fitted and held out the same way; ratio errors over GPU pairs of one source,
+  both at the same batch and as a user compares GPUs (each at the batch its source
+  ran), median and 90th percentile.
 
-``--write-efficiencies`` stores the full fit, its held-out errors and its
-interval as the package's src/rightsize/perf/device_efficiencies.json.
+``--write-efficiencies`` stores the full per-class fit, its held-out errors and its
+interval as the package's src/rightsize/perf/device_efficiencies.json;
+``--write-op-efficiencies`` the per-op fit as op_efficiencies.json.
 
     python benchmarks/plan/gpu_predictions.py --out benchmarks/results/gpu_predictions.json
 """
@@ -33,14 +40,18 @@ from benchmarks.lib.envelope import write_report
 from benchmarks.plan import gpu_models
 from rightsize.core.catalog import find_accelerator
 from rightsize.core.errors import UnknownNameError
-from rightsize.perf import calibration
+from rightsize.perf import calibration, op_calibration
 from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
+from rightsize.perf.op_costs import OpSheet
+from rightsize.perf.op_timing import OpEfficiencies
 from rightsize.perf.precision import OpClass, Precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "measured"
 EFFICIENCIES = (Path(__file__).resolve().parents[2] / "src" / "rightsize" / "perf"
                 / "device_efficiencies.json")  # fmt: skip
 SHEETS = Path(__file__).resolve().parents[1] / "results" / "gpu_cost_sheets.json"
+OP_SHEETS = Path(__file__).resolve().parents[1] / "results" / "gpu_op_sheets.json"
+OP_EFFICIENCIES = EFFICIENCIES.with_name("op_efficiencies.json")
 #: The old model as a baseline: every layer's max(compute, memory) at the fp32 peak, / 0.35.
 OLD_ABSOLUTE = Efficiencies(
     cuda_core={c: 0.35 for c in TENSOR_CLASSES}, tensor_core={c: 0.35 for c in TENSOR_CLASSES},
@@ -71,16 +82,14 @@ def knows(model: str, size: str) -> bool:
 def cost_sheet(model: str, size: str, count_batch: int = 1) -> CostSheet:
     """Count one model's costs on this CPU (seconds to minutes; nothing is timed). At batch 1
     and 2: BERT-large at 512 tokens holds ~10 GB of activations at batch 4."""
+    return count_costs(*_built(model, size), count_batch)
+
+
+def count_costs(net, feeder, count_batch: int = 1) -> CostSheet:
+    """:func:`cost_sheet` of a built network and what feeds it."""
     from rightsize.profiling.layers import layer_costs, trainable_layers
     from rightsize.profiling.memory import saved_activation_bytes
-    from rightsize.workloads.registry import WorkloadRegistry
 
-    if model in ZOO:
-        feeder = WorkloadRegistry().get(ZOO[model][0])
-        net = feeder.make_model(0, "cpu")
-    else:
-        feeder = gpu_models.BUILDERS[model](int(size) if size else None)
-        net = feeder.model
     net.train()
     layers = trainable_layers(net)
     costs = layer_costs(net, feeder, layers, feeder.example_batch(count_batch))
@@ -95,6 +104,80 @@ def cost_sheet(model: str, size: str, count_batch: int = 1) -> CostSheet:
     sheet = [LayerCost(layer.op_class, c.forward_flops, c.backward_flops, c.output_bytes,
                        layer.param_bytes) for layer, c in zip(layers, costs.layers, strict=True)]  # fmt: skip
     return CostSheet.of_layers(sheet, costs.forward_flops, costs.backward_flops, activation)
+
+
+def _built(model: str, size: str):
+    """(the network, what feeds it): the zoo's or gpu_models'."""
+    from rightsize.workloads.registry import WorkloadRegistry
+
+    if model in ZOO:
+        feeder = WorkloadRegistry().get(ZOO[model][0])
+        return feeder.make_model(0, "cpu"), feeder
+    feeder = gpu_models.BUILDERS[model](int(size) if size else None)
+    return feeder.model, feeder
+
+
+def op_sheet(model: str, size: str, count_batch: int = 2) -> OpSheet | None:
+    """Count the operations one step dispatches (perf/op_costs.py) at ``count_batch`` and
+    twice it — on meta tensors (shapes only: BERT-large at 512 tokens in seconds), or on this
+    CPU for recurrent layers and where an operation has no meta kernel. None where the graph
+    changes with the batch."""
+    from torch import nn
+
+    net, feeder = _built(model, size)
+    # recurrent layers: the CPU runs them fused, as cuDNN does; meta tensors decompose them
+    recurrent = any(isinstance(m, nn.RNNBase) for m in net.modules())
+    for device in ("cpu",) if recurrent else ("meta", "cpu"):
+        try:
+            return count_step_ops(net, feeder, device, count_batch)
+        except (NotImplementedError, RuntimeError) as exc:
+            print(f"{model}: counting on {device} failed ({str(exc)[:80]})", file=sys.stderr)
+            net = _built(model, size)[0]  # meta weights cannot go back to the CPU
+        except ValueError:
+            return None
+    return None
+
+
+def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> OpSheet:
+    """:func:`op_sheet` of a built network on ``device``.
+
+    Raises:
+        ValueError: the graph changes with the batch; NotImplementedError, RuntimeError: an
+            operation without a kernel on ``device``.
+    """
+    from rightsize.perf.op_costs import count_ops
+
+    net.train().to(device)
+
+    def step_at(n: int):
+        inputs, target = feeder.example_batch(n)
+        batch = (tuple(t.to(device) for t in inputs), target.to(device))
+        return lambda: feeder.loss(net, batch)
+
+    return count_ops(net, step_at, count_batch)
+
+
+def op_sheet_apart(model: str, size: str) -> OpSheet | None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(op_sheet, model, size).result()
+
+
+def load_op_sheets(path: Path | None) -> dict[tuple[str, str], OpSheet | None]:
+    if path is None or not path.is_file():
+        return {}
+    return {(e["model"], e["size"]): None if e["ops"] is None else OpSheet.from_list(e["ops"])
+            for e in json.loads(path.read_text())}  # fmt: skip
+
+
+def save_op_sheets(path: Path, sheets: dict[tuple[str, str], OpSheet | None]) -> None:
+    path.write_text(json.dumps([
+        {"model": model, "size": size, "ops": None if sheet is None else sheet.to_list()}
+        for (model, size), sheet in sorted(sheets.items())
+    ]) + "\n")  # fmt: skip
 
 
 def counted_apart(model: str, size: str) -> CostSheet:
@@ -132,7 +215,8 @@ def save_sheets(path: Path, sheets: dict[tuple[str, str], CostSheet]) -> None:
 
 
 def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dict[str, int],
-              frameworks: set[str] | None = None):  # fmt: skip
+              frameworks: set[str] | None = None,
+              op_sheets: dict[tuple[str, str], OpSheet | None] | None = None):  # fmt: skip
     """Measurements of ``path`` whose model and GPU rightsize knows (single-GPU rows)."""
     out = []
     with path.open() as handle:
@@ -152,31 +236,75 @@ def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dic
             if (model, size) not in sheets:
                 print(f"counting {model} ({size or '-'})'s costs", file=sys.stderr)
                 sheets[model, size] = counted_apart(model, size)
+            if op_sheets is not None and (model, size) not in op_sheets:
+                print(f"counting {model} ({size or '-'})'s operations", file=sys.stderr)
+                op_sheets[model, size] = op_sheet_apart(model, size)
             out.append(calibration.Measurement(
                 model, sheets[model, size], acc, Precision.parse(row["precision"]),
                 int(row["per_gpu_batch"]), float(row["samples_per_s"]), row["source_id"],
+                (op_sheets or {}).get((model, size)),
             ))  # fmt: skip
     return out
 
 
-def errors(measurements, eff: Efficiencies) -> dict:
-    absolute = calibration.absolute_errors(measurements, eff)
-    ratio = calibration.ratio_errors(measurements, eff)
-    any_source = calibration.ratio_errors(measurements, eff, same_source=False)
+def errors(measurements, eff, predict=calibration.predicted_samples_per_s) -> dict:
+    absolute = calibration.absolute_errors(measurements, eff, predict)
+    ratio = calibration.ratio_errors(measurements, eff, predict=predict)
+    own = calibration.ratio_errors(measurements, eff, predict=predict, same_batch=False)
+    any_source = calibration.ratio_errors(measurements, eff, same_source=False, predict=predict)
     return {
         "n": len(absolute),
         "absolute_median": statistics.median(absolute) if absolute else None,
+        "absolute_p90": calibration._quantile(absolute, 0.9),
         "ratio_pairs": len(ratio),
         "ratio_median": statistics.median(ratio) if ratio else None,
+        "ratio_p90": calibration._quantile(ratio, 0.9),
+        "ratio_own_batch_pairs": len(own),
+        "ratio_own_batch_median": statistics.median(own) if own else None,
+        "ratio_own_batch_p90": calibration._quantile(own, 0.9),
         "ratio_any_source_pairs": len(any_source),
         "ratio_any_source_median": statistics.median(any_source) if any_source else None,
         "rows": [
             {"model": m.model, "gpu": m.accelerator.name, "precision": m.precision.value,
              "batch": m.batch, "measured": m.samples_per_s,
-             "predicted": calibration.predicted_samples_per_s(m, eff), "source": m.source}
+             "predicted": predict(m, eff), "source": m.source}
             for m in measurements
         ],
     }  # fmt: skip
+
+
+def _held_out_summary(by_gpu, by_model) -> dict:
+    gpu, model = by_gpu.summary(), by_model.summary()
+    return {f"leave_one_{name}_out_{key}": summary[key]
+            for name, summary in (("gpu", gpu), ("model", model))
+            for key in ("ratio_median", "ratio_p90", "ratio_own_batch_median",
+                        "ratio_own_batch_p90", "absolute_median", "absolute_p90")}  # fmt: skip
+
+
+def evaluate(method: str, fit_rows, check_rows, fitter, predict, fit_source: str) -> dict:
+    """One device model fitted on every calibration row, held out by GPU and by model, and
+    checked on the reserved rows."""
+    full = fitter(fit_rows, source=fit_source)
+    by_gpu = calibration.leave_one_out(fit_rows, "gpu", lambda rows: fitter(rows), predict)
+    by_model = calibration.leave_one_out(fit_rows, "model", lambda rows: fitter(rows), predict)
+    return {
+        "method": method,
+        "full": full,
+        "log_spread": calibration.log_spread(by_gpu) or 0.0,
+        "held_out": _held_out_summary(by_gpu, by_model),
+        "fit": errors(fit_rows, full, predict),
+        "leave_one_gpu_out": by_gpu.summary(),
+        "leave_one_model_out": by_model.summary(),
+        "independent_check": errors(check_rows, full, predict) if check_rows else None,
+    }
+
+
+def _score(result: dict) -> float:
+    """What 'better held out' means here: the mean of the held-out medians (ratio at one
+    batch, ratio as a user compares, absolute), by GPU and by model."""
+    held = result["held_out"]
+    keys = [k for k in held if k.endswith("_median") and held[k] is not None]
+    return sum(held[k] for k in keys) / len(keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,10 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/gpu_predictions.json")
     parser.add_argument("--sheets", type=Path, default=SHEETS,
                         help="cache of counted cost sheets (read, then written back)")
+    parser.add_argument("--op-sheets", type=Path, default=OP_SHEETS,
+                        help="cache of counted operations (read, then written back)")
     parser.add_argument("--frameworks", default="",
                         help="only rows of these frameworks, comma-separated (default all)")
+    parser.add_argument("--exclude-models", default="",
+                        help="leave these measured models out of both fits, comma-separated")
     parser.add_argument("--write-efficiencies", action="store_true",
-                        help=f"store the full fit as {EFFICIENCIES.name} in the package")
+                        help=f"store the full per-class fit as {EFFICIENCIES.name} in the package")
+    parser.add_argument("--write-op-efficiencies", action="store_true",
+                        help=f"store the full per-op fit as {OP_EFFICIENCIES.name}")
     args = parser.parse_args(argv)
     fit_file = args.data / "gpu_training_throughput.csv"
     check_file = args.data / "lambda_gpu_benchmarks.csv"
@@ -197,45 +331,70 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no calibration data at {fit_file}", file=sys.stderr)
         return 2
     sheets = load_sheets(args.sheets)
+    op_sheets = load_op_sheets(args.op_sheets)
     skipped: dict[str, int] = {}
     frameworks = set(args.frameworks.split(",")) if args.frameworks else None
-    fit_rows = read_rows(fit_file, sheets, skipped, frameworks)
-    check_rows = read_rows(check_file, sheets, skipped, frameworks) if check_file.is_file() else []
+    fit_rows = read_rows(fit_file, sheets, skipped, frameworks, op_sheets)
+    check_rows = (read_rows(check_file, sheets, skipped, frameworks, op_sheets)
+                  if check_file.is_file() else [])  # fmt: skip
     if args.sheets:
         save_sheets(args.sheets, sheets)
-    print(f"{len(fit_rows)} calibration rows, {len(check_rows)} check rows", file=sys.stderr)
-    full = calibration.fit(fit_rows, source=f"{fit_file.name}, {len(fit_rows)} rows")
-    by_gpu = calibration.leave_one_out(fit_rows, "gpu")
-    by_model = calibration.leave_one_out(fit_rows, "model")
-    spread = calibration.log_spread(by_gpu)
-    held = {"leave_one_gpu_out_ratio_median": by_gpu.summary()["ratio_median"],
-            "leave_one_gpu_out_absolute_median": by_gpu.summary()["absolute_median"],
-            "leave_one_model_out_ratio_median": by_model.summary()["ratio_median"],
-            "leave_one_model_out_absolute_median": by_model.summary()["absolute_median"]}  # fmt: skip
+    if args.op_sheets:
+        save_op_sheets(args.op_sheets, op_sheets)
+    # both models on the same rows: those whose operations could be counted
+    uncounted = sorted({m.model for m in fit_rows + check_rows if m.ops is None})
+    excluded = set(filter(None, args.exclude_models.split(",")))
+    fit_rows = [m for m in fit_rows if m.ops is not None and m.model not in excluded]
+    check_rows = [m for m in check_rows if m.ops is not None and m.model not in excluded]
+    print(f"{len(fit_rows)} calibration rows, {len(check_rows)} check rows"
+          f"{'; without counted operations: ' + ', '.join(uncounted) if uncounted else ''}",
+          file=sys.stderr)  # fmt: skip
+    source = f"{fit_file.name}, {len(fit_rows)} rows"
+    per_class = evaluate("per-class", fit_rows, check_rows,
+                         lambda rows, source="": calibration.fit(rows, source=source),
+                         calibration.predicted_samples_per_s, source)  # fmt: skip
+    per_op = evaluate("per-op", fit_rows, check_rows,
+                      lambda rows, source="": op_calibration.fit(rows, source=source),
+                      op_calibration.predicted_samples_per_s, source)  # fmt: skip
+    full = per_class["full"]
     full = Efficiencies(full.cuda_core, full.tensor_core, full.memory, full.kernel_s,
-                        spread or 0.0, full.source, held)  # fmt: skip
+                        per_class["log_spread"], full.source, per_class["held_out"])  # fmt: skip
+    op_full = per_op["full"]
+    op_full = OpEfficiencies(op_full.compute, op_full.memory, op_full.kernel_s,
+                             per_op["log_spread"], op_full.source, per_op["held_out"])  # fmt: skip
+    better = "per-op" if _score(per_op) < _score(per_class) else "per-class"
     result = {
         "benchmark": "gpu_predictions",
         "efficiencies": full.to_dict(),
-        "fit": errors(fit_rows, full),
-        "leave_one_gpu_out": by_gpu.summary(),
-        "leave_one_model_out": by_model.summary(),
-        "independent_check": errors(check_rows, full) if check_rows else None,
+        "op_efficiencies": op_full.to_dict(),
+        "better_held_out": better,
+        "held_out_side_by_side": {"per-class": per_class["held_out"],
+                                  "per-op": per_op["held_out"]},  # fmt: skip
+        **{f"{key}": per_class[key] for key in ("fit", "leave_one_gpu_out",
+                                                "leave_one_model_out", "independent_check")},
+        "per_op": {key: per_op[key] for key in ("fit", "leave_one_gpu_out",
+                                                "leave_one_model_out", "independent_check")},
         "baseline_old_absolute": {
             "fit_rows": errors(fit_rows, OLD_ABSOLUTE),
             "check_rows": errors(check_rows, OLD_ABSOLUTE) if check_rows else None,
         },
+        "uncounted_models": uncounted,
+        "excluded_models": sorted(excluded),
         "skipped": skipped,
-    }
+    }  # fmt: skip
     write_report(args.out, result)
     if args.write_efficiencies:
         EFFICIENCIES.write_text(json.dumps(full.to_dict(), indent=1) + "\n")
-    for name in ("leave_one_gpu_out", "leave_one_model_out"):
-        print(name, json.dumps(result[name]))
-    if check_rows:
-        check = result["independent_check"]
-        print(f"independent check: absolute median {check['absolute_median']:.3f}, "
-              f"ratio median {check['ratio_median']}")  # fmt: skip
+    if args.write_op_efficiencies:
+        OP_EFFICIENCIES.write_text(json.dumps(op_full.to_dict(), indent=1) + "\n")
+    for name, res in (("per-class", per_class), ("per-op", per_op)):
+        print(name, json.dumps(res["held_out"]))
+        check = res["independent_check"]
+        if check:
+            print(f"  independent check: absolute median {check['absolute_median']:.3f}, "
+                  f"ratio median {check['ratio_median']}, "
+                  f"own-batch ratio median {check['ratio_own_batch_median']}")  # fmt: skip
+    print(f"better held out: {better}")
     return 0
 
 

@@ -32,7 +32,8 @@ INSTANCE_COLUMNS = (
 )  # fmt: skip
 ACCELERATOR_COLUMNS = ("name", "memory_gib", "fp32_tflops", "fp16_tflops", "mem_bandwidth_gbs")
 #: Optional: empty or absent where the device has no TF32 tensor cores (before Ampere).
-ACCELERATOR_OPTIONAL_COLUMNS = ("tf32_tflops",)
+#: ``sm_count``: streaming multiprocessors per device (the device model's wave quantisation).
+ACCELERATOR_OPTIONAL_COLUMNS = ("tf32_tflops", "sm_count")
 _DATA_PACKAGE = "rightsize.core.catalog_data"
 
 
@@ -46,6 +47,7 @@ class Accelerator:
     fp16_tflops: float  # dense fp16/bf16 on tensor cores (P100: its 2x fp16 rate; K80: fp32)
     mem_bandwidth_gbs: float
     tf32_tflops: float | None = None  # dense TF32 tensor-core peak; None before Ampere
+    sm_count: float | None = None  # streaming multiprocessors; None where not recorded
 
 
 @dataclass(frozen=True)

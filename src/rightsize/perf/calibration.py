@@ -34,6 +34,7 @@ from rightsize.perf.device_model import (
     Efficiencies,
     step_time,
 )
+from rightsize.perf.op_costs import OpSheet
 from rightsize.perf.precision import Precision, peak_flops_per_s, runs_on_tensor_cores
 
 #: The efficiencies a fit starts from and is pulled towards: fp32 training reaches about a
@@ -65,6 +66,7 @@ class Measurement:
     batch: int
     samples_per_s: float
     source: str = ""
+    ops: OpSheet | None = None  # the step's operations, for the per-operation model
 
     @property
     def key(self) -> tuple[str, int, Precision]:
@@ -177,31 +179,51 @@ def fit(measurements: Sequence[Measurement], prior: Efficiencies = PRIOR,
     return _unpack(result.x, source)
 
 
-def absolute_errors(measurements: Sequence[Measurement], eff: Efficiencies) -> list[float]:
+#: A model's prediction of a measurement with some fitted numbers (this module's per-class
+#: model, or perf/op_calibration.py's per-operation one).
+Predictor = Callable[[Measurement, object], float]
+
+
+def absolute_errors(measurements: Sequence[Measurement], eff,
+                    predict: Predictor = predicted_samples_per_s) -> list[float]:  # fmt: skip
     """|predicted / measured − 1| per measurement."""
-    return [abs(predicted_samples_per_s(m, eff) / m.samples_per_s - 1) for m in measurements]
+    return [abs(predict(m, eff) / m.samples_per_s - 1) for m in measurements]
 
 
-def ratio_errors(measurements: Sequence[Measurement], eff: Efficiencies,
-                 same_source: bool = True) -> list[float]:  # fmt: skip
-    """|predicted ratio / measured ratio − 1| over every pair of GPUs that ran the same model at
-    the same batch and precision — measured by one source (``same_source``, the default: a
-    ratio of one software stack on two GPUs, which is what decides between instances), or by
-    any two (a ratio that also carries the sources' differences: ~20% apart on the same GPU,
-    benchmarks/plan/source_agreement.py)."""
-    return [_ratio_error(a, b, eff) for a, b in _gpu_pairs(measurements, same_source)]
+def ratio_errors(measurements: Sequence[Measurement], eff, same_source: bool = True,
+                 predict: Predictor = predicted_samples_per_s,
+                 same_batch: bool = True) -> list[float]:  # fmt: skip
+    """|predicted ratio / measured ratio − 1| over every pair of GPUs that ran the same model in
+    the same precision — measured by one source (``same_source``, the default: a ratio of one
+    software stack on two GPUs, which is what decides between instances), or by any two (a
+    ratio that also carries the sources' differences: ~20% apart on the same GPU,
+    benchmarks/plan/source_agreement.py); at the same batch (``same_batch``), or each GPU at
+    the batch its source ran (its largest, where it ran several): the comparison a user
+    makes, which admits the sources that run each GPU at its own batch."""
+    return [_ratio_error(a, b, eff, predict)
+            for a, b in _gpu_pairs(measurements, same_source, same_batch)]  # fmt: skip
 
 
-def _ratio_error(a: Measurement, b: Measurement, eff: Efficiencies) -> float:
+def _ratio_error(a: Measurement, b: Measurement, eff,
+                 predict: Predictor = predicted_samples_per_s) -> float:  # fmt: skip
     measured = a.samples_per_s / b.samples_per_s
-    predicted = predicted_samples_per_s(a, eff) / predicted_samples_per_s(b, eff)
+    predicted = predict(a, eff) / predict(b, eff)
     return abs(predicted / measured - 1)
 
 
-def _gpu_pairs(measurements: Sequence[Measurement], same_source: bool = True):
+def _gpu_pairs(measurements: Sequence[Measurement], same_source: bool = True,
+               same_batch: bool = True):  # fmt: skip
+    if not same_batch:  # each GPU at its source's largest batch
+        largest: dict[tuple, Measurement] = {}
+        for m in measurements:
+            key = (m.model, m.precision, m.source, m.accelerator.name)
+            if key not in largest or m.batch > largest[key].batch:
+                largest[key] = m
+        measurements = list(largest.values())
     groups: dict[tuple, list[Measurement]] = {}
     for m in measurements:
-        groups.setdefault((*m.key, m.source) if same_source else m.key, []).append(m)
+        key = m.key if same_batch else (m.model, m.precision)
+        groups.setdefault((*key, m.source) if same_source else key, []).append(m)
     for group in groups.values():
         for a, b in itertools.combinations(group, 2):
             if a.accelerator.name != b.accelerator.name:
@@ -218,6 +240,7 @@ class HeldOut:
     log_errors: tuple[float, ...]
     groups: tuple[str, ...] = ()  # the held-out group of each absolute error
     ratio_any_source: tuple[float, ...] = ()  # pairs of any two sources
+    ratio_own_batch: tuple[float, ...] = ()  # one source's pairs, each GPU at its own batch
 
     def summary(self) -> dict:
         return {
@@ -228,6 +251,11 @@ class HeldOut:
             "ratio_pairs": len(self.ratio),
             "ratio_median": _median(self.ratio),
             "ratio_p80": _quantile(self.ratio, 0.8),
+            "ratio_p90": _quantile(self.ratio, 0.9),
+            "ratio_own_batch_pairs": len(self.ratio_own_batch),
+            "ratio_own_batch_median": _median(self.ratio_own_batch),
+            "ratio_own_batch_p90": _quantile(self.ratio_own_batch, 0.9),
+            "absolute_p90": _quantile(self.absolute, 0.9),
             "ratio_any_source_pairs": len(self.ratio_any_source),
             "ratio_any_source_median": _median(self.ratio_any_source),
             "absolute_median_by_group": {
@@ -238,7 +266,8 @@ class HeldOut:
 
 
 def leave_one_out(measurements: Sequence[Measurement], by: str,
-                  fitter: Callable[[Sequence[Measurement]], Efficiencies] = fit) -> HeldOut:  # fmt: skip
+                  fitter: Callable[[Sequence[Measurement]], object] = fit,
+                  predict: Predictor = predicted_samples_per_s) -> HeldOut:  # fmt: skip
     """Fit without each GPU (``by="gpu"``) or model (``"model"``) and predict it.
 
     The ratio errors are those of pairs with the held-out GPU in them (``gpu``), or of the
@@ -246,21 +275,23 @@ def leave_one_out(measurements: Sequence[Measurement], by: str,
     of what is being tested.
     """
     group_of = {"gpu": lambda m: m.accelerator.name, "model": lambda m: m.model}[by]
-    absolute, ratio, logs, groups, any_source = [], [], [], [], []
+    absolute, ratio, logs, groups, any_source, own_batch = [], [], [], [], [], []
     for group in sorted({group_of(m) for m in measurements}):
         held = [m for m in measurements if group_of(m) == group]
         seen = [m for m in measurements if group_of(m) != group]
         if not seen:
             continue
         eff = fitter(seen)
-        absolute += absolute_errors(held, eff)
+        absolute += absolute_errors(held, eff, predict)
         groups += [group] * len(held)
-        logs += [math.log(predicted_samples_per_s(m, eff) / m.samples_per_s) for m in held]
-        for same_source, errors in ((True, ratio), (False, any_source)):
-            errors += [_ratio_error(a, b, eff) for a, b in _gpu_pairs(measurements, same_source)
+        logs += [math.log(predict(m, eff) / m.samples_per_s) for m in held]
+        for same_source, same_batch, errors in ((True, True, ratio), (False, True, any_source),
+                                                (True, False, own_batch)):  # fmt: skip
+            errors += [_ratio_error(a, b, eff, predict)
+                       for a, b in _gpu_pairs(measurements, same_source, same_batch)
                        if group in (group_of(a), group_of(b))]  # fmt: skip
     return HeldOut(by, tuple(absolute), tuple(ratio), tuple(logs), tuple(groups),
-                   tuple(any_source))  # fmt: skip
+                   tuple(any_source), tuple(own_batch))  # fmt: skip
 
 
 def log_spread(held_out: HeldOut, quantile: float = SPREAD_QUANTILE) -> float:

@@ -20,6 +20,11 @@ real training (perf/calibration.py, benchmarks/plan/gpu_predictions.py) and ship
 with the package as ``device_efficiencies.json`` with their held-out errors, so
 a GPU nobody measured is predicted from its datasheet alone. The fitted spread
 of the held-out errors is each prediction's interval.
+
+This is the ``per-class`` method. The ``per-op`` method (perf/op_costs.py,
+perf/op_timing.py) times each operation the step dispatches by its shape instead;
+:class:`GpuCompute` runs either (``method``), ``per-op`` only for profiles that
+recorded their operations.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from importlib import resources
 from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError
 from rightsize.perf.compute import ComputeTime
+from rightsize.perf.op_costs import Linear, OpCost, OpKind, OpSheet
+from rightsize.perf.op_timing import OpEfficiencies, op_step_time
 from rightsize.perf.precision import (
     OpClass,
     Precision,
@@ -219,23 +226,58 @@ def step_time(sheet: CostSheet, acc: Accelerator, precision: Precision, batch: f
     return StepTime(forward, backward, optimizer, by_class)
 
 
+#: The device models: one efficiency per operation class, or each operation by its shape.
+METHODS = ("per-class", "per-op")
+DEFAULT_METHOD = "per-class"
+
+
+def op_sheet_of(profile: Profile) -> OpSheet | None:
+    """The operations a profile recorded, or None (profiles made before they were)."""
+    if profile.op_costs is None:
+        return None
+    return OpSheet(tuple(
+        OpCost(op.name, OpKind(op.kind), op.phase, op.count, Linear(*op.flops),
+               Linear(*op.bytes), tuple(Linear(*d) for d in op.gemm))
+        for op in profile.op_costs
+    ))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class GpuCompute:
     """The planner's compute model for one GPU (``predict(batch)``, ``optimizer_s``), from a
-    profile's cost sheet and the shipped calibration."""
+    profile's cost sheet and the shipped calibration: per operation (``ops`` and
+    ``op_efficiencies`` given) or per operation class."""
 
     sheet: CostSheet
     accelerator: Accelerator
     precision: Precision
     efficiencies: Efficiencies
+    ops: OpSheet | None = None
+    op_efficiencies: OpEfficiencies | None = None
 
     @classmethod
     def of(cls, profile: Profile, acc: Accelerator, precision: Precision,
-           efficiencies: Efficiencies | None = None) -> GpuCompute:  # fmt: skip
+           efficiencies: Efficiencies | None = None, method: str = DEFAULT_METHOD,
+           op_efficiencies: OpEfficiencies | None = None) -> GpuCompute:  # fmt: skip
+        """Raises: SpecError on an unknown ``method``. ``per-op`` on a profile without
+        recorded operations falls back to ``per-class`` (:attr:`method` says which ran)."""
+        if method not in METHODS:
+            raise SpecError(f"device model {method!r} is unknown; choose one of "
+                            f"{', '.join(METHODS)}")  # fmt: skip
+        ops = op_sheet_of(profile) if method == "per-op" else None
         return cls(CostSheet.of_profile(profile), acc, precision,
-                   efficiencies or Efficiencies.shipped())  # fmt: skip
+                   efficiencies or Efficiencies.shipped(), ops,
+                   (op_efficiencies or OpEfficiencies.shipped()) if ops else None)  # fmt: skip
+
+    @property
+    def method(self) -> str:
+        return "per-op" if self.ops is not None else "per-class"
 
     def step(self, batch: float) -> StepTime:
+        if self.ops is not None and self.op_efficiencies is not None:
+            op = op_step_time(self.ops, self.sheet.param_bytes, self.accelerator, self.precision,
+                              batch, self.op_efficiencies)  # fmt: skip
+            return StepTime(op.forward_s, op.backward_s, op.optimizer_s, op.by_kind_s)
         return step_time(self.sheet, self.accelerator, self.precision, batch, self.efficiencies)
 
     def predict(self, batch: float) -> ComputeTime:
@@ -248,5 +290,6 @@ class GpuCompute:
 
     def interval(self, seconds: float) -> tuple[float, float]:
         """The range a predicted time lies in, at the calibration's held-out spread."""
-        spread = math.exp(self.efficiencies.log_spread)
+        used = self.op_efficiencies if self.ops is not None else self.efficiencies
+        spread = math.exp(used.log_spread)
         return seconds / spread, seconds * spread

@@ -9,13 +9,16 @@ and whose FLOPs and bytes a roofline scales to another device.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from rightsize.perf.op_costs import OpSheet, count_ops
 from rightsize.perf.precision import OpClass
+from rightsize.profiling.profile import OpCostProfile
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import Workload
 
@@ -189,3 +192,56 @@ def _own_counts(counts: dict[str, float], layers: list[Layer], model: nn.Module)
 
 def _per_module(mode: FlopCounterMode) -> dict[str, float]:
     return {name: float(sum(ops.values())) for name, ops in mode.get_flop_counts().items()}
+
+
+def step_ops(model: nn.Module, workload: Workload, batch_size: int,
+             device: str = "cpu") -> tuple[OpCostProfile, ...] | None:  # fmt: skip
+    """The operations one training step dispatches (perf/op_costs.py), counted at
+    ``batch_size`` and twice it, as a profile records them; None for a model that dispatches
+    different operations at different batches (it is then timed per operation class).
+
+    Counted on a copy of the model on meta tensors (shapes only: a fraction of a second
+    instead of two real steps), except for models with recurrent layers, which meta tensors
+    decompose into per-step kernels: those on ``device``, as the CPU and cuDNN run them fused.
+    """
+    recurrent = any(isinstance(m, nn.RNNBase) for m in model.modules())
+    counted, where = (model, device) if recurrent else (copy.deepcopy(model).to("meta"), "meta")
+
+    def step_at(n: int):
+        inputs, target = workload.example_batch(n, device)
+        batch = (tuple(t.to(where) for t in inputs), target.to(where))
+        return lambda: workload.loss(counted, batch)
+
+    try:
+        sheet = count_ops(counted, step_at, batch_size)
+    except ValueError:
+        return None
+    except (NotImplementedError, RuntimeError):  # an operation without a meta kernel
+        if where == device:
+            return None
+        return step_ops_on(model, workload, batch_size, device)
+    return ops_for_profile(sheet)
+
+
+def step_ops_on(model: nn.Module, workload: Workload, batch_size: int,
+                device: str) -> tuple[OpCostProfile, ...] | None:  # fmt: skip
+    """:func:`step_ops` with real tensors on ``device``."""
+
+    def step_at(n: int):
+        batch = workload.example_batch(n, device)
+        return lambda: workload.loss(model, batch)
+
+    try:
+        return ops_for_profile(count_ops(model, step_at, batch_size))
+    except ValueError:
+        return None
+
+
+def ops_for_profile(sheet: OpSheet) -> tuple[OpCostProfile, ...]:
+    return tuple(
+        OpCostProfile(name=op.name, kind=op.kind.value, phase=op.phase, count=op.count,
+                      flops=(op.flops.fixed, op.flops.per_sample),
+                      bytes=(op.bytes.fixed, op.bytes.per_sample),
+                      gemm=tuple((d.fixed, d.per_sample) for d in op.gemm))
+        for op in sheet.ops
+    )  # fmt: skip

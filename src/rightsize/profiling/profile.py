@@ -108,6 +108,20 @@ class LayerProfile(_Frozen):
     op_class: str | None = None  # perf/precision.py OpClass; None in profiles made before it
 
 
+class OpCostProfile(_Frozen):
+    """One kind of operation a training step dispatches (perf/op_costs.py ``OpCost``), ``count``
+    times; each cost a line in the batch, ``(fixed, per_sample)``."""
+
+    name: str
+    kind: str
+    phase: str  # "forward" or "backward"
+    count: int = Field(ge=1)
+    flops: tuple[float, float]
+    bytes: tuple[float, float]
+    gemm: tuple[tuple[float, float], tuple[float, float], tuple[float, float],
+                tuple[float, float]]  # batch, M, N, K  # fmt: skip
+
+
 class MemoryProfile(_Frozen):
     """Memory facts: the limit searched under, and what a step needs."""
 
@@ -139,6 +153,8 @@ class Profile(_Frozen):
     layers: tuple[LayerProfile, ...]
     forward_flops_per_sample: Amount = 0.0  # whole model, including ops outside parameter layers
     backward_flops_per_sample: Amount = 0.0
+    # the operations one step dispatches (perf/op_costs.py); None in profiles made before them
+    op_costs: tuple[OpCostProfile, ...] | None = None
     settings: dict[str, Any] = {}
     # timing problems left after re-measuring (profiling/noise.py)
     noisy_batches: tuple[Batch, ...] = ()  # fwd+bwd spread above settings["noisy_cv"]

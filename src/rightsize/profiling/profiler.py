@@ -28,7 +28,7 @@ from rightsize.core.units import format_bytes
 from rightsize.profiling.bmax import BmaxResult, find_max_batch
 from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
 from rightsize.profiling.device import describe_device
-from rightsize.profiling.layers import layer_costs, trainable_layers
+from rightsize.profiling.layers import layer_costs, step_ops, trainable_layers
 from rightsize.profiling.memory import (
     CpuPeakMeter,
     frozen_heap,
@@ -331,6 +331,8 @@ class Profiler:
             ),
             forward_flops_per_sample=costs.forward_flops,
             backward_flops_per_sample=costs.backward_flops,
+            op_costs=step_ops(session.model, workload, max(1, min(2, search.bmax // 2)),
+                              self.device),
             settings={
                 **asdict(settings),
                 "extra_batches": list(settings.extra_batches),  # as JSON will read it back
