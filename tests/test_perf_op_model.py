@@ -26,9 +26,10 @@ from benchmarks.plan.gpu_models import BERT_VOCAB, Bert, ExplicitBert  # noqa: E
 
 from profile_factory import make_profile, sample  # noqa: E402
 from rightsize.core.catalog import Accelerator, find_accelerator  # noqa: E402
-from rightsize.core.errors import SpecError  # noqa: E402
+from rightsize.core.errors import SpecError, UnknownNameError  # noqa: E402
 from rightsize.perf.device_model import GpuCompute  # noqa: E402
-from rightsize.perf.op_costs import Linear, OpKind, count_ops, kind_of, record_step  # noqa: E402
+from rightsize.perf.op_costs import count_ops, kind_of, record_step  # noqa: E402
+from rightsize.perf.op_sheet import Linear, OpKind  # noqa: E402
 from rightsize.perf.op_timing import (  # noqa: E402
     K_HALF,
     OpEfficiencies,
@@ -221,7 +222,7 @@ def test_profiles_carry_operations_and_old_ones_predict_as_before():
     fallback = GpuCompute.of(old, acc, Precision.TF32, method="per-op")
     assert fallback.method == "per-class"
     assert fallback.predict(8) == per_class.predict(8)
-    with pytest.raises(SpecError, match="per-class, per-op"):
+    with pytest.raises(UnknownNameError, match="choose one of: per-class, per-op"):
         GpuCompute.of(old, acc, Precision.TF32, method="magic")
 
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))

@@ -355,6 +355,10 @@ def test_plans_carry_their_models_interval_and_overlaps_are_named(catalog):
     assert isinstance(calibrated.compute, GpuCompute)
     assert calibrated.provenance == "device model (pytorch)"
     assert calibrated.log_spread == calibrated.compute.efficiencies.log_spread
+    # per operation: a profile without recorded operations falls back to the class model
+    fallback = make_option([cpu_profile], catalog.get("fast.x"), 8,
+                           device=DeviceChoice(ComputeMethod.CALIBRATED_PER_OP))  # fmt: skip
+    assert fallback.provenance == "device model (pytorch)"
     ratio = make_option([cpu_profile.model_copy(update={"device": cpu_profile.device.model_copy(
         update={"peak_flops_per_s": 1e11, "peak_mem_bytes_per_s": 1e10})})],
         catalog.get("fast.x"), 8, device=DeviceChoice(ComputeMethod.RATIO))  # fmt: skip

@@ -42,7 +42,7 @@ from rightsize.core.catalog import find_accelerator
 from rightsize.core.errors import UnknownNameError
 from rightsize.perf import calibration, op_calibration
 from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
-from rightsize.perf.op_costs import OpSheet
+from rightsize.perf.op_sheet import OpSheet
 from rightsize.perf.op_timing import OpEfficiencies
 from rightsize.perf.precision import OpClass, Precision
 

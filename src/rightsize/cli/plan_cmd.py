@@ -175,8 +175,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         choices=[m.value for m in ComputeMethod],
         default=ComputeMethod.CALIBRATED.value,
         help="how GPUs without their own profile are predicted: calibrated (default; the "
-        "device model fitted on published training throughput), ratio (the profile's time "
-        "scaled by a roofline ratio, Srift's way) or absolute (roofline at 35%%)",
+        "device model fitted on published training throughput, one efficiency per operation "
+        "class), calibrated-per-op (the same, each operation the step dispatches timed by its "
+        "shape), ratio (the profile's time scaled by a roofline ratio, Srift's way) or "
+        "absolute (roofline at 35%%)",
     )
     parser.add_argument("--top", type=bounded(COUNT), default=5, help="plans to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON")

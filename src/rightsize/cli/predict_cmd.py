@@ -15,6 +15,7 @@ from rightsize.cli.predict_device import (
 from rightsize.core.errors import SpecError
 from rightsize.core.units import format_duration
 from rightsize.perf.compute import METHODS, ComputeModel
+from rightsize.perf.device_model import DeviceModel
 from rightsize.perf.precision import Precision
 from rightsize.profiling.profile import Profile
 
@@ -127,13 +128,15 @@ def run(args: argparse.Namespace) -> int:
     on_gpu = bool(args.device or args.instance)
     if not on_gpu and args.precision != Precision.PYTORCH.value:
         raise SpecError("--precision applies to a GPU: add --device or --instance")
+    if not on_gpu and args.device_model != DeviceModel.PER_CLASS.value:
+        raise SpecError("--device-model applies to a GPU: add --device or --instance")
     target = resolve_target(args) if on_gpu else None  # bad names fail before the profile loads
     profile = Profile.load(args.profile)
     if target is not None:
         acc, instance = target
         report = device_report(profile, acc, Precision(args.precision),
                                batches or default_batches(profile.bmax, profile.min_batch),
-                               instance)  # fmt: skip
+                               instance, DeviceModel(args.device_model))  # fmt: skip
         if args.json:
             print_json({"profile": args.profile, "workload": profile.workload, **report})
         else:

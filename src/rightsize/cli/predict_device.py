@@ -16,7 +16,7 @@ from rightsize.cli.output import format_table
 from rightsize.core.catalog import Accelerator, InstanceType, find_accelerator, load_catalog
 from rightsize.core.errors import SpecError
 from rightsize.core.units import format_duration
-from rightsize.perf.device_model import GpuCompute
+from rightsize.perf.device_model import DeviceModel, GpuCompute
 from rightsize.perf.precision import Precision, describe
 from rightsize.planning.options import bmax_on
 from rightsize.planning.precision_terms import PrecisionStatement, precision_statement
@@ -34,6 +34,11 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fp32, tf32, amp (mixed fp16/bf16), or pytorch (default: what "
                         "PyTorch does unasked: TF32 convolutions on Ampere and later, fp32 "
                         "matmuls); needs --device or --instance")  # fmt: skip
+    parser.add_argument("--device-model", choices=[m.value for m in DeviceModel],
+                        default=DeviceModel.PER_CLASS.value,
+                        help="per-class (default: one calibrated efficiency per operation "
+                        "class) or per-op (each operation the step dispatches, timed by its "
+                        "shape); needs --device or --instance")  # fmt: skip
 
 
 def resolve_target(args: argparse.Namespace) -> tuple[Accelerator, InstanceType | None]:
@@ -56,9 +61,10 @@ def resolve_target(args: argparse.Namespace) -> tuple[Accelerator, InstanceType 
 
 
 def device_report(profile: Profile, acc: Accelerator, precision: Precision,
-                  batches: list[int], instance: InstanceType | None = None) -> dict:  # fmt: skip
+                  batches: list[int], instance: InstanceType | None = None,
+                  method: DeviceModel = DeviceModel.PER_CLASS) -> dict:  # fmt: skip
     """Predicted step time per batch on ``acc``, as a JSON-ready dict."""
-    compute = GpuCompute.of(profile, acc, precision)
+    compute = GpuCompute.of(profile, acc, precision, method=method)
     memory_bytes = int(acc.memory_gib * 2**30)
     fits_up_to = bmax_on(profile, memory_bytes, activation_factor=precision.activation_bytes_factor)
     devices = instance.accelerator_count if instance else 1
@@ -74,7 +80,9 @@ def device_report(profile: Profile, acc: Accelerator, precision: Precision,
             "instance_samples_per_s": devices * batch / step.total_s,
             "fits_memory": batch <= fits_up_to, "by_class_s": dict(step.by_class_s),
         })  # fmt: skip
-    eff = compute.efficiencies
+    eff = compute.op_efficiencies if compute.op_efficiencies is not None else compute.efficiencies
+    kind = {DeviceModel.PER_CLASS: "calibrated per-operation-class roofline (perf/device_model.py)",
+            DeviceModel.PER_OP: "each dispatched operation timed by its shape (perf/op_timing.py)"}
     return {
         "device": acc.name,
         "instance": f"{instance.cloud}:{instance.name}" if instance else None,
@@ -84,7 +92,7 @@ def device_report(profile: Profile, acc: Accelerator, precision: Precision,
         "precision_assumed": precision_statement(precision, [acc]).to_dict(),
         "largest_batch_that_fits": fits_up_to,
         "model": {
-            "kind": "calibrated per-operation-class roofline (perf/device_model.py)",
+            "method": compute.method.value, "kind": kind[compute.method],
             "from": "the profile's counted FLOPs and bytes, the GPU's datasheet peaks",
             "calibration": eff.source, "held_out_errors": dict(eff.held_out),
             "interval": f"x/÷ {math.exp(eff.log_spread):.2f} (80% of held-out errors)",

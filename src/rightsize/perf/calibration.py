@@ -34,7 +34,7 @@ from rightsize.perf.device_model import (
     Efficiencies,
     step_time,
 )
-from rightsize.perf.op_costs import OpSheet
+from rightsize.perf.op_sheet import OpSheet
 from rightsize.perf.precision import Precision, peak_flops_per_s, runs_on_tensor_cores
 
 #: The efficiencies a fit starts from and is pulled towards: fp32 training reaches about a

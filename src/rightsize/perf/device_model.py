@@ -33,12 +33,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from importlib import resources
 
 from rightsize.core.catalog import Accelerator
-from rightsize.core.errors import SpecError
+from rightsize.core.errors import SpecError, choose
 from rightsize.perf.compute import ComputeTime
-from rightsize.perf.op_costs import Linear, OpCost, OpKind, OpSheet
+from rightsize.perf.op_sheet import Linear, OpCost, OpKind, OpSheet
 from rightsize.perf.op_timing import OpEfficiencies, op_step_time
 from rightsize.perf.precision import (
     OpClass,
@@ -226,9 +227,12 @@ def step_time(sheet: CostSheet, acc: Accelerator, precision: Precision, batch: f
     return StepTime(forward, backward, optimizer, by_class)
 
 
-#: The device models: one efficiency per operation class, or each operation by its shape.
-METHODS = ("per-class", "per-op")
-DEFAULT_METHOD = "per-class"
+class DeviceModel(StrEnum):
+    """The device models: one efficiency per operation class (the default: not beaten held
+    out on the reserved check, docs/benchmarks.md), or each dispatched operation by its shape."""
+
+    PER_CLASS = "per-class"
+    PER_OP = "per-op"
 
 
 def op_sheet_of(profile: Profile) -> OpSheet | None:
@@ -257,21 +261,26 @@ class GpuCompute:
 
     @classmethod
     def of(cls, profile: Profile, acc: Accelerator, precision: Precision,
-           efficiencies: Efficiencies | None = None, method: str = DEFAULT_METHOD,
+           efficiencies: Efficiencies | None = None,
+           method: DeviceModel | str = DeviceModel.PER_CLASS,
            op_efficiencies: OpEfficiencies | None = None) -> GpuCompute:  # fmt: skip
         """Raises: SpecError on an unknown ``method``. ``per-op`` on a profile without
         recorded operations falls back to ``per-class`` (:attr:`method` says which ran)."""
-        if method not in METHODS:
-            raise SpecError(f"device model {method!r} is unknown; choose one of "
-                            f"{', '.join(METHODS)}")  # fmt: skip
-        ops = op_sheet_of(profile) if method == "per-op" else None
+        chosen = choose(DeviceModel, method, "device model", "method")
+        ops = op_sheet_of(profile) if chosen is DeviceModel.PER_OP else None
         return cls(CostSheet.of_profile(profile), acc, precision,
                    efficiencies or Efficiencies.shipped(), ops,
                    (op_efficiencies or OpEfficiencies.shipped()) if ops else None)  # fmt: skip
 
     @property
-    def method(self) -> str:
-        return "per-op" if self.ops is not None else "per-class"
+    def method(self) -> DeviceModel:
+        return DeviceModel.PER_OP if self.ops is not None else DeviceModel.PER_CLASS
+
+    @property
+    def log_spread(self) -> float:
+        """The held-out |log(predicted/measured)| of the calibration in use (80th percentile)."""
+        used = self.op_efficiencies if self.ops is not None else self.efficiencies
+        return used.log_spread
 
     def step(self, batch: float) -> StepTime:
         if self.ops is not None and self.op_efficiencies is not None:
@@ -290,6 +299,5 @@ class GpuCompute:
 
     def interval(self, seconds: float) -> tuple[float, float]:
         """The range a predicted time lies in, at the calibration's held-out spread."""
-        used = self.op_efficiencies if self.ops is not None else self.efficiencies
-        spread = math.exp(used.log_spread)
+        spread = math.exp(self.log_spread)
         return seconds / spread, seconds * spread

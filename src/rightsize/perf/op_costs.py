@@ -41,29 +41,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-
-class OpKind(StrEnum):
-    GEMM = "gemm"  # mm, addmm, bmm, baddbmm
-    RNN = "rnn"  # a fused recurrent layer (oneDNN's on the CPU, cuDNN's on a GPU)
-    CONV = "conv"  # convolution and its backward
-    ATTENTION = "attention"  # fused scaled-dot-product attention
-    NORM = "norm"  # batch/layer/group norm and their backward
-    SOFTMAX = "softmax"
-    EMBEDDING = "embedding"  # table gathers and their scatter-add backward
-    REDUCTION = "reduction"  # sums, means, norms over dimensions
-    ELEMENTWISE = "elementwise"  # everything else that moves memory
-
-    @property
-    def matmul_like(self) -> bool:
-        return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION, OpKind.RNN)
-
+from rightsize.perf.op_sheet import OpKind, OpSheet
 
 #: Operations that launch no kernel and move no memory on a GPU (allocations, views the
 #: schema does not mark as such).
@@ -258,92 +242,6 @@ def record_step(step: Callable[[], torch.Tensor]) -> list[OpRecord]:
         recorder.phase = "backward"
         loss.backward()
     return recorder.records
-
-
-@dataclass(frozen=True)
-class Linear:
-    """A quantity that is a line in the batch size: ``fixed + per_sample · B``."""
-
-    fixed: float
-    per_sample: float
-
-    def at(self, batch: float) -> float:
-        return max(0.0, self.fixed + self.per_sample * batch)
-
-    @classmethod
-    def through(cls, small: float, large: float, batch: int) -> Linear:
-        """The line through ``small`` at ``batch`` and ``large`` at ``2 · batch``."""
-        per_sample = (large - small) / batch
-        return cls(small - per_sample * batch, per_sample)
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One kind of operation of a step, ``count`` times, with its costs as lines in the batch."""
-
-    name: str
-    kind: OpKind
-    phase: str
-    count: int
-    flops: Linear
-    bytes: Linear
-    gemm: tuple[Linear, Linear, Linear, Linear]  # batch, M, N, K
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind.value, "phase": self.phase,
-                "count": self.count, "flops": [self.flops.fixed, self.flops.per_sample],
-                "bytes": [self.bytes.fixed, self.bytes.per_sample],
-                "gemm": [[d.fixed, d.per_sample] for d in self.gemm]}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: dict) -> OpCost:
-        return cls(str(data["name"]), OpKind(data["kind"]), str(data["phase"]),
-                   int(data["count"]), Linear(*data["flops"]), Linear(*data["bytes"]),
-                   tuple(Linear(*d) for d in data["gemm"]))  # fmt: skip
-
-
-@dataclass(frozen=True)
-class OpSheet:
-    """Every operation of one training step (forward and backward), batch-scalable."""
-
-    ops: tuple[OpCost, ...]
-
-    @classmethod
-    def from_records(cls, small: list[OpRecord], large: list[OpRecord], batch: int) -> OpSheet:
-        """Lines through the operations counted at ``batch`` (``small``) and ``2 · batch``.
-
-        Raises:
-            ValueError: the two passes dispatched different operations (a model whose graph
-                depends on the batch size).
-        """
-        if [(r.name, r.phase) for r in small] != [(r.name, r.phase) for r in large]:
-            raise ValueError("the step dispatches different operations at different batches")
-        grouped: dict[tuple, int] = {}
-        for a, b in zip(small, large, strict=True):
-            key = (a.name, a.kind, a.phase, Linear.through(a.flops, b.flops, batch),
-                   Linear.through(a.bytes, b.bytes, batch),
-                   tuple(Linear.through(x, y, batch) for x, y in zip(a.gemm, b.gemm, strict=True)))  # fmt: skip
-            grouped[key] = grouped.get(key, 0) + 1
-        return cls(tuple(OpCost(name, kind, phase, count, flops, moved, gemm)
-                         for (name, kind, phase, flops, moved, gemm), count in grouped.items()))  # fmt: skip
-
-    def flops(self, batch: float, phase: str | None = None) -> float:
-        return sum(op.count * op.flops.at(batch) for op in self.ops
-                   if phase in (None, op.phase))  # fmt: skip
-
-    def bytes(self, batch: float) -> float:
-        return sum(op.count * op.bytes.at(batch) for op in self.ops)
-
-    @property
-    def kernels(self) -> int:
-        return sum(op.count for op in self.ops)
-
-    def to_list(self) -> list[dict]:
-        return [op.to_dict() for op in self.ops]
-
-    @classmethod
-    def from_list(cls, data: list[dict]) -> OpSheet:
-        return cls(tuple(OpCost.from_dict(d) for d in data))
 
 
 def count_ops(model: torch.nn.Module, step_at: Callable[[int], Callable[[], torch.Tensor]],

@@ -50,7 +50,7 @@ import numpy as np
 
 from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError
-from rightsize.perf.op_costs import OpCost, OpKind, OpSheet
+from rightsize.perf.op_sheet import OpCost, OpKind, OpSheet
 from rightsize.perf.precision import OpClass, Precision, peak_flops_per_s, runs_on_tensor_cores
 
 TILE = 128  # output elements per side of one thread block's tile (cuBLAS/cuDNN's common size)

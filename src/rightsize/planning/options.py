@@ -27,7 +27,7 @@ from rightsize.core.catalog import InstanceType
 from rightsize.core.errors import SpecError
 from rightsize.perf.comm import Link
 from rightsize.perf.compute import ComputeModel, ComputeTime
-from rightsize.perf.device_model import GpuCompute
+from rightsize.perf.device_model import DeviceModel, GpuCompute
 from rightsize.perf.iteration import LayerGrad, gradient_bytes
 from rightsize.perf.precision import Precision
 from rightsize.perf.roofline import DeviceRates, RooflineCompute
@@ -41,8 +41,14 @@ class ComputeMethod(StrEnum):
     """How a GPU nobody profiled is predicted."""
 
     CALIBRATED = "calibrated"  # the device model: counted costs, datasheet, fitted efficiencies
+    CALIBRATED_PER_OP = "calibrated-per-op"  # the same, each dispatched operation by its shape
     RATIO = "ratio"  # the profile's measured time scaled by a roofline ratio (perf/roofline.py)
     ABSOLUTE = "absolute"  # the roofline at a fixed efficiency
+
+
+#: The calibrated methods and the device model each runs.
+CALIBRATED = {ComputeMethod.CALIBRATED: DeviceModel.PER_CLASS,
+              ComputeMethod.CALIBRATED_PER_OP: DeviceModel.PER_OP}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -220,16 +226,18 @@ def make_option(
         compute = ComputeModel.from_profile(measured)
         profile, provenance, bmax = measured, f"measured ({measured.device.name})", measured.bmax
         spread = 0.0
-    elif instance.accelerator and device.method is ComputeMethod.CALIBRATED:
+    elif instance.accelerator and device.method in CALIBRATED:
         profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
-        compute = GpuCompute.of(profile, instance.accelerator, device.precision)
-        provenance = f"device model ({device.precision.value})"
-        spread = compute.efficiencies.log_spread
+        compute = GpuCompute.of(profile, instance.accelerator, device.precision,
+                                method=CALIBRATED[device.method])  # fmt: skip
+        per_op = " per-op" if compute.method is DeviceModel.PER_OP else ""
+        provenance = f"device model{per_op} ({device.precision.value})"
+        spread = compute.log_spread
         bmax = bmax_on(profile, target.memory_bytes,
                        activation_factor=device.precision.activation_bytes_factor)  # fmt: skip
     else:
         profile = next((p for p in profiles if p.device.kind == "cuda"), profiles[0])
-        method = (ComputeMethod.RATIO if device.method is ComputeMethod.CALIBRATED
+        method = (ComputeMethod.RATIO if device.method in CALIBRATED
                   else device.method)  # CPU instances: the calibration is of GPUs  # fmt: skip
         compute = RooflineCompute(
             profile,

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from rightsize.perf.op_costs import OpSheet, count_ops
+from rightsize.perf.op_costs import count_ops
+from rightsize.perf.op_sheet import OpSheet
 from rightsize.perf.precision import OpClass
 from rightsize.profiling.profile import OpCostProfile
 from rightsize.workloads.datasets import Batch
