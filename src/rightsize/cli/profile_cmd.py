@@ -228,6 +228,11 @@ def print_summary(profile: Profile) -> None:
         f"{format_bytes(memory.activation_bytes_per_sample)} per sample"
     )
     print(f"  latency spread   {profile.compute_cv:.1%} (median std/mean of fwd+bwd)")
+    budget = profile.settings.get("budget")
+    if budget:
+        cuts = f"; cut: {'; '.join(budget['cuts'])}" if budget["cuts"] else ", nothing cut"
+        print(f"  time             {format_duration(budget['spent_s'])} of the "
+              f"{format_duration(budget['seconds'])} budget{cuts}")  # fmt: skip
     print("  measured         " + "; ".join(
         f"B={s.batch}: fwd {format_duration(s.forward_s)} bwd {format_duration(s.backward_s)}"
         for s in profile.samples))  # fmt: skip
