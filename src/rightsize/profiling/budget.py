@@ -7,7 +7,8 @@ profile in three places, each of which decides from steps it has already timed:
 1. **The B_max search** stops at a step time the timing phase can afford
    (:func:`budget_step_s`): Srift's four batches ``1, B/3, 2B/3, B`` cost about
    two steps at ``B`` per round, and the timing phase gets ``TIMING_SHARE`` of
-   the budget for at least ``warmup + 2·MIN_ROUNDS + 1`` steps of each batch.
+   the budget for at least ``warmup + 2·MIN_ROUNDS + 1`` steps of each batch —
+   but never below batch ``BUDGET_TIME_FLOOR``.
 2. **The timing rounds** (``timing.time_interleaved``): before each round after
    the first, the round's cost — priced by the warm-up steps, then by the last
    round — plus what must still follow (gradient-ready passes, static costs)
@@ -36,6 +37,10 @@ TIMING_SHARE = 0.6
 MIN_ROUNDS = 3
 #: Srift's batches 1, B/3, 2B/3, B cost about this many steps at B per round (1/3+2/3+1).
 SRIFT_ROUND_STEPS = 2.0
+#: The budget's step bound never stops the B_max search below this batch: Srift's
+#: batches are then 1, 3, 5, 8 (a busy host's slow steps would otherwise leave B_max at 1,
+#: a profile of one batch); the rounds are cut instead, and an overrun said.
+BUDGET_TIME_FLOOR = 8
 #: The default total budget of ``rightsize profile`` and of a quick profile, seconds.
 DEFAULT_BUDGET_S = 90.0
 

@@ -27,7 +27,12 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.units import format_bytes
 from rightsize.profiling.bmax import BmaxResult, find_max_batch
 from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
-from rightsize.profiling.budget import RoundBudget, TimeBudget, budget_step_s
+from rightsize.profiling.budget import (
+    BUDGET_TIME_FLOOR,
+    RoundBudget,
+    TimeBudget,
+    budget_step_s,
+)
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
 from rightsize.profiling.memory import (
@@ -301,8 +306,12 @@ class Profiler:
         session = _Session(self, workload, clock, budget)
         bound = self._bound(session, device_info, memory_limit_bytes, process_limit_bytes)
         search_settings = self._search_settings()
+        from_budget = (
+            f" (the step bound is the {settings.budget_s:g} s budget's, not below batch "
+            f"{search_settings.time_floor})" if search_settings != settings.search else ""
+        )  # fmt: skip
         clock.say(announce(search_settings.max_batch, search_settings.max_step_s, bound,
-                           device_info.memory_bytes))  # fmt: skip
+                           device_info.memory_bytes) + from_budget)  # fmt: skip
         steps = settings.warmup + 2 * settings.repeats + settings.hook_repeats
         probes = SearchProbes(session, bound, self.meter, settings.sampling, steps)
         timed = probes.step_time if search_settings.max_step_s is not None else None
@@ -334,7 +343,8 @@ class Profiler:
         per_bmax = (sum(batches) + sum(settings.extra_batches)) / reference
         step = budget_step_s(settings.budget_s, per_bmax, settings.warmup, settings.repeats)
         if search.max_step_s is None or step < search.max_step_s:
-            return replace(search, max_step_s=step)
+            floor = min(BUDGET_TIME_FLOOR, search.max_batch)
+            return replace(search, max_step_s=step, time_floor=max(search.time_floor, floor))
         return search
 
     def _bound(self, session: _Session, device_info, memory_limit: int | None,
