@@ -130,3 +130,12 @@ def test_plan_says_it_will_profile_how_long_and_where():
     line = will_profile("ResNet-18", Path("profiles/resnet18-synthetic-imagenet-cpu.json"), 90.0)
     assert "profiling it on this CPU first, up to 90 s" in line
     assert "profiles/resnet18-synthetic-imagenet-cpu.json" in line and "next plan reuses" in line
+
+
+def test_a_peak_between_probes_is_read_off_their_line():
+    from rightsize.profiling.budget import interpolated_peak
+
+    probes = {1: 100, 4: 400, 8: 1000}
+    assert interpolated_peak(probes, 6) == 700 and interpolated_peak(probes, 4) == 400
+    assert interpolated_peak(probes, 2) == 200
+    assert interpolated_peak(probes, 9) is None  # never extrapolated: measured instead

@@ -125,3 +125,17 @@ def announce(label: str, budget_s: float | None, sampling: str, extra_batches: S
     limit = "no time limit" if budget_s is None else f"up to {budget_s:g} s"
     return (f"profiling {label}: {limit} — {batches}, up to {repeats} timing rounds, after "
             "the B_max search; --budget-s, --sampling dense and --extra-batches change it")  # fmt: skip
+
+
+def interpolated_peak(probes: dict[int, int], batch: int) -> int | None:
+    """A step's peak bytes at ``batch`` on the line between the search's nearest probes
+    below and above it (memory is close to linear in the batch, Srift §4.1); None outside
+    the probed range. A budget spent saves the step that measuring it would take."""
+    below = max((b for b in probes if b <= batch), default=None)
+    above = min((b for b in probes if b >= batch), default=None)
+    if below is None or above is None:
+        return None
+    if below == above:
+        return probes[below]
+    share = (batch - below) / (above - below)
+    return round(probes[below] + share * (probes[above] - probes[below]))

@@ -32,6 +32,7 @@ from rightsize.profiling.budget import (
     RoundBudget,
     TimeBudget,
     budget_step_s,
+    interpolated_peak,
 )
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, trainable_layers
@@ -55,7 +56,7 @@ from rightsize.profiling.profile import (
     Profile,
     sample_batches,
 )
-from rightsize.profiling.progress import ProgressClock, TimingProgress
+from rightsize.profiling.progress import ProgressClock, TimingProgress, step_seconds
 from rightsize.profiling.search_probes import SearchProbes
 from rightsize.profiling.settings import ProfilerSettings
 from rightsize.profiling.timing import (
@@ -161,12 +162,13 @@ class _Session:
         """Latency samples of ``batches``, timed interleaved, noisy ones again; peaks measured
         where missing. Also returns the timing problems left (``noisy``, ``falling``)."""
         settings = self.profiler.settings
-        peaks = {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
+        peaks = self._peaks(batches, peaks)
         examples = {b: self.workload.example_batch(b, self.device) for b in batches}
-        report = TimingProgress(self.clock, settings.warmup, settings.repeats,
+        warmup = self._warmup(batches)
+        report = TimingProgress(self.clock, warmup, settings.repeats,
                                 settings.hook_repeats, len(batches))  # fmt: skip
         report.start(batches, self.timed, self.budget)
-        runs = self._time(examples, batches, settings.seed, report.round_done)
+        runs = self._time(examples, batches, settings.seed, report.round_done, warmup)
         runs, _ = steady_runs(
             lambda again: self._time(examples, again, settings.seed + len(again)),
             runs, settings.noisy_cv, settings.retime_retries, report.retiming,
@@ -188,14 +190,38 @@ class _Session:
         }
         return samples, problems
 
-    def _time(self, examples: dict, batches: list[int], seed: int, on_round=lambda _d: None):
+    def _time(self, examples: dict, batches: list[int], seed: int, on_round=lambda _d: None,
+              warmup: int | None = None):  # fmt: skip
         settings = self.profiler.settings
         rounds = RoundBudget(self.budget, self._tail_steps()) if self.budget.bounded else None
         return time_interleaved(
             self.workload, self.model, self.optimizer, {b: examples[b] for b in batches},
-            self.profiler.stopwatch, settings.warmup, settings.repeats, seed, on_round,
-            self.profiler.meter.settle, rounds,
+            self.profiler.stopwatch, settings.warmup if warmup is None else warmup,
+            settings.repeats, seed, on_round, self.profiler.meter.settle, rounds,
         )  # fmt: skip
+
+    def _peaks(self, batches: list[int], probes: dict[int, int]) -> dict[int, int]:
+        """Each batch's peak: the search's probe, or a step measured now — or, under a time
+        budget, the line between the probes around it (a step saved per batch)."""
+        peaks = {b: probes[b] for b in batches if probes.get(b)}
+        if self.budget.bounded:
+            guessed = {b: interpolated_peak(probes, b) for b in batches if b not in peaks}
+            peaks |= {b: peak for b, peak in guessed.items() if peak is not None}
+            if any(peak is not None for peak in guessed.values()):
+                shown = ", ".join(str(b) for b, peak in guessed.items() if peak is not None)
+                self.budget.cut(f"peak memory at batch {shown} interpolated between the "
+                                "search's probes, not measured")  # fmt: skip
+        return {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
+
+    def _warmup(self, batches: list[int]) -> int:
+        """Untimed steps per batch: as set, or one when the budget cannot pay for them and a
+        first round (priced by the search's timed steps, profiling/progress.py)."""
+        wanted = self.profiler.settings.warmup
+        one_each = sum(step_seconds(self.timed, b) or 0.0 for b in batches)
+        if wanted <= 1 or self.budget.affords((wanted + 2 + self._tail_steps()) * one_each):
+            return wanted
+        self.budget.cut(f"1 warm-up step per batch instead of {wanted}")
+        return 1
 
     def _tail_steps(self) -> float:
         """Steps of every batch after the rounds: the gradient-ready passes, and one for the
