@@ -144,12 +144,16 @@ def test_the_time_bound_never_stops_the_search_below_its_floor():
     # (Srift's batches 1, 3, 5, 8), and past it the time line still stops the doubling
     measure, _ = linear_memory(100, 3)
 
+    timed = []
+
     def step_time(batch: int) -> float:
+        timed.append(batch)
         return 4.0 + 0.5 * batch
 
     floor = BmaxSearch(rel_tolerance=0, max_step_s=3.0, time_floor=8)
     result = find_max_batch(measure, 1000 * MB, floor, step_time=step_time)
     assert result.bmax == 8 and result.limited_by == "time"
+    assert timed == [1, 2, 4, 8, 16, 16]  # timed again only where it could stop the search
     assert find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=0, max_step_s=3.0),
                           step_time=step_time).bmax == 1  # fmt: skip
     # a floor under a fast step changes nothing: 0.1 s + 10 ms/sample crosses 2 s at 190

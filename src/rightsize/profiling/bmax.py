@@ -166,7 +166,7 @@ class _Search:
             return False
         assert self.step_time is not None  # checked in find_max_batch
         seconds = self.step_time(batch)
-        if seconds > bound:
+        if seconds > bound and batch > self.search.time_floor:  # below the floor it cannot stop
             seconds = min(seconds, self.step_time(batch))
         self.result.step_times.append((batch, seconds))
         return seconds > bound and batch > self.search.time_floor
