@@ -137,3 +137,28 @@ def test_a_step_over_the_time_bound_is_timed_again_and_the_faster_counts():
     result = find_max_batch(measure, 1000 * MB, BmaxSearch(max_step_s=1.0), step_time=step_time)
     assert timed.count(16) == 2 and dict(result.step_times)[16] == pytest.approx(0.26)
     assert result.limited_by == "time" and result.bmax == 90  # 64 (0.74 s) to 128 (1.38 s)
+
+
+def test_the_time_bound_never_stops_the_search_below_its_floor():
+    # a busy host: 4 s a step even at batch 1, over a 3 s bound; the floor keeps B_max at 8
+    # (Srift's batches 1, 3, 5, 8), and past it the time line still stops the doubling
+    measure, _ = linear_memory(100, 3)
+
+    timed = []
+
+    def step_time(batch: int) -> float:
+        timed.append(batch)
+        return 4.0 + 0.5 * batch
+
+    floor = BmaxSearch(rel_tolerance=0, max_step_s=3.0, time_floor=8)
+    result = find_max_batch(measure, 1000 * MB, floor, step_time=step_time)
+    assert result.bmax == 8 and result.limited_by == "time"
+    assert timed == [1, 2, 4, 8, 16, 16]  # timed again only where it could stop the search
+    assert find_max_batch(measure, 1000 * MB, BmaxSearch(rel_tolerance=0, max_step_s=3.0),
+                          step_time=step_time).bmax == 1  # fmt: skip
+    # a floor under a fast step changes nothing: 0.1 s + 10 ms/sample crosses 2 s at 190
+    fast = BmaxSearch(rel_tolerance=0, max_step_s=2.0, time_floor=8)
+    assert find_max_batch(measure, 1000 * MB, fast,
+                          step_time=lambda b: 0.1 + 0.01 * b).bmax == 190  # fmt: skip
+    with pytest.raises(ResourceError, match="time_floor"):
+        BmaxSearch(time_floor=0)

@@ -55,7 +55,8 @@ def test_catalog_table_and_json(capsys):
 def test_profile_and_predict_end_to_end(capsys, tmp_path):
     out_file = tmp_path / "mlp3.json"
     code, out, err = run(capsys, "profile", "mlp3", "--max-batch", "64", "--repeats", "2", "--warmup", "1",
-                         "--memory-limit", "2Gi", "--out", str(out_file), "--json")  # fmt: skip
+                         "--memory-limit", "2Gi", "--sampling", "dense", "--out", str(out_file),
+                         "--json")  # fmt: skip
     assert code == 0, err
     data = json.loads(out)
     assert data["profile"]["bmax"] == 64 and out_file.exists()
@@ -97,9 +98,10 @@ def test_profile_and_predict_end_to_end(capsys, tmp_path):
 
 def test_profile_says_its_bounds_and_progress_on_stderr(capsys, tmp_path):
     code, _, err = run(capsys, "profile", "mlp3", "--max-batch", "16", "--repeats", "1",
-                       "--warmup", "0", "--max-step-time", "30s", "--sampling", "srift",
+                       "--warmup", "0", "--max-step-time", "30s", "--budget-s", "none",
                        "--out", str(tmp_path / "p.json"))  # fmt: skip
     assert code == 0, err
+    assert "profiling mlp3 on digits on cpu: no time limit — 4 batches (1, B_max/3" in err
     # the default memory bound and the time bound are said before the search
     assert "B_max search up to batch 16 or a 30s step, memory bound" in err
     assert "50% of the" in err and "--memory-limit, --max-batch and --max-step-time" in err

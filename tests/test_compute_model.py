@@ -101,3 +101,44 @@ def test_bad_profile_files(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(SpecError, match=message):
         Profile.load(path)
+
+
+def _falls(curve, xs) -> bool:
+    values = [curve(x) for x in xs]
+    return any(b < a for a, b in zip(values, values[1:], strict=False))
+
+
+def test_the_monotone_fit_never_falls_where_the_old_one_did():
+    # a linear truth (5 ms + 2 ms per sample, fwd 1/3 of it) timed on a busy host: ±30%
+    # seeded noise on each sample; the old fit through the medians falls somewhere
+    import random
+
+    rng = random.Random(8)  # three falling segments
+    samples = []
+    for batch in (1, 2, 4, 8, 11, 16, 21, 32):
+        truth = 0.005 + 0.002 * batch
+        noisy = truth * (1 + rng.uniform(-0.3, 0.3))
+        samples.append(sample(batch, noisy / 3, 2 * noisy / 3))
+    profile = make_profile(samples)
+    grid = [b / 4 for b in range(4, 4 * 64)]  # past B_max too
+    old = ComputeModel.from_profile(profile, monotone=False)
+    assert _falls(old.total, grid)  # the noise this test is about
+    assert any(old.total.slope_intercept(i)[0] < 0 for i in range(old.total.segments))
+    new = ComputeModel.from_profile(profile)
+    assert new.monotone and not old.monotone
+    for curve in (new.forward, new.backward, new.total):
+        assert not _falls(curve, grid)
+        assert all(curve.slope_intercept(i)[0] >= 0 for i in range(curve.segments))
+    assert new.predict(64).total_s > new.predict(32).total_s  # still grows past B_max
+
+
+def test_the_monotone_fit_pools_a_falling_run_into_its_mean():
+    # the VGG-19 points above: 1.532 s at 43, 1.448 s at 64 become their mean at both
+    f = PiecewiseLinear.through([(1, 0.2514), (21, 0.6859), (43, 1.532), (64, 1.4482)],
+                                monotone=True)  # fmt: skip
+    assert f.ys == pytest.approx((0.2514, 0.6859, 1.4901, 1.4901))
+    assert f(1024) > f(64)  # the flat (pooled) end is extended with the secant, not flat
+    same = [(1, 1.0), (2, 2.0), (4, 4.0)]  # already non-decreasing: unchanged
+    assert PiecewiseLinear.through(same, monotone=True) == PiecewiseLinear(
+        (1.0, 2.0, 4.0), (1.0, 2.0, 4.0), monotone=True
+    )

@@ -57,9 +57,14 @@ def test_profile_reloads_and_drives_the_compute_model(mlp3_profile):
     profile, path = mlp3_profile
     loaded = Profile.load(path)
     assert loaded == profile
-    model = ComputeModel.from_profile(loaded)
+    old = ComputeModel.from_profile(loaded, monotone=False)  # through the medians
     for s in loaded.samples:
-        assert model.predict(s.batch).total_s == pytest.approx(s.total_s)
+        assert old.predict(s.batch).total_s == pytest.approx(s.total_s)
+    model = ComputeModel.from_profile(loaded)  # through them where they do not fall
+    totals = [model.predict(s.batch).total_s for s in loaded.samples]
+    assert totals == sorted(totals)
+    if not loaded.falling_segments:
+        assert totals == pytest.approx([s.total_s for s in loaded.samples])
 
 
 def test_batchnorm_model_on_tiny_maps_starts_at_batch_two():
@@ -140,3 +145,24 @@ def test_memory_limit_bounds_the_profiler_and_its_probes():
     # host re-times more batches), where it reads under when run alone. Bounded loosely, so
     # that a regression to the old behaviour (the whole search in-process: 2x) still fails.
     assert result["self"] <= PARENT_SLACK * result["limit"]
+
+
+def test_a_spent_budget_times_one_round_and_says_what_it_cut():
+    """A budget spent before the timing starts: the first round (one timed step of each
+    batch) and one gradient-ready pass, and every cut said, never a silent overrun."""
+    workload = WorkloadRegistry().get("mlp3")
+    warnings = []
+    settings = ProfilerSettings(warmup=1, repeats=3, hook_repeats=2, budget_s=0.001,
+                                search=BmaxSearch(max_batch=64))  # fmt: skip
+    profile = Profiler(torch.device("cpu"), settings, warn=warnings.append).run(
+        workload, memory_limit_bytes=256 * 2**20
+    )
+    assert all(len(s.forward_runs_s) == 1 for s in profile.samples)
+    budget = profile.settings["budget"]
+    assert budget["seconds"] == 0.001 and budget["spent_s"] > 0.001
+    assert any(cut.startswith("timed 1 of 3 rounds") for cut in budget["cuts"])
+    assert "1 gradient-ready pass per batch instead of 2 (budget)" in budget["cuts"]
+    assert any("static costs run in any case" in cut for cut in budget["cuts"])
+    assert [w for w in warnings if w.startswith("time budget 0.001 s")] == [
+        f"time budget 0.001 s (--budget-s): {cut}" for cut in budget["cuts"]
+    ]

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --times must be at least 2 to compare profiles", file=sys.stderr)
         return 2
     workload = WorkloadRegistry().get(args.workload)
-    settings = ProfilerSettings(repeats=3, search=BmaxSearch(max_batch=args.max_batch))
+    settings = ProfilerSettings(repeats=3, search=BmaxSearch(max_batch=args.max_batch), sampling="dense")
     runs = []
     for i in range(args.times):
         if i:

@@ -52,7 +52,7 @@ def load_or_profile(path: Path, memory_limit: int, max_batch: int) -> Profile:
     if path.exists():
         return Profile.load(path)
     torch.set_num_threads(1)
-    settings = ProfilerSettings(repeats=5, search=BmaxSearch(max_batch=max_batch))
+    settings = ProfilerSettings(repeats=5, search=BmaxSearch(max_batch=max_batch), sampling="dense")
     workload = WorkloadRegistry().get("resnet18-cifar", "synthetic-cifar")
     profile = Profiler(torch.device("cpu"), settings).run(workload, memory_limit)
     profile.save(path)

@@ -15,6 +15,7 @@ from rightsize.core.limits import BATCH, REPEATS, SEED, THREADS, WARMUP
 from rightsize.core.units import format_bytes, format_duration, parse_duration, parse_memory
 from rightsize.profiling.bmax import BmaxSearch
 from rightsize.profiling.bound import DEFAULT_CPU_MAX_STEP_S, DEFAULT_CPU_MEMORY_FRACTION
+from rightsize.profiling.budget import DEFAULT_BUDGET_S, announce
 from rightsize.profiling.profile import SAMPLINGS, Profile
 from rightsize.profiling.settings import ProfilerSettings
 
@@ -59,6 +60,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="B_max stops where one training step would take longer, e.g. 30s, or none "
         f"(default {DEFAULT_CPU_MAX_STEP_S:g}s on a CPU, none on a GPU)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        metavar="SECONDS",
+        help="the whole profile's time budget: the B_max search's step bound, the timing "
+        "rounds, re-timings and gradient-ready passes are cut to fit it, and what was cut is "
+        f"said; none for no budget (default {DEFAULT_BUDGET_S:g})",
     )
     parser.add_argument(
         "--warmup",
@@ -126,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         sampling=args.sampling,
         extra_batches=tuple(parse_count_list(args.extra_batches, "--extra-batches")),
+        budget_s=budget_seconds(args.budget_s),
         seed=args.seed,
     )
     options = parse_options(args.option)
@@ -138,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     progress = progress_printer(args.quiet or args.json)
-    progress(f"profiling {workload.label} on {device}")
+    progress(announce(f"{workload.label} on {device}", settings.budget_s, settings.sampling,
+                      settings.extra_batches, settings.repeats))  # fmt: skip
     profiler = Profiler(device, settings, progress, warning_printer(args.quiet))
     if device.type == "cpu":  # the limit bounds the process (profiling/bound.py)
         profile = profiler.run(workload, process_limit_bytes=limit)
@@ -179,6 +189,21 @@ def max_step_time(text: str | None, device: torch.device) -> float | None:
     return seconds
 
 
+def budget_seconds(text: str | None) -> float | None:
+    """``--budget-s`` in seconds: ``none`` for no budget; by default DEFAULT_BUDGET_S."""
+    if text is None:
+        return DEFAULT_BUDGET_S
+    if text.strip().lower() == "none":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise SpecError(f"--budget-s {text!r}: give seconds above 0, e.g. 90, or none")
+    return seconds
+
+
 def print_summary(profile: Profile) -> None:
     memory = profile.memory
     print(
@@ -203,6 +228,11 @@ def print_summary(profile: Profile) -> None:
         f"{format_bytes(memory.activation_bytes_per_sample)} per sample"
     )
     print(f"  latency spread   {profile.compute_cv:.1%} (median std/mean of fwd+bwd)")
+    budget = profile.settings.get("budget")
+    if budget:
+        cuts = f"; cut: {'; '.join(budget['cuts'])}" if budget["cuts"] else ", nothing cut"
+        print(f"  time             {format_duration(budget['spent_s'])} of the "
+              f"{format_duration(budget['seconds'])} budget{cuts}")  # fmt: skip
     print("  measured         " + "; ".join(
         f"B={s.batch}: fwd {format_duration(s.forward_s)} bwd {format_duration(s.backward_s)}"
         for s in profile.samples))  # fmt: skip

@@ -3,7 +3,10 @@
 ``--profile FILE`` (repeatable: one per device measured) wins. Otherwise the
 workload's saved profile from ``rightsize profile`` (``profiles/W-DATASET-cpu.json``)
 is used, and if there is none the workload is profiled now, quickly, on this
-machine's CPU and saved there for next time.
+machine's CPU and saved there for next time. Before it starts, the command says that
+it will profile, how long that takes at most (the profile's time budget,
+profiling/budget.py) and where the profile goes: a plan that profiled silently for
+12 minutes looked hung.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from rightsize.cli.args import forbid_together, parse_options
 from rightsize.core.errors import SpecError
 from rightsize.core.files import check_output_path
+from rightsize.profiling.budget import DEFAULT_BUDGET_S
 from rightsize.profiling.profile import Profile
 from rightsize.profiling.settings import (
     QUICK_MEMORY_LIMIT,
@@ -70,12 +74,21 @@ def resolve_profiles(args: argparse.Namespace, progress: Callable[[str], None]) 
         progress(f"using the saved profile {path}")
         return [Profile.load(path)]
     check_output_path(path, "--workload (its profile is saved for next time)")
-    progress(
-        f"no saved profile at {path}: profiling {workload.label} now (rightsize profile measures more)"
-    )
-    settings = ProfilerSettings(repeats=QUICK_REPEATS, search=QUICK_SEARCH)
-    profile = Profiler(torch.device("cpu"), settings, progress).run(
+    settings = ProfilerSettings(repeats=QUICK_REPEATS, search=QUICK_SEARCH,
+                                budget_s=DEFAULT_BUDGET_S)  # fmt: skip
+    progress(will_profile(workload.label, path, settings.budget_s))
+    profile = Profiler(torch.device("cpu"), settings, progress,
+                       lambda line: progress(f"warning: {line}")).run(
         workload, QUICK_MEMORY_LIMIT
-    )
+    )  # fmt: skip
     profile.save(path)
+    progress(f"profile saved to {path}: the next plan of {workload.label} uses it")
     return [profile]
+
+
+def will_profile(label: str, path: Path, budget_s: float | None) -> str:
+    """What ``plan --workload`` says before it profiles: that it will, how long, where to."""
+    limit = "no time limit" if budget_s is None else f"up to {budget_s:g} s"
+    return (f"no saved profile of {label} at {path}: profiling it on this CPU first, {limit}, "
+            f"and saving it there, so the next plan reuses it (`rightsize profile` measures "
+            "more, with its own --budget-s)")  # fmt: skip

@@ -12,6 +12,16 @@ extended with the secant through the first and last samples instead.
 Forward, backward and total (forward + backward measured together) each get
 their own curve.
 
+**Monotone fit (default).** Noise on a shared machine can time a larger batch faster
+than a smaller one (a ResNet-18 profile on a busy 2-core host), and the piecewise
+model then has segments of negative slope inside the measured range too, where a
+planner reads that a bigger batch is cheaper. With ``monotone=True`` each curve's
+points are first made non-decreasing by isotonic regression (pool adjacent
+violators: a run of points that falls is replaced by its mean, weighted by how
+many points it pools), so every slope is >= 0; beyond the largest sample a flat
+last segment is extended with the secant, as a falling one is. ``monotone=False``
+keeps the old fit through the measured medians.
+
 ``method="srift"`` uses exactly those four samples (faithful). ``method="dense"``
 joins every latency sample in the profile (the profiler's default sampling adds
 powers of two), the improvement measured side by side in
@@ -37,17 +47,24 @@ class PiecewiseLinear:
 
     xs: tuple[float, ...]
     ys: tuple[float, ...]
+    monotone: bool = False
 
     @classmethod
-    def through(cls, points: Sequence[tuple[float, float]]) -> PiecewiseLinear:
-        """Join the points in x order; repeated x values are averaged."""
+    def through(
+        cls, points: Sequence[tuple[float, float]], monotone: bool = False
+    ) -> PiecewiseLinear:
+        """Join the points in x order; repeated x values are averaged. ``monotone``: make
+        the ys non-decreasing first (module doc)."""
         if not points:
             raise ValueError("a piecewise-linear model needs at least one point")
         merged: dict[float, list[float]] = {}
         for x, y in points:
             merged.setdefault(float(x), []).append(float(y))
         xs = tuple(sorted(merged))
-        return cls(xs, tuple(sum(merged[x]) / len(merged[x]) for x in xs))
+        ys = [sum(merged[x]) / len(merged[x]) for x in xs]
+        if monotone:
+            ys = non_decreasing(ys, [len(merged[x]) for x in xs])
+        return cls(xs, tuple(ys), monotone)
 
     @property
     def segments(self) -> int:
@@ -65,10 +82,22 @@ class PiecewiseLinear:
             return self.ys[0]
         segment = min(max(bisect.bisect_right(self.xs, x) - 1, 0), self.segments - 1)
         alpha, beta = self.slope_intercept(segment)
-        if x > self.xs[-1] and alpha < 0:  # a falling last segment is noise (module doc)
+        # a falling last segment is noise; a flat one, pooled noise (module doc)
+        if x > self.xs[-1] and (alpha < 0 or (self.monotone and alpha == 0)):
             secant = (self.ys[-1] - self.ys[0]) / (self.xs[-1] - self.xs[0])
             return self.ys[-1] + max(secant, 0.0) * (x - self.xs[-1])
         return alpha * x + beta
+
+
+def non_decreasing(ys: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """The weighted least-squares non-decreasing fit to ``ys`` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for y, w in zip(ys, weights, strict=True):
+        blocks.append([float(y), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [mean for mean, _, count in blocks for _ in range(int(count))]
 
 
 @dataclass(frozen=True)
@@ -89,10 +118,14 @@ class ComputeModel:
     total: PiecewiseLinear
     optimizer_s: float
     method: str
+    monotone: bool = True
 
     @classmethod
-    def fit(cls, samples: Sequence[LatencySample], method: str = "srift") -> ComputeModel:
-        """Fit from latency samples. With ``srift``, only the four Srift batches are used.
+    def fit(
+        cls, samples: Sequence[LatencySample], method: str = "srift", monotone: bool = True
+    ) -> ComputeModel:
+        """Fit from latency samples. With ``srift``, only the four Srift batches are used;
+        ``monotone=False`` is the old fit, whose slopes may be negative (module doc).
 
         Raises:
             SpecError: unknown method, or the samples lack Srift's batches.
@@ -108,19 +141,22 @@ class ComputeModel:
                 raise SpecError(f"profile lacks Srift's sample batches {sorted(wanted)}")
         optimizer = sorted(s.optimizer_s for s in chosen)[len(chosen) // 2]
         return cls(
-            forward=PiecewiseLinear.through([(s.batch, s.forward_s) for s in chosen]),
-            backward=PiecewiseLinear.through([(s.batch, s.backward_s) for s in chosen]),
-            total=PiecewiseLinear.through([(s.batch, s.total_s) for s in chosen]),
+            forward=PiecewiseLinear.through([(s.batch, s.forward_s) for s in chosen], monotone),
+            backward=PiecewiseLinear.through([(s.batch, s.backward_s) for s in chosen], monotone),
+            total=PiecewiseLinear.through([(s.batch, s.total_s) for s in chosen], monotone),
             optimizer_s=optimizer,
             method=method,
+            monotone=monotone,
         )
 
     @classmethod
-    def from_profile(cls, profile: Profile, method: str = "auto") -> ComputeModel:
+    def from_profile(
+        cls, profile: Profile, method: str = "auto", monotone: bool = True
+    ) -> ComputeModel:
         if method == "auto":
             srift = srift_sample_batches(profile.bmax, profile.min_batch)
             method = "dense" if len(profile.samples) > len(srift) else "srift"
-        return cls.fit(profile.samples, method)
+        return cls.fit(profile.samples, method, monotone)
 
     def predict(self, batch: float) -> ComputeTime:
         """Predicted forward, backward and total time at per-device batch ``batch``."""

@@ -41,12 +41,16 @@ class BmaxSearch:
         rel_tolerance: bisection stops when ``hi - lo <= max(1, lo * rel_tolerance)``.
         skip_factor: see module docstring.
         max_step_s: the longest training step the search accepts (None: no bound).
+        time_floor: the step-time bound never stops the search below this batch (a
+            profile's time budget on a busy host would otherwise leave B_max at 1, and
+            Srift's four batches need a few distinct sizes: profiling/budget.py).
     """
 
     max_batch: int = 4096
     rel_tolerance: float = 1 / 64
     skip_factor: float = 1.5
     max_step_s: float | None = None
+    time_floor: int = 1
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -55,6 +59,8 @@ class BmaxSearch:
             raise ResourceError(f"rel_tolerance must be in [0, 1), got {self.rel_tolerance}")
         if self.max_step_s is not None and not self.max_step_s > 0:
             raise ResourceError(f"max_step_s must be > 0, got {self.max_step_s}")
+        if self.time_floor < 1:
+            raise ResourceError(f"time_floor must be >= 1, got {self.time_floor}")
 
 
 @dataclass
@@ -160,24 +166,26 @@ class _Search:
             return False
         assert self.step_time is not None  # checked in find_max_batch
         seconds = self.step_time(batch)
-        if seconds > bound:
+        if seconds > bound and batch > self.search.time_floor:  # below the floor it cannot stop
             seconds = min(seconds, self.step_time(batch))
         self.result.step_times.append((batch, seconds))
-        return seconds > bound
+        return seconds > bound and batch > self.search.time_floor
 
     def _predicted_slow(self, batch: int) -> bool:
         """During bisection: the time line through the timed steps, instead of another step."""
         bound = self.search.max_step_s
-        return bound is not None and _line(self.result.step_times, batch) > bound
+        return (bound is not None and batch > self.search.time_floor
+                and _line(self.result.step_times, batch) > bound)  # fmt: skip
 
     def _time_cap(self, fast: int, slow: int) -> int:
         """The batch between ``fast`` and ``slow`` where the time line crosses the bound."""
         times = dict(self.result.step_times)
         bound = self.search.max_step_s
+        floor = max(fast, min(slow - 1, self.search.time_floor))
         if fast not in times or bound is None or times[slow] <= times[fast]:
-            return fast
+            return floor
         slope = (times[slow] - times[fast]) / (slow - fast)
-        return max(fast, min(slow - 1, math.floor(fast + (bound - times[fast]) / slope)))
+        return max(floor, min(slow - 1, math.floor(fast + (bound - times[fast]) / slope)))
 
 
 def _line(points: list[tuple[int, float]] | list[tuple[int, int]], batch: int) -> float:

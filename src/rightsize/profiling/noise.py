@@ -49,8 +49,10 @@ def steady_runs(
     noisy_cv: float = NOISY_CV,
     retries: int = RETIME_RETRIES,
     on_retry: Callable[[int, list[int]], None] = lambda _attempt, _batches: None,
+    affords: Callable[[list[int]], bool] = lambda _batches: True,
 ) -> tuple[dict[int, StepRuns], int]:
-    """Re-time suspect batches up to ``retries`` times, keeping each batch's steadiest runs.
+    """Re-time suspect batches up to ``retries`` times, keeping each batch's steadiest runs;
+    a re-timing ``affords`` refuses (the profile's time budget) is not made.
 
     Returns:
         The runs kept, and how many re-timings were made.
@@ -58,7 +60,7 @@ def steady_runs(
     runs = dict(runs)
     for attempt in range(retries):
         batches = suspects(runs, noisy_cv)
-        if not batches:
+        if not batches or not affords(batches):
             return runs, attempt
         on_retry(attempt + 1, batches)
         again = time_batches(batches)

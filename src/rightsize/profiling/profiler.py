@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
 import torch
@@ -27,6 +27,13 @@ from rightsize.core.errors import ResourceError
 from rightsize.core.units import format_bytes
 from rightsize.profiling.bmax import BmaxResult, find_max_batch
 from rightsize.profiling.bound import MemoryBound, announce, cpu_bound
+from rightsize.profiling.budget import (
+    BUDGET_TIME_FLOOR,
+    RoundBudget,
+    TimeBudget,
+    budget_step_s,
+    interpolated_peak,
+)
 from rightsize.profiling.device import describe_device
 from rightsize.profiling.layers import layer_costs, step_ops, trainable_layers
 from rightsize.profiling.memory import (
@@ -49,7 +56,7 @@ from rightsize.profiling.profile import (
     Profile,
     sample_batches,
 )
-from rightsize.profiling.progress import ProgressClock, TimingProgress
+from rightsize.profiling.progress import ProgressClock, TimingProgress, step_seconds
 from rightsize.profiling.search_probes import SearchProbes
 from rightsize.profiling.settings import ProfilerSettings
 from rightsize.profiling.timing import (
@@ -89,8 +96,9 @@ def _check_weights_fit(workload: Workload, limit: int) -> None:
 class _Session:
     """One workload's model and optimizer on the device, and the measurements made on them."""
 
-    def __init__(self, profiler: Profiler, workload: Workload, clock: ProgressClock) -> None:
-        self.profiler, self.workload, self.clock = profiler, workload, clock
+    def __init__(self, profiler: Profiler, workload: Workload, clock: ProgressClock,
+                 budget: TimeBudget) -> None:  # fmt: skip
+        self.profiler, self.workload, self.clock, self.budget = profiler, workload, clock, budget
         self.device = profiler.device
         settings = profiler.settings
         self.model = workload.make_model(settings.seed, self.device)
@@ -154,22 +162,25 @@ class _Session:
         """Latency samples of ``batches``, timed interleaved, noisy ones again; peaks measured
         where missing. Also returns the timing problems left (``noisy``, ``falling``)."""
         settings = self.profiler.settings
-        peaks = {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
+        peaks = self._peaks(batches, peaks)
         examples = {b: self.workload.example_batch(b, self.device) for b in batches}
-        report = TimingProgress(self.clock, settings.warmup, settings.repeats,
+        warmup = self._warmup(batches)
+        report = TimingProgress(self.clock, warmup, settings.repeats,
                                 settings.hook_repeats, len(batches))  # fmt: skip
-        report.start(batches, self.timed)
-        runs = self._time(examples, batches, settings.seed, report.round_done)
+        report.start(batches, self.timed, self.budget)
+        runs = self._time(examples, batches, settings.seed, report.round_done, warmup)
         runs, _ = steady_runs(
             lambda again: self._time(examples, again, settings.seed + len(again)),
             runs, settings.noisy_cv, settings.retime_retries, report.retiming,
+            lambda again: self._affords_retiming(runs, again),
         )  # fmt: skip
+        hook_repeats = self._hook_repeats(runs)
         samples = []
         for size in batches:
             self.profiler.meter.settle()
             ready = grad_ready_fractions(
                 self.workload, self.model, self.layers, examples[size], self.profiler.stopwatch,
-                settings.hook_repeats,
+                hook_repeats,
             )  # fmt: skip
             samples.append(_latency_sample(size, runs[size], ready, peaks[size]))
             report.batch_done(size, samples[-1].total_s)
@@ -179,13 +190,64 @@ class _Session:
         }
         return samples, problems
 
-    def _time(self, examples: dict, batches: list[int], seed: int, on_round=lambda _d: None):
+    def _time(self, examples: dict, batches: list[int], seed: int, on_round=lambda _d: None,
+              warmup: int | None = None):  # fmt: skip
         settings = self.profiler.settings
+        rounds = RoundBudget(self.budget, self._tail_steps()) if self.budget.bounded else None
         return time_interleaved(
             self.workload, self.model, self.optimizer, {b: examples[b] for b in batches},
-            self.profiler.stopwatch, settings.warmup, settings.repeats, seed, on_round,
-            self.profiler.meter.settle,
+            self.profiler.stopwatch, settings.warmup if warmup is None else warmup,
+            settings.repeats, seed, on_round, self.profiler.meter.settle, rounds,
         )  # fmt: skip
+
+    def _peaks(self, batches: list[int], probes: dict[int, int]) -> dict[int, int]:
+        """Each batch's peak: the search's probe, or a step measured now — or, under a time
+        budget, the line between the probes around it (a step saved per batch)."""
+        peaks = {b: probes[b] for b in batches if probes.get(b)}
+        if self.budget.bounded:
+            guessed = {b: interpolated_peak(probes, b) for b in batches if b not in peaks}
+            peaks |= {b: peak for b, peak in guessed.items() if peak is not None}
+            if any(peak is not None for peak in guessed.values()):
+                shown = ", ".join(str(b) for b, peak in guessed.items() if peak is not None)
+                self.budget.cut(f"peak memory at batch {shown} interpolated between the "
+                                "search's probes, not measured")  # fmt: skip
+        return {b: peaks.get(b) or self.peak_bytes(b) for b in batches}
+
+    def _warmup(self, batches: list[int]) -> int:
+        """Untimed steps per batch: as set, or one when the budget cannot pay for them and a
+        first round (priced by the search's timed steps, profiling/progress.py)."""
+        wanted = self.profiler.settings.warmup
+        one_each = sum(step_seconds(self.timed, b) or 0.0 for b in batches)
+        if wanted <= 1 or self.budget.affords((wanted + 2 + self._tail_steps()) * one_each):
+            return wanted
+        self.budget.cut(f"1 warm-up step per batch instead of {wanted}")
+        return 1
+
+    def _tail_steps(self) -> float:
+        """Steps of every batch after the rounds: the gradient-ready passes, and one for the
+        static costs (FLOP counting, activation bytes)."""
+        return self.profiler.settings.hook_repeats + 1
+
+    def _affords_retiming(self, runs: dict[int, StepRuns], again: list[int]) -> bool:
+        settings = self.profiler.settings
+        steps = settings.warmup + 2 * settings.repeats
+        cost = steps * sum(_step_s(runs[b]) for b in again) + self._tail_steps() * sum(
+            _step_s(r) for r in runs.values()
+        )
+        if self.budget.affords(cost):
+            return True
+        self.budget.cut(f"re-timing batch {', '.join(map(str, again))} (noisy or falling "
+                        "times) did not fit in the budget")  # fmt: skip
+        return False
+
+    def _hook_repeats(self, runs: dict[int, StepRuns]) -> int:
+        """The gradient-ready passes per batch: as set, or one when the budget is short."""
+        wanted = self.profiler.settings.hook_repeats
+        one_each = sum(_step_s(r) for r in runs.values())
+        if wanted == 1 or self.budget.affords((wanted + 1) * one_each):
+            return wanted
+        self.budget.cut(f"1 gradient-ready pass per batch instead of {wanted} (budget)")
+        return 1
 
     def activation_bytes_per_sample(self, bmax: int) -> float:
         """Slope of saved-for-backward bytes between two batch sizes (constant terms cancel)."""
@@ -200,6 +262,11 @@ class _Session:
         if large == small:
             return saved(small) / small
         return (saved(large) - saved(small)) / (large - small)
+
+
+def _step_s(runs: StepRuns) -> float:
+    """One whole step's median seconds (forward, backward, optimizer)."""
+    return statistics.median(runs.total_s) + statistics.median(runs.optimizer_s)
 
 
 def _latency_sample(
@@ -257,15 +324,20 @@ class Profiler:
         """
         settings = self.settings
         clock = ProgressClock(self.progress)
+        budget = TimeBudget(settings.budget_s, self.stopwatch.now)
         device_info = describe_device(self.device)
         _check_weights_fit(
             workload, memory_limit_bytes or process_limit_bytes or device_info.memory_bytes
         )
-        session = _Session(self, workload, clock)
+        session = _Session(self, workload, clock, budget)
         bound = self._bound(session, device_info, memory_limit_bytes, process_limit_bytes)
-        search_settings = settings.search
+        search_settings = self._search_settings()
+        from_budget = (
+            f" (the step bound is the {settings.budget_s:g} s budget's, not below batch "
+            f"{search_settings.time_floor})" if search_settings != settings.search else ""
+        )  # fmt: skip
         clock.say(announce(search_settings.max_batch, search_settings.max_step_s, bound,
-                           device_info.memory_bytes))  # fmt: skip
+                           device_info.memory_bytes) + from_budget)  # fmt: skip
         steps = settings.warmup + 2 * settings.repeats + settings.hook_repeats
         probes = SearchProbes(session, bound, self.meter, settings.sampling, steps)
         timed = probes.step_time if search_settings.max_step_s is not None else None
@@ -279,9 +351,27 @@ class Profiler:
         })  # fmt: skip
         samples, problems = session.samples(batches, dict(search.probes))
         profile = self._profile(workload, session, device_info, bound, search, samples, problems)
+        for line in budget_lines(budget):
+            self.warn(line)
         for line in profile.timing_warnings():
             self.warn(line)
         return profile
+
+    def _search_settings(self):
+        """The search's settings, its step bound lowered to what the budget's timing phase
+        can afford (profiling/budget.py)."""
+        settings = self.settings
+        search = settings.search
+        if settings.budget_s is None:
+            return search
+        reference = 3000  # the sampled batches' sum over B_max, at a B_max large enough
+        batches = sample_batches(settings.sampling, reference)
+        per_bmax = (sum(batches) + sum(settings.extra_batches)) / reference
+        step = budget_step_s(settings.budget_s, per_bmax, settings.warmup, settings.repeats)
+        if search.max_step_s is None or step < search.max_step_s:
+            floor = min(BUDGET_TIME_FLOOR, search.max_batch)
+            return replace(search, max_step_s=step, time_floor=max(search.time_floor, floor))
+        return search
 
     def _bound(self, session: _Session, device_info, memory_limit: int | None,
                process_limit: int | None) -> MemoryBound:  # fmt: skip
@@ -298,7 +388,19 @@ class Profiler:
                  search: BmaxResult, samples: list[LatencySample], problems: dict) -> Profile:  # fmt: skip
         settings = self.settings
         count_batch = workload.example_batch(min(4, search.bmax), self.device)
+        settings_record = {
+            **asdict(settings),
+            "extra_batches": list(settings.extra_batches),  # as JSON will read it back
+            "threads": torch.get_num_threads(),
+        }
         costs = layer_costs(session.model, workload, session.layers, count_batch)
+        activation_bytes = session.activation_bytes_per_sample(search.bmax)
+        budget = session.budget
+        if budget.left_s() < 0:
+            budget.cut(f"spent {budget.spent_s():.0f} s, more than the budget: finding B_max, "
+                       "one timing round and the static costs run in any case")  # fmt: skip
+        if budget.bounded:
+            settings_record["budget"] = budget.record()
         return Profile(
             workload=workload.name,
             dataset=workload.dataset.name,
@@ -311,7 +413,7 @@ class Profiler:
                 limit_bytes=bound.limit_bytes,
                 limit_source=bound.source,
                 resident_bytes=session.resident_bytes(),
-                activation_bytes_per_sample=session.activation_bytes_per_sample(search.bmax),
+                activation_bytes_per_sample=activation_bytes,
                 probes=tuple(sorted(search.probes)),
                 process_limit_bytes=bound.process_bytes,
                 process_overhead_bytes=bound.overhead_bytes,
@@ -333,11 +435,7 @@ class Profiler:
             backward_flops_per_sample=costs.backward_flops,
             op_costs=step_ops(session.model, workload, max(1, min(2, search.bmax // 2)),
                               self.device),
-            settings={
-                **asdict(settings),
-                "extra_batches": list(settings.extra_batches),  # as JSON will read it back
-                "threads": torch.get_num_threads(),
-            },
+            settings=settings_record,
             noisy_batches=tuple(problems["noisy"]),
             falling_segments=tuple(problems["falling"]),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -346,5 +444,13 @@ class Profiler:
 
     def time_batches(self, workload: Workload, batches: list[int]) -> list[LatencySample]:
         """Time ``batches`` exactly as :meth:`run` times its samples (for accuracy checks)."""
-        session = _Session(self, workload, ProgressClock(self.progress))
+        budget = TimeBudget(None, self.stopwatch.now)  # an accuracy check times all it is asked
+        session = _Session(self, workload, ProgressClock(self.progress), budget)
         return session.samples(sorted(batches), {})[0]
+
+
+def budget_lines(budget: TimeBudget) -> list[str]:
+    """What the budget cut, one warning line each: never a silent overrun."""
+    if not budget.cuts:
+        return []
+    return [f"time budget {budget.seconds:g} s (--budget-s): {cut}" for cut in budget.cuts]

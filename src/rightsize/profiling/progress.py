@@ -85,12 +85,17 @@ class TimingProgress:
         self.batches, self.hooks_done = batches, 0
         self.started = clock.elapsed_s
 
-    def start(self, batches: Sequence[int], timed: Sequence[tuple[int, float]]) -> None:
+    def start(
+        self, batches: Sequence[int], timed: Sequence[tuple[int, float]], budget=None
+    ) -> None:
+        """``budget``: the profile's TimeBudget, whose time left is said (profiling/budget.py)."""
         self.started = self.clock.elapsed_s
         left = timing_seconds(batches, self.steps, timed) if len(timed) > 1 else None
-        self.clock.say(
-            f"timing batches {', '.join(map(str, batches))} ({self.repeats} rounds)", left
-        )
+        rounds = f"{self.repeats} rounds"
+        if budget is not None and budget.bounded:
+            rounds = f"up to {rounds}, in the {format_duration(max(0.0, budget.left_s()))} " \
+                     "of the budget left"  # fmt: skip
+        self.clock.say(f"timing batches {', '.join(map(str, batches))} ({rounds})", left)
 
     def left_s(self, steps_done: float) -> float:
         spent = self.clock.elapsed_s - self.started

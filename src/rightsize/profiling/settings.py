@@ -33,9 +33,12 @@ class ProfilerSettings:
             (medians are reported).
         hook_repeats: instrumented backward passes for gradient-ready times.
         search: the B_max search settings.
-        sampling: ``dense`` (default: Srift's four batches plus powers of two) or
-            ``srift`` (the four only); see :func:`sample_batches`.
+        sampling: ``srift`` (default: Srift's four batches) or ``dense`` (those and
+            the powers of two between them); see :func:`sample_batches`.
         extra_batches: further batch sizes to time.
+        budget_s: the whole profile's time budget in seconds (None: unbounded); the
+            search's step bound, the timing rounds, re-timings and gradient-ready passes
+            are cut to fit it, and what was cut is said (profiling/budget.py).
         noisy_cv, retime_retries: re-time a batch whose fwd+bwd spread (std/mean) is
             above ``noisy_cv``, at most ``retime_retries`` times (profiling/noise.py).
         lr, momentum: the SGD optimizer the steps use.
@@ -46,8 +49,9 @@ class ProfilerSettings:
     repeats: int = 5
     hook_repeats: int = 3
     search: BmaxSearch = field(default_factory=BmaxSearch)
-    sampling: str = "dense"
+    sampling: str = "srift"
     extra_batches: tuple[int, ...] = ()
+    budget_s: float | None = None
     noisy_cv: float = NOISY_CV
     retime_retries: int = RETIME_RETRIES
     lr: float = 0.01
@@ -59,6 +63,8 @@ class ProfilerSettings:
             raise ResourceError("repeats and hook_repeats must be >= 1 and warmup >= 0")
         if self.noisy_cv <= 0 or self.retime_retries < 0:
             raise ResourceError("noisy_cv must be > 0 and retime_retries >= 0")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ResourceError(f"the time budget must be above 0 s, got {self.budget_s}")
         sample_batches(self.sampling, 1)  # rejects an unknown sampling now, not after B_max
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rightsize.profiling.budget import RoundBudget
 from rightsize.profiling.layers import Layer
 from rightsize.workloads.datasets import Batch
 from rightsize.workloads.workload import Workload
@@ -69,6 +70,7 @@ def time_interleaved(
     seed: int = 0,
     on_round: Callable[[int], None] = lambda _done: None,
     settle: Callable[[], None] = lambda: None,
+    budget: RoundBudget | None = None,
 ) -> dict[int, StepRuns]:
     """Time ``repeats`` steps of every batch size, round-robin in a shuffled order per round.
 
@@ -80,15 +82,23 @@ def time_interleaved(
     the heap the last size left back (malloc_trim), or alternating sizes grow the
     process past any one step's peak (a resnet18-cifar profile bounded at 1 GiB
     went to 1107 MiB). ``on_round(rounds_done)`` is called after each round.
+
+    With a ``budget`` a round after the first starts only if it fits in what is
+    left, priced by the latest step of each batch (warm-up, then the rounds'):
+    fewer rounds, said in the budget's cuts, never an overrun (profiling/budget.py).
     """
     runs = {size: StepRuns([], [], []) for size in batches}
-    for batch in batches.values():
+    step_s: dict[int, float] = {}
+    for size, batch in batches.items():
         settle()
         for _ in range(warmup):
-            _timed_step(workload, model, optimizer, batch, stopwatch)
+            step_s[size] = sum(_timed_step(workload, model, optimizer, batch, stopwatch))
     order = list(batches)
     rng = random.Random(seed)
     for round_index in range(repeats):
+        if budget is not None and round_index > 0 and not budget.next_round_fits(step_s):
+            budget.stopped(round_index, repeats, sorted(batches))
+            break
         rng.shuffle(order)
         for size in order:
             settle()
@@ -99,6 +109,7 @@ def time_interleaved(
             runs[size].forward_s.append(forward)
             runs[size].backward_s.append(backward)
             runs[size].optimizer_s.append(step)
+            step_s[size] = forward + backward + step
         on_round(round_index + 1)
     optimizer.zero_grad(set_to_none=True)
     return runs
