@@ -40,7 +40,7 @@ from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError, choose
 from rightsize.perf.compute import ComputeTime
 from rightsize.perf.op_sheet import Linear, OpCost, OpKind, OpSheet
-from rightsize.perf.op_timing import OpEfficiencies, op_step_time
+from rightsize.perf.op_timing import OpEfficiencies, StepTime, op_step_time
 from rightsize.perf.precision import (
     OpClass,
     Precision,
@@ -165,20 +165,6 @@ class Efficiencies:
 TENSOR_CLASSES = tuple(c for c in OpClass if c.uses_tensor_cores)
 
 
-@dataclass(frozen=True)
-class StepTime:
-    """One predicted step, split the way the model computed it."""
-
-    forward_s: float
-    backward_s: float
-    optimizer_s: float
-    by_class_s: Mapping[str, float]
-
-    @property
-    def total_s(self) -> float:
-        return self.forward_s + self.backward_s + self.optimizer_s
-
-
 def _phase_s(sheet: CostSheet, acc: Accelerator, precision: Precision, eff: Efficiencies,
              batch: float, phase: str, by_class: dict[str, float]) -> float:  # fmt: skip
     backward = phase == "backward"
@@ -284,9 +270,8 @@ class GpuCompute:
 
     def step(self, batch: float) -> StepTime:
         if self.ops is not None and self.op_efficiencies is not None:
-            op = op_step_time(self.ops, self.sheet.param_bytes, self.accelerator, self.precision,
-                              batch, self.op_efficiencies)  # fmt: skip
-            return StepTime(op.forward_s, op.backward_s, op.optimizer_s, op.by_kind_s)
+            return op_step_time(self.ops, self.sheet.param_bytes, self.accelerator,
+                                self.precision, batch, self.op_efficiencies)  # fmt: skip
         return step_time(self.sheet, self.accelerator, self.precision, batch, self.efficiencies)
 
     def predict(self, batch: float) -> ComputeTime:

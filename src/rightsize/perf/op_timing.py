@@ -228,11 +228,14 @@ def timed_rows(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: 
 
 
 @dataclass(frozen=True)
-class OpStepTime:
+class StepTime:
+    """One predicted step, split the way the model computed it (by operation class or kind;
+    both device models return it)."""
+
     forward_s: float
     backward_s: float
     optimizer_s: float
-    by_kind_s: Mapping[str, float]
+    by_class_s: Mapping[str, float]
 
     @property
     def total_s(self) -> float:
@@ -240,7 +243,7 @@ class OpStepTime:
 
 
 def op_step_time(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: Precision,
-                 batch: float, eff: OpEfficiencies) -> OpStepTime:  # fmt: skip
+                 batch: float, eff: OpEfficiencies) -> StepTime:  # fmt: skip
     """One training step at per-device batch ``batch``, split into forward, backward and the
     optimizer (kernel costs shared out by each phase's kernels).
 
@@ -262,4 +265,4 @@ def op_step_time(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision
     by_kind["kernels"] = rows.kernels * eff.kernel_s
     optimizer = rows.optimizer_bytes / (rows.bandwidth * eff.memory)
     by_kind["optimizer"] = optimizer
-    return OpStepTime(forward, backward, optimizer, by_kind)
+    return StepTime(forward, backward, optimizer, by_kind)
