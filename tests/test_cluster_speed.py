@@ -121,12 +121,18 @@ def test_simulated_samples_are_the_ones_the_runtime_makes_of_its_node_metrics():
         job = SimJob(spec, model, 1e9, np.random.default_rng(11))
         job.perf, job.started_s, job.ready_s = perf, 10.0, 0.0
         job.observed_link_bytes_per_s = link
+        rng = np.random.default_rng(11)
         samples = job._samples(times, noise)
-        draws = np.random.default_rng(11).standard_normal((4, 2 * len(shape.nodes) + 1))
-        plain = plain_samples(job, times, draws.tolist(), noise)
-        for sample, expected in zip(samples, plain, strict=True):
-            assert "nodes" not in sample.__dict__  # made when first read, not before
-            assert sample.nodes == expected.nodes  # (now read)
+        plain = plain_samples(job, times, rng.standard_normal((4, 2 * len(shape.nodes) + 1)).tolist(), noise)
+        assert not any("nodes" in s.__dict__ for s in samples)  # made when first read
+        assert samples[1].nodes == plain[1].nodes  # read: every sample of the collection made
+        assert all("nodes" in s.__dict__ for s in samples)
+        # its policy read nodes: the job's next collection is measured at once, the same way
+        later = [t + 240.0 for t in times]
+        eager = job._samples(later, noise)
+        draws = rng.standard_normal((4, 2 * len(shape.nodes) + 1)).tolist()
+        assert all("nodes" in s.__dict__ for s in eager)
+        for sample, expected in zip((*samples, *eager), (*plain, *plain_samples(job, later, draws, noise)), strict=True):
             made = {name: repr(value) for name, value in sample.__dict__.items()}
             assert made == {name: repr(value) for name, value in expected.__dict__.items()}, link
             assert sample == expected and sample.steps_per_s > 0 and sample.cpu_used_cores > 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from weakref import ReferenceType, ref
 
 import numpy as np
 
@@ -31,8 +32,10 @@ from rightsize.scaling.api import (
     NodeEvent,
     Observation,
     Plan,
-    lazy_metric_sample,
+    fill_lazy_sample,
+    lazy_metric_samples,
     metric_sample,
+    metric_samples,
     window_speed,
 )
 from rightsize.scaling.book import ObservationBook
@@ -121,6 +124,9 @@ class SimJob:
     )
     _template_for: Performance | None = field(default=None, repr=False)
     _template_cache: _SampleTemplate | None = field(default=None, repr=False)
+    # The last collection made lazily: once its policy has read one's nodes, it will read
+    # every collection's (a policy reads what it reads), so later ones are measured at once.
+    _lazy_collection: _CollectedColumns | None = field(default=None, repr=False)
     # What its policy may know (window, events, shape history, plans), kept as the runtime
     # keeps a real job's, on the job's clock.
     book: ObservationBook = field(init=False, repr=False)
@@ -232,6 +238,7 @@ class SimJob:
         """Let go of what only the job's policy and result read — its window, events, shape
         history and plans — once it is over and its result is taken (see the simulator)."""
         self.book.close()
+        self._lazy_collection = None
 
     def collect(
         self,
@@ -252,24 +259,33 @@ class SimJob:
     def _samples(self, times: list[float], noise: Noise) -> tuple[MetricSample, ...]:
         """Noisy samples at ``times``: one draw of every sample's noise from the job's generator
         (the job's random stream is the same whatever a policy reads), the speed measured now,
-        and each sample's nodes measured from the same draws when a policy first reads them
-        (:meth:`_SampleTemplate.columns`, by :func:`measured_row`)."""
+        and each sample's nodes measured from the same draws (:meth:`_SampleTemplate.columns`,
+        by :func:`measured_row`): now if the policy read the nodes of the job's last lazy
+        collection, else when it first reads them (a policy reads what it reads: NEARCHUS
+        every collection's nodes, Optimus none; the lazy path costs a call chain per sample)."""
         template = self._template()
         count = len(template.names)
         block = self.rng.standard_normal((len(times), 2 * count + 1))
         batch = self.model.model.batch_size
         start, ready = self.started_s or 0.0, self.ready_s
         warmup_s, warmup_cv, steady_cv = noise.warmup_s, noise.warmup_cv, noise.steady_cv
+        last = self._lazy_collection
+        if last is not None and last.read:  # its policy reads nodes: measure them all now
+            rows = template.columns(block.tolist(), times, ready, noise)
+            return tuple(metric_samples([t - start for t in times], batch, rows))
         true, cap = template.true[-1], template.cap[-1]
-        out = []
-        column = _CollectedColumns(template, block, times, ready, noise).column
-        # only the speeds are measured now; the nodes when a policy first reads them
-        for k, (t, draw) in enumerate(zip(times, block[:, -1].tolist())):  # noqa: B905 (a row each)
+        speeds = []
+        for t, draw in zip(times, block[:, -1].tolist()):  # noqa: B905 (a row each)
             cv = warmup_cv if t - ready < warmup_s else steady_cv
             # measured_row's last value, spelled the same way (the same float)
             speed = true * (0.0 if 0.0 > (factor := 1.0 + cv * draw) else factor)
-            speed = cap if cap < speed else speed
-            out.append(lazy_metric_sample(t - start, column, k, speed, speed * batch))
+            speeds.append(cap if cap < speed else speed)
+        # only the speeds are measured now; the nodes when a policy first reads them
+        collected = self._lazy_collection = _CollectedColumns(template, block, times, ready, noise)
+        out = lazy_metric_samples([t - start for t in times], speeds, batch, collected.measure)
+        # weakly: each sample holds the collection (its ``measure``); a strong list back would
+        # be a reference cycle, which the simulator's paused collector would not free
+        collected.samples = [ref(sample) for sample in out]
         return tuple(out)
 
     def _template(self) -> _SampleTemplate:
@@ -285,12 +301,12 @@ class SimJob:
 
 
 class _CollectedColumns:
-    """The node columns of one collection's samples (``collect``), all measured when a policy
-    first reads any of them: a policy that reads nodes reads every sample's (NEARCHUS's
-    stability points), and one loop over the collection's rows costs less than a call chain
-    per sample; one that reads only the speed (Optimus) never pays for them."""
+    """The node columns of one collection's samples (``collect``), all measured and filled in
+    when a policy first reads any of them: a policy that reads nodes reads every sample's
+    (NEARCHUS's stability points), and one loop over the collection's rows costs less than a
+    call chain per sample; one that reads only the speed (Optimus) never pays for them."""
 
-    __slots__ = ("template", "draws", "times", "ready_s", "noise", "made")
+    __slots__ = ("template", "draws", "times", "ready_s", "noise", "samples", "read")
 
     def __init__(
         self, template: _SampleTemplate, draws: np.ndarray, times: list[float],
@@ -298,16 +314,17 @@ class _CollectedColumns:
     ) -> None:  # fmt: skip
         self.template, self.draws, self.times = template, draws, times
         self.ready_s, self.noise = ready_s, noise
-        self.made: list[NodeColumns] | None = None
+        self.samples: list[ReferenceType[MetricSample]] = []  # what it fills in
+        self.read = False
 
-    def column(self, k: int) -> NodeColumns:
-        """Sample ``k``'s node columns."""
-        made = self.made
-        if made is None:
-            made = self.made = self.template.columns(
-                self.draws.tolist(), self.times, self.ready_s, self.noise)
-            self.draws = None  # type: ignore[assignment]  # its floats are in the columns now
-        return made[k]
+    def measure(self) -> None:
+        """Fill every sample of the collection in (once: each then holds its nodes)."""
+        columns = self.template.columns(self.draws.tolist(), self.times, self.ready_s, self.noise)
+        for sample, (nodes, cpu_used_cores, _) in zip(self.samples, columns):  # noqa: B905
+            if (alive := sample()) is not None:  # a sample the window let go needs none
+                fill_lazy_sample(alive, nodes, cpu_used_cores)
+        self.samples = self.draws = None  # type: ignore[assignment]  # done with
+        self.read = True
 
 
 def sample_template(
@@ -357,9 +374,10 @@ class _SampleTemplate:
 
     def columns(
         self, draws: list[list[float]], times: list[float], ready_s: float, noise: Noise
-    ) -> list[NodeColumns]:
-        """The node columns each row of noise ``draws`` makes (one row per sample, taken at
-        ``times``, see the row layout): every value measured with the noise of its time (the
+    ) -> list[tuple[NodeColumns, float, float]]:
+        """What each row of noise ``draws`` makes (one row per sample, taken at ``times``, see
+        the row layout): the node columns, their CPU used in all, and the job's steps/s. Every
+        value measured with the noise of its time (the
         warm-up's until ``noise.warmup_s`` after ``ready_s``), and the CPU readings again with
         ``noise.cpu_cv`` after the warm-up if it is given."""
         true, cap, count, fixed = self.true, self.cap, len(self.names), self._fixed
@@ -377,13 +395,13 @@ class _SampleTemplate:
             ]  # fmt: skip
             if cpu_cv is not None:  # the CPU readings' own noise
                 row[:count] = measured_row(true[:count], cpu_cv, values[:count], cap[:count])
-            net = tuple(row[count:-1])
+            net, cpu = tuple(row[count:-1]), tuple(row[:count])
             columns = _new(NodeColumns)
             _fill(columns, "__dict__", {
-                **fixed, "cpu_used_cores": tuple(row[:count]),
+                **fixed, "cpu_used_cores": cpu,
                 "net_in_bytes_per_s": net, "net_out_bytes_per_s": net,
             })  # fmt: skip
-            out.append(columns)
+            out.append((columns, sum(cpu), row[-1]))
         return out
 
     def _columns_of(self, row: list[float]) -> NodeColumns:

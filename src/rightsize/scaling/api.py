@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -238,12 +238,13 @@ class MetricSample:
 
 class _NodesOnFirstRead:
     """``MetricSample.nodes`` and ``cpu_used_cores`` of a sample made by
-    :func:`lazy_metric_sample`: made on the first read from the function it was made with,
-    then kept in the instance's ``__dict__``, which later reads find first (a non-data
-    descriptor). A sample made by its constructor has both in its ``__dict__`` already and
-    never gets here. Set on the class after it is made, so the dataclass does not take it for
-    the fields' default; a ``__getattr__`` did the same after a failed lookup, which cost the
-    simulator more than the columns themselves."""
+    :func:`lazy_metric_samples`: on the first read, its ``measure`` callback fills them in
+    (with :func:`fill_lazy_sample`, for this sample and any made with it), and they stay in
+    the instance's ``__dict__``, which later reads find first (a non-data descriptor): a
+    sample filled with its siblings is never read through here at all. A sample made by its
+    constructor has both in its ``__dict__`` already. Set on the class after it is made, so
+    the dataclass does not take it for the fields' default; a ``__getattr__`` did the same
+    after a failed lookup, which cost the simulator more than the columns themselves."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -251,10 +252,8 @@ class _NodesOnFirstRead:
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        values = instance.__dict__
-        columns = values.pop("_make_nodes")(values.pop("_index"))
-        values["nodes"], values["cpu_used_cores"] = columns, sum(columns.cpu_used_cores)
-        return values[self.name]
+        instance.__dict__["_measure"]()
+        return instance.__dict__[self.name]
 
 
 for _name in ("nodes", "cpu_used_cores"):
@@ -264,31 +263,63 @@ for _name in ("nodes", "cpu_used_cores"):
 
 
 def metric_sample(
-    time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float
+    time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float,
+    cpu_used_cores: float | None = None,
 ) -> MetricSample:
     """A :class:`MetricSample` of ``nodes``, made as its constructor would (``cpu_used_cores``
-    derived), without it: the simulator's samples."""
+    derived unless the caller has ``sum(nodes.cpu_used_cores)`` at hand), without it: the
+    simulator's samples."""
+    if cpu_used_cores is None:
+        cpu_used_cores = sum(nodes.cpu_used_cores)
     return filled(MetricSample, {
         "time_s": time_s, "nodes": nodes, "steps_per_s": steps_per_s,
-        "samples_per_s": samples_per_s, "cpu_used_cores": sum(nodes.cpu_used_cores),
+        "samples_per_s": samples_per_s, "cpu_used_cores": cpu_used_cores,
     })  # fmt: skip
 
 
-def lazy_metric_sample(
-    time_s: float, make_nodes: Callable[[int], NodeColumns], index: int, steps_per_s: float,
-    samples_per_s: float,
-) -> MetricSample:
-    """:func:`metric_sample` with its nodes made by ``make_nodes(index)`` when first read (one
-    maker serves a batch of samples, each by its index). The simulator's samples: a policy
-    that reads only the job's speed (Optimus) then never pays for every node's noisy metrics
-    in every sample, the simulator's innermost loop. The sample equals, field by field, the
-    one :func:`metric_sample` makes of the same nodes."""
-    sample = object.__new__(MetricSample)  # ``filled`` without its call: one per sample
-    object.__setattr__(sample, "__dict__", {
-        "time_s": time_s, "steps_per_s": steps_per_s, "samples_per_s": samples_per_s,
-        "_make_nodes": make_nodes, "_index": index,
-    })  # fmt: skip
-    return sample
+def metric_samples(
+    times_s: Iterable[float], batch: int, measured: Iterable[tuple[NodeColumns, float, float]]
+) -> list[MetricSample]:
+    """:func:`metric_sample` of each time and (nodes, their ``sum(cpu_used_cores)``, steps/s),
+    ``samples_per_s`` being the speed times ``batch``: one call for a collection's samples
+    (the simulator's innermost loop)."""
+    new, set_dict, out = object.__new__, object.__setattr__, []
+    for time_s, (columns, cpu_used_cores, speed) in zip(times_s, measured):  # noqa: B905
+        sample = new(MetricSample)  # ``filled`` without its call: one per sample
+        set_dict(sample, "__dict__", {
+            "time_s": time_s, "nodes": columns, "steps_per_s": speed,
+            "samples_per_s": speed * batch, "cpu_used_cores": cpu_used_cores,
+        })  # fmt: skip
+        out.append(sample)
+    return out
+
+
+def lazy_metric_samples(
+    times_s: Iterable[float], steps_per_s: Iterable[float], batch: int, measure: Callable[[], None]
+) -> list[MetricSample]:
+    """:func:`metric_sample` of each time and speed (``samples_per_s`` is the speed times
+    ``batch``), whose nodes ``measure()`` fills in (:func:`fill_lazy_sample`, all of them
+    at once) when any sample's are first read. The simulator's samples: a policy that reads
+    only the job's speed (Optimus) then never pays for every node's noisy metrics in every
+    sample, the simulator's innermost loop. Once filled, each sample equals, field by field,
+    the one :func:`metric_sample` makes of the same nodes."""
+    new, set_dict, out = object.__new__, object.__setattr__, []
+    for time_s, speed in zip(times_s, steps_per_s):  # noqa: B905 (a speed per time)
+        sample = new(MetricSample)  # ``filled`` without its call: one per sample
+        set_dict(sample, "__dict__", {
+            "time_s": time_s, "steps_per_s": speed, "samples_per_s": speed * batch,
+            "_measure": measure,
+        })  # fmt: skip
+        out.append(sample)
+    return out
+
+
+def fill_lazy_sample(sample: MetricSample, nodes: NodeColumns, cpu_used_cores: float) -> None:
+    """Give a sample of :func:`lazy_metric_samples` its ``nodes``; ``cpu_used_cores`` must be
+    ``sum(nodes.cpu_used_cores)`` (the caller's loop has it at hand)."""
+    values = sample.__dict__
+    del values["_measure"]
+    values["nodes"], values["cpu_used_cores"] = nodes, cpu_used_cores
 
 
 class EventKind(StrEnum):

@@ -184,7 +184,8 @@ class PlusNotes:
 
 def finished(obs: Observation) -> bool:
     """True once a plan said the search is over (:attr:`PlusNotes.final`)."""
-    return PlusNotes.of(obs.last_plan).final
+    plan = obs.last_plan  # asked at every decision: read the one note, make no PlusNotes
+    return plan is not None and bool(plan.details.get(PlusNotes.FINAL_KEY))
 
 
 def known_mu(obs: Observation) -> PlusNotes:
