@@ -138,7 +138,8 @@ def op_sheet(model: str, size: str, count_batch: int = 2) -> OpSheet | None:
     return None
 
 
-def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> OpSheet:
+def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2,
+                   as_dispatched: bool = False) -> OpSheet:  # fmt: skip
     """:func:`op_sheet` of a built network on ``device``.
 
     Raises:
@@ -154,7 +155,7 @@ def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> O
         batch = (tuple(t.to(device) for t in inputs), target.to(device))
         return lambda: feeder.loss(net, batch)
 
-    return count_ops(net, step_at, count_batch)
+    return count_ops(net, step_at, count_batch, as_dispatched)
 
 
 def op_sheet_apart(model: str, size: str) -> OpSheet | None:

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rightsize.perf.op_costs import OpRecord
 
 
 class OpKind(StrEnum):
@@ -26,10 +22,29 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"  # table gathers and their scatter-add backward
     REDUCTION = "reduction"  # sums, means, norms over dimensions
     ELEMENTWISE = "elementwise"  # everything else that moves memory
+    LAYOUT = "layout"  # a copy or a view's gradient that only re-lays out (perf/op_canon.py)
 
     @property
     def matmul_like(self) -> bool:
         return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION, OpKind.RNN)
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One dispatched operation at one batch size (perf/op_costs.py records them)."""
+
+    name: str
+    kind: OpKind
+    phase: str  # "forward" or "backward"
+    flops: float
+    bytes: float
+    gemm: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # batch, M, N, K
+    #: What perf/op_canon.py needs to see which operations belong together: the storages read
+    #: (key, bytes, dimensions) and written, and the largest tensor's shape and element size.
+    reads: tuple[tuple[int, float, int], ...] = ()
+    writes: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
+    itemsize: int = 4
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,13 @@ SPLIT_K_MIN = 256.0  # the shortest part of K a split-K GEMM gives one SM
 #: Kernels an unfused attention launches: forward QK^T, softmax, PV; backward two matmuls for
 #: each of the forward's and the softmax's backward.
 ATTENTION_KERNELS = {"forward": 3, "backward": 5}
+#: Score-matrix elements unfused attention moves per phase, with scaling, mask, softmax and
+#: dropout fused into one softmax kernel (as NVIDIA's BERT and Megatron's fused softmax do):
+#: forward QK^T writes the scores, the softmax reads them and writes P, PV reads P (4);
+#: backward dP is written, the softmax backward reads dP and P and writes dS, the two
+#: matmuls read dS, and dV's matmul reads P (6). Counted in fp32 (4 bytes), as the sheet.
+SCORE_PASSES = {"forward": 4, "backward": 6}
+SCORE_ITEMSIZE = 4
 OPTIMIZER_BYTES_PER_PARAM_BYTE = 5.0  # as perf/device_model.py: SGD with momentum
 AMP_CAST_BYTES_PER_PARAM_BYTE = 1.5
 EFFICIENCIES_FILE = "op_efficiencies.json"
@@ -149,6 +156,13 @@ def attention_gemms(heads: float, sq: float, skv: float, d: float,
     return [(heads, sq, skv, d), (heads, skv, d, sq), (heads, sq, d, skv), (heads, skv, d, sq)]
 
 
+def kernels_of(op: OpCost) -> int:
+    """Kernels one of ``op`` launches: attention's unfused few, none for a re-layout."""
+    if op.kind is OpKind.ATTENTION:
+        return ATTENTION_KERNELS[op.phase]
+    return 0 if op.kind is OpKind.LAYOUT else 1
+
+
 @dataclass(frozen=True)
 class TimedRows:
     """One step's operations at one batch on one GPU, as arrays: each row a GEMM or a
@@ -164,6 +178,7 @@ class TimedRows:
     bandwidth: float
     phase: np.ndarray  # 0 forward, 1 backward
     kind: tuple[str, ...]
+    op: np.ndarray  # each row's operation: its index in the sheet
 
     def compute_s(self, compute: np.ndarray) -> np.ndarray:
         """Each row's arithmetic time on its peak at its shape's fraction (0 for memory rows)."""
@@ -193,15 +208,17 @@ def timed_rows(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: 
                batch: float) -> TimedRows:  # fmt: skip
     """The arrays :meth:`TimedRows.total_s` times (see the module docstring)."""
     act = precision.activation_bytes_factor
-    flops, moved, rate, slot, phase, kinds = [], [], [], [], [], []
+    flops, moved, rate, slot, phase, kinds, index = [], [], [], [], [], [], []
     kernels = 0.0
     sms = acc.sm_count
 
-    def row(f, b, r, s, op: OpCost) -> None:
+    def row(f, b, r, s, at: int) -> None:
+        op = sheet.ops[at]
         flops.append(f), moved.append(b), rate.append(r), slot.append(s)
         phase.append(0 if op.phase == "forward" else 1), kinds.append(op.kind.value)
+        index.append(at)
 
-    for op in sheet.ops:
+    for i, op in enumerate(sheet.ops):
         n = op.count
         total_flops, total_bytes = n * op.flops.at(batch), n * op.bytes.at(batch) * act
         dims = [d.at(batch) for d in op.gemm]
@@ -209,22 +226,35 @@ def timed_rows(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: 
             s, peak = _slot(op.kind, acc, precision)
             gemms = attention_gemms(*dims, op.phase)
             for g in gemms:
-                row(total_flops / len(gemms), 0.0, peak * gemm_fraction(*g, sms), s, op)
-            row(0.0, total_bytes, 1.0, -1, op)
-            kernels += n * ATTENTION_KERNELS[op.phase]
+                row(total_flops / len(gemms), 0.0, peak * gemm_fraction(*g, sms), s, i)
+            heads, sq, skv, _ = dims
+            scores = n * SCORE_PASSES[op.phase] * heads * sq * skv * SCORE_ITEMSIZE * act
+            row(0.0, total_bytes + scores, 1.0, -1, i)
+        elif op.kind is OpKind.LAYOUT:
+            continue  # perf/op_canon.py: re-layout, read strided by its consumer
         elif op.kind.matmul_like and total_flops > 0:
             s, peak = _slot(op.kind, acc, precision)
-            row(total_flops, total_bytes, peak * gemm_fraction(*dims, sms), s, op)
-            kernels += n
+            row(total_flops, total_bytes, peak * gemm_fraction(*dims, sms), s, i)
         else:
-            row(0.0, total_bytes, 1.0, -1, op)
-            kernels += n
+            row(0.0, total_bytes, 1.0, -1, i)
+        kernels += n * kernels_of(op)
     optimizer = OPTIMIZER_BYTES_PER_PARAM_BYTE * param_bytes
     if precision is Precision.AMP:
         optimizer += AMP_CAST_BYTES_PER_PARAM_BYTE * param_bytes
     return TimedRows(np.array(flops), np.array(moved), np.array(rate), np.array(slot, dtype=int),
                      kernels, optimizer, acc.mem_bandwidth_gbs * 1e9, np.array(phase),
-                     tuple(kinds))  # fmt: skip
+                     tuple(kinds), np.array(index, dtype=int))  # fmt: skip
+
+
+def op_seconds(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: Precision,
+               batch: float, eff: OpEfficiencies) -> list[float]:  # fmt: skip
+    """Each operation's time in the step (all ``count`` of it, kernel costs included), in the
+    sheet's order: where a step's time goes (benchmarks/plan/gpu_variants.py)."""
+    rows = timed_rows(sheet, param_bytes, acc, precision, batch)
+    seconds = rows.seconds(eff.vector(), eff.memory, eff.kernel_s, eff.traffic)
+    per_op = np.bincount(rows.op, weights=seconds, minlength=len(sheet.ops))
+    return [float(s) + op.count * kernels_of(op) * eff.kernel_s
+            for s, op in zip(per_op, sheet.ops, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -257,8 +287,7 @@ def op_step_time(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision
     by_kind: dict[str, float] = {}
     for kind, s in zip(rows.kind, seconds, strict=True):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(s)
-    forward_kernels = sum(op.count * (ATTENTION_KERNELS["forward"] if op.kind is OpKind.ATTENTION
-                                      else 1) for op in sheet.ops if op.phase == "forward")  # fmt: skip
+    forward_kernels = sum(op.count * kernels_of(op) for op in sheet.ops if op.phase == "forward")
     forward = float(seconds[rows.phase == 0].sum()) + forward_kernels * eff.kernel_s
     backward = (float(seconds[rows.phase == 1].sum())
                 + (rows.kernels - forward_kernels) * eff.kernel_s)  # fmt: skip
