@@ -234,14 +234,16 @@ def _merge_siblings(records: list[OpRecord]) -> list[OpRecord]:
             if len(group) == n:
                 records[group[0]] = _merge([records[i] for i in group], dim, shared_bytes)
                 drop.update(group[1:])
-        if len(dgrad) != n:
-            continue
-        grads = {k for i in dgrad for k, _, _ in records[i].reads if k not in weights}
-        sums = [i for i in backward if records[i].kind is OpKind.REDUCTION
+        # the outputs' gradients, read by the weight and input gradients, and by the bias sums
+        grads = {k for i in wgrad + dgrad for k, _, _ in records[i].reads
+                 if k != shared and k not in weights}  # fmt: skip
+        sums = [i for i in backward if records[i].kind is OpKind.REDUCTION and i not in drop
                 and grads & {k for k, _, _ in records[i].reads}]  # fmt: skip
         if len(sums) == n:
             records[sums[0]] = _merge([records[i] for i in sums], -1)
             drop.update(sums[1:])
+        if len(dgrad) != n:
+            continue
         # the separate input gradients' accumulation is the merged GEMM's own (its K)
         partial = {k for i in dgrad for k in records[i].writes}
         adds = [i for i in backward if records[i].name in ("add", "add_")
