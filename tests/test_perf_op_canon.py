@@ -36,6 +36,25 @@ def test_attention_written_out_is_the_fused_kernel_record():
     pick = [[(r.flops, r.bytes, r.gemm) for r in rs if r.kind is OpKind.ATTENTION]
             for rs in (by_hand, fused)]  # fmt: skip
     assert pick[0] == pick[1]
+    # what the scores went through is in the name, which op_timing reads
+    assert {r.name for r in by_hand if r.kind is OpKind.ATTENTION} == {"attention+dropout"}
+    assert {r.name for r in fused if r.kind is OpKind.ATTENTION} == {"attention"}
+
+
+def test_a_masked_dropped_out_attention_is_named_alike_however_written():
+    q = torch.randn(2, 4, 16, 8, device="meta", requires_grad=True)
+    mask = torch.zeros(2, 1, 1, 16, device="meta")
+
+    def by_hand():
+        scores = torch.matmul(q, q.transpose(-1, -2)) / 8**0.5 + mask
+        return torch.matmul(F.dropout(scores.softmax(-1), 0.1), q).sum()
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=mask, dropout_p=0.1).sum()
+
+    for step in (by_hand, sdpa):
+        names = {r.name for r in record_step(step) if r.kind is OpKind.ATTENTION}
+        assert names == {"attention+mask+dropout"}
 
 
 def test_a_copy_for_a_gemm_is_layout_and_a_real_concatenation_is_not():

@@ -153,7 +153,7 @@ def test_as_dispatched_the_forms_differ_by_what_eager_pytorch_runs():
     explicit = ExplicitBert(1, WIDTH, SEQ, False, "explicit", 0.1)
     assert {"_softmax", "div", "bmm", "clone"} <= names(explicit, True)
     assert not {"_softmax", "bmm"} & names(explicit, False)
-    assert "attention" in names(explicit, False)
+    assert "attention+mask+dropout" in names(explicit, False)
     packed = _torch_bert(0.1)
     assert "select_backward" in names(packed, True)
 

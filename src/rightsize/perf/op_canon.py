@@ -39,7 +39,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
-from rightsize.perf.op_sheet import OpKind, OpRecord
+from rightsize.perf.op_sheet import OpKind, OpRecord, attention_name, attention_parts
 from rightsize.perf.op_timing import attention_gemms
 
 #: Copies that move an operand's bytes without arithmetic.
@@ -48,17 +48,25 @@ COPY_OPS = frozenset({"clone", "copy_", "contiguous"})
 VIEW_BACKWARD_OPS = frozenset({"select_backward", "slice_backward", "as_strided_backward"})
 REASSEMBLE_OPS = frozenset({"cat", "stack"})  # in the backward: split/chunk/unbind's gradient
 SCALING_OPS = frozenset({"mul", "div", "mul_", "div_"})
-ATTENTION_NAME = "attention"
+#: On the score matrix in the forward: an additive mask or bias, and dropout's random mask.
+MASK_OPS = frozenset({"add", "add_", "masked_fill", "masked_fill_", "where"})
+DROPOUT_OPS = frozenset({"bernoulli", "bernoulli_", "native_dropout", "rand_like", "uniform_"})
 
 
 @dataclasses.dataclass(frozen=True)
 class Attention:
-    """One attention's shape: ``heads`` (batch x heads), query and key lengths, head size."""
+    """One attention's shape: ``heads`` (batch x heads), query and key lengths, head size;
+    and whether its scores are masked and dropped out."""
 
     heads: int
     sq: int
     skv: int
     d: int
+    masked: bool = False
+    dropout: bool = False
+
+    def same_shape(self, gemm: tuple[float, ...]) -> bool:
+        return tuple(int(v) for v in gemm) == (self.heads, self.sq, self.skv, self.d)
 
     @property
     def scores(self) -> int:
@@ -95,14 +103,15 @@ class Attention:
         flops = sum(2.0 * b * m * n * k for b, m, n, k in gemms)
         tensors = 2 * self.sq + 2 * self.skv if phase == "forward" else 4 * self.sq + 4 * self.skv
         moved = float(tensors * self.heads * self.d * itemsize)
-        return OpRecord(ATTENTION_NAME, OpKind.ATTENTION, phase, flops, moved,
+        return OpRecord(attention_name(self.masked, self.dropout), OpKind.ATTENTION, phase,
+                        flops, moved,
                         tuple(float(v) for v in (self.heads, self.sq, self.skv, self.d)),
                         itemsize=itemsize)  # fmt: skip
 
 
 def attentions(records: list[OpRecord]) -> list[Attention]:
     """The attentions of a step: fused kernels, and forward softmaxes over a batched matmul's
-    ``[..., sq, skv]`` result, in the order their forward passes ran."""
+    ``[..., sq, skv]`` result, with what their forward passes did to the scores."""
     found = []
     qk = {(int(r.gemm[0]), int(r.gemm[1]), int(r.gemm[2])): int(r.gemm[3])
           for r in records if r.kind is OpKind.GEMM and r.phase == "forward" and r.gemm[0] > 1}  # fmt: skip
@@ -110,11 +119,15 @@ def attentions(records: list[OpRecord]) -> list[Attention]:
         if r.phase != "forward":
             continue
         if r.kind is OpKind.ATTENTION:
-            found.append(Attention(*(int(v) for v in r.gemm)))
+            parts = attention_parts(r.name)
+            found.append(Attention(*(int(v) for v in r.gemm), "mask" in parts, "dropout" in parts))
         elif r.kind is OpKind.SOFTMAX and len(r.shape) >= 3:
             heads, sq, skv = math.prod(r.shape[:-2]), r.shape[-2], r.shape[-1]
             if (heads, sq, skv) in qk:
-                found.append(Attention(heads, sq, skv, qk[heads, sq, skv]))
+                bare = Attention(heads, sq, skv, qk[heads, sq, skv])
+                names = {o.name for o in records if o.phase == "forward" and bare.owns_scores(o)}
+                found.append(dataclasses.replace(bare, masked=bool(names & MASK_OPS),
+                                                 dropout=bool(names & DROPOUT_OPS)))  # fmt: skip
     return found
 
 
@@ -129,8 +142,7 @@ def _fold_attention(records: list[OpRecord]) -> list[OpRecord]:
     out: list[OpRecord] = []
     for r in records:
         owner = next((a for a in shapes if a.owns_gemm(r) or a.owns_scores(r) or a.owns_scaling(r)
-                      or (r.kind is OpKind.ATTENTION and tuple(int(v) for v in r.gemm)
-                          == (a.heads, a.sq, a.skv, a.d))), None)  # fmt: skip
+                      or (r.kind is OpKind.ATTENTION and a.same_shape(r.gemm))), None)  # fmt: skip
         if owner is None:
             out.append(r)
             continue

@@ -45,7 +45,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from rightsize.perf.op_canon import canonical
-from rightsize.perf.op_sheet import OpKind, OpRecord, OpSheet
+from rightsize.perf.op_sheet import OpKind, OpRecord, OpSheet, attention_name
 
 #: Operations that launch no kernel and move no memory on a GPU (allocations, views the
 #: schema does not mark as such).
@@ -186,6 +186,16 @@ def _key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
+def _attention_name(func, args, kwargs) -> str:
+    """A fused attention's name as perf/op_canon.py names attention: masked (an ``attn_mask``
+    or ``attn_bias`` argument), dropped out (``dropout_p`` > 0)."""
+    values = dict(kwargs)
+    for argument, value in zip(func._schema.arguments, args, strict=False):
+        values[argument.name] = value
+    masked = any(values.get(n) is not None for n in ("attn_mask", "attn_bias"))
+    return attention_name(masked, float(values.get("dropout_p") or 0.0) > 0)
+
+
 class OpRecorder(TorchDispatchMode):
     """Records every operation dispatched while active (:class:`OpRecord`); set ``phase``
     before the backward pass. The storages it saw are held until it is dropped, so that no
@@ -214,6 +224,7 @@ class OpRecorder(TorchDispatchMode):
         flops, shape = 0.0, (0.0, 0.0, 0.0, 0.0)
         if kind is OpKind.ATTENTION:
             flops, shape = _attention(args, self.phase)
+            name = _attention_name(func, args, kwargs)
         elif kind is OpKind.RNN:
             flops, shape = _rnn(args, self.phase)
         elif kind.matmul_like:

@@ -29,6 +29,23 @@ class OpKind(StrEnum):
         return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION, OpKind.RNN)
 
 
+#: An attention's name in a sheet says what its score matrix went through besides the
+#: softmax and the scale (perf/op_canon.py names it, perf/op_timing.py times it by it).
+ATTENTION = "attention"
+ATTENTION_PARTS = ("mask", "dropout")
+
+
+def attention_name(masked: bool, dropout: bool) -> str:
+    """``attention``, ``attention+mask``, ``attention+dropout`` or ``attention+mask+dropout``."""
+    return "+".join([ATTENTION, *(p for p, on in zip(ATTENTION_PARTS, (masked, dropout),
+                                                    strict=True) if on)])  # fmt: skip
+
+
+def attention_parts(name: str) -> frozenset[str]:
+    """The parts an attention's name carries (none for a fused kernel's own name)."""
+    return frozenset(p for p in name.split("+")[1:] if p in ATTENTION_PARTS)
+
+
 @dataclass(frozen=True)
 class OpRecord:
     """One dispatched operation at one batch size (perf/op_costs.py records them)."""
