@@ -22,10 +22,13 @@ operation that PyTorch dispatches (perf/op_costs.py) by what it is:
   intensity because the tiles and waves are counted from the GPU's datasheet (its
   SM count), so a GPU nobody measured gets its own quantisation, and it leaves only
   four efficiencies to fit on ~150 published measurements.
-- **Fused attention** (``scaled_dot_product_attention``) as its unfused matmuls
-  (two forward, four backward, each with its own shape) plus the score matrix's
-  memory traffic, which op_costs.py adds to its bytes: the same time as attention
-  written with ``matmul`` and ``softmax``.
+- **Attention**, however it was written (perf/op_canon.py folds explicit matmul/softmax,
+  einsum and ``scaled_dot_product_attention`` alike into one operation per phase): its
+  matmuls (two forward, four backward, each with its own shape) on the tiles, plus the
+  traffic of Q, K, V and the output and the score matrix's passes and kernels as BERT's
+  published implementations run it unfused (:data:`ATTENTION_COSTS`, by the parts the
+  sheet names: mask, dropout).
+- **Layout** operations (perf/op_canon.py) cost nothing: their consumer reads the operand.
 - **Everything else** (element-wise, normalisation, softmax, gathers, reductions) by
   its bytes: ``φ · bytes / (W · η_mem) + κ``, where ``φ`` is the fraction of the
   counted traffic the measured stacks really move: the CPU profile counts eager
