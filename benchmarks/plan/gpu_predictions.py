@@ -376,9 +376,8 @@ def _run(args) -> int:
     per_op = evaluate("per-op", fit_rows, check_rows,
                       lambda rows, source="": op_calibration.fit(rows, source=source),
                       op_calibration.predicted_samples_per_s, source)  # fmt: skip
-    full = per_class["full"]
-    full = Efficiencies(full.cuda_core, full.tensor_core, full.memory, full.kernel_s,
-                        per_class["log_spread"], full.source, per_class["held_out"])  # fmt: skip
+    full = dataclasses.replace(per_class["full"], log_spread=per_class["log_spread"],
+                               held_out=per_class["held_out"])  # fmt: skip
     # every fitted field kept (the traffic fraction was dropped here before 2026-11-29)
     op_full = dataclasses.replace(per_op["full"], log_spread=per_op["log_spread"],
                                   held_out=per_op["held_out"])  # fmt: skip

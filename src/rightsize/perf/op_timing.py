@@ -43,16 +43,16 @@ parameters' as in the per-class model.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError
+from rightsize.perf.fitted import Fitted
 from rightsize.perf.op_sheet import OpCost, OpKind, OpSheet, attention_parts
 from rightsize.perf.precision import OpClass, Precision, peak_flops_per_s, runs_on_tensor_cores
 
@@ -90,28 +90,28 @@ SLOTS = ("gemm_cuda", "gemm_tensor", "conv_cuda", "conv_tensor")
 
 
 @dataclass(frozen=True)
-class OpEfficiencies:
-    """The fitted fractions of peak of the per-operation model, and its held-out spread.
+class OpEfficiencies(Fitted):
+    """The fitted fractions of peak of the per-operation model (provenance and held-out
+    spread: :class:`~rightsize.perf.fitted.Fitted`).
 
     Attributes:
         compute: per slot (:data:`SLOTS`), the fraction of the peak a full, long GEMM reaches.
         memory: the fraction of the datasheet bandwidth memory-bound work reaches.
         kernel_s: the fixed cost of one kernel.
+        traffic: the fraction of memory-bound kernels' counted bytes really moved.
     """
+
+    FILE: ClassVar[str] = EFFICIENCIES_FILE
+    WHAT: ClassVar[str] = "operation efficiencies"
 
     compute: Mapping[str, float]
     memory: float
     kernel_s: float
-    log_spread: float = 0.0
-    source: str = ""
-    held_out: Mapping[str, float] = field(default_factory=dict)
-    traffic: float = 1.0  # the fraction of memory-bound kernels' counted bytes really moved
+    traffic: float = 1.0
 
     def to_dict(self) -> dict:
         return {"compute": dict(self.compute), "memory": self.memory, "kernel_s": self.kernel_s,
-                "traffic": self.traffic,
-                "log_spread": self.log_spread, "source": self.source,
-                "held_out": dict(self.held_out)}  # fmt: skip
+                "traffic": self.traffic, **self.fit_dict()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping) -> OpEfficiencies:
@@ -121,17 +121,9 @@ class OpEfficiencies:
             memory, kernel_s = float(data["memory"]), float(data["kernel_s"])
             traffic = float(data.get("traffic", 1.0))
         except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"operation efficiencies: missing or bad field {exc}") from None
-        for name, value in [*compute.items(), ("memory", memory), ("traffic", traffic)]:
-            if not 0 < value <= 1:
-                raise SpecError(f"operation efficiencies: {name} = {value} is not in (0, 1]")
-        return cls(compute, memory, kernel_s, float(data.get("log_spread", 0.0)),
-                   str(data.get("source", "")), dict(data.get("held_out", {})), traffic)  # fmt: skip
-
-    @classmethod
-    def shipped(cls) -> OpEfficiencies:
-        text = resources.files("rightsize.perf").joinpath(EFFICIENCIES_FILE).read_text()
-        return cls.from_dict(json.loads(text))
+            raise cls.missing(exc) from None
+        cls.check_fractions([*compute.items(), ("memory", memory), ("traffic", traffic)])
+        return cls(compute, memory, kernel_s, traffic, **cls.fit_fields(data))
 
     def vector(self) -> np.ndarray:
         return np.array([self.compute[s] for s in SLOTS])
