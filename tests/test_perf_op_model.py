@@ -262,6 +262,18 @@ def test_profiles_carry_operations_and_old_ones_predict_as_before():
     assert Linear(1.0, 2.0).at(3) == 7.0
 
 
+def test_both_calibrations_write_back_their_shipped_files_unchanged():
+    """Efficiencies and OpEfficiencies share their provenance (perf/fitted.py); each file
+    keeps its keys and order."""
+    from rightsize.perf.device_model import Efficiencies
+
+    for cls in (Efficiencies, OpEfficiencies):
+        text = resources.files("rightsize.perf").joinpath(cls.FILE).read_text()
+        assert json.dumps(cls.shipped().to_dict(), indent=1) + "\n" == text
+    with pytest.raises(SpecError, match="device efficiencies: missing or bad field"):
+        Efficiencies.from_dict({"memory": 0.5})
+
+
 def test_shipped_operation_efficiencies_load():
     shipped = OpEfficiencies.shipped()
     assert 0 < shipped.memory <= 1 and shipped.kernel_s > 0
