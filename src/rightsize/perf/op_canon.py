@@ -227,40 +227,46 @@ def _sibling_groups(records: list[OpRecord]) -> list[tuple[list[int], int, float
     return groups
 
 
+def _reading(records: list[OpRecord], among: list[int], keys: set[int],
+             kind: OpKind | None = None, names: frozenset[str] | None = None) -> list[int]:
+    """The indices in ``among`` whose record reads one of ``keys`` (of a kind, or names)."""
+    return [i for i in among if (kind is None or records[i].kind is kind)
+            and (names is None or records[i].name in names)
+            and keys & {k for k, _, _ in records[i].reads}]  # fmt: skip
+
+
+def _merge_backward(records: list[OpRecord], drop: set[int], n: int, shared: int,
+                    shared_bytes: float, weights: set[int]) -> None:
+    """The backward of ``n`` merged sibling GEMMs, merged alike (in place)."""
+    backward = [i for i, r in enumerate(records) if r.phase == "backward" and i not in drop]
+    wgrad = _reading(records, backward, {shared}, OpKind.GEMM)  # read the shared activation
+    dgrad = _reading(records, backward, weights, OpKind.GEMM)  # read the siblings' weights
+    # the shared activation read once by the weight gradients; its gradient written once
+    for group, dim in ((wgrad, 1), (dgrad, 3)):
+        if len(group) == n:
+            records[group[0]] = _merge([records[i] for i in group], dim, shared_bytes)
+            drop.update(group[1:])
+    # the outputs' gradients, read by the weight and input gradients, and by the bias sums
+    grads = {k for i in wgrad + dgrad for k, _, _ in records[i].reads
+             if k != shared and k not in weights}  # fmt: skip
+    sums = _reading(records, [i for i in backward if i not in drop], grads, OpKind.REDUCTION)
+    if len(sums) == n:
+        records[sums[0]] = _merge([records[i] for i in sums], -1)
+        drop.update(sums[1:])
+    if len(dgrad) == n:  # the input gradients' accumulation is the merged GEMM's own (its K)
+        partial = {k for i in dgrad for k in records[i].writes}
+        drop.update(_reading(records, backward, partial, names=frozenset({"add", "add_"}))[: n - 1])
+
+
 def _merge_siblings(records: list[OpRecord]) -> list[OpRecord]:
     """Q, K and V projected apart, merged as a fused projection runs them (module docstring)."""
     records = list(records)
     drop: set[int] = set()
     for members, shared, shared_bytes in _sibling_groups(records):
-        n = len(members)
         weights = {k for i in members for k, _, ndim in records[i].reads if k != shared and ndim == 2}
         records[members[0]] = _merge([records[i] for i in members], 2, shared_bytes)
         drop.update(members[1:])
-        backward = [i for i, r in enumerate(records) if r.phase == "backward" and i not in drop]
-        wgrad = [i for i in backward if records[i].kind is OpKind.GEMM
-                 and shared in {k for k, _, _ in records[i].reads}]  # fmt: skip
-        dgrad = [i for i in backward if records[i].kind is OpKind.GEMM
-                 and weights & {k for k, _, _ in records[i].reads}]  # fmt: skip
-        # the shared activation read once by the weight gradients; its gradient written once
-        for group, dim in ((wgrad, 1), (dgrad, 3)):
-            if len(group) == n:
-                records[group[0]] = _merge([records[i] for i in group], dim, shared_bytes)
-                drop.update(group[1:])
-        # the outputs' gradients, read by the weight and input gradients, and by the bias sums
-        grads = {k for i in wgrad + dgrad for k, _, _ in records[i].reads
-                 if k != shared and k not in weights}  # fmt: skip
-        sums = [i for i in backward if records[i].kind is OpKind.REDUCTION and i not in drop
-                and grads & {k for k, _, _ in records[i].reads}]  # fmt: skip
-        if len(sums) == n:
-            records[sums[0]] = _merge([records[i] for i in sums], -1)
-            drop.update(sums[1:])
-        if len(dgrad) != n:
-            continue
-        # the separate input gradients' accumulation is the merged GEMM's own (its K)
-        partial = {k for i in dgrad for k in records[i].writes}
-        adds = [i for i in backward if records[i].name in ("add", "add_")
-                and partial & {k for k, _, _ in records[i].reads}]  # fmt: skip
-        drop.update(adds[: n - 1])
+        _merge_backward(records, drop, len(members), shared, shared_bytes, weights)
     return [r for i, r in enumerate(records) if i not in drop]
 
 
