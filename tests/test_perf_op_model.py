@@ -120,27 +120,45 @@ def test_one_network_written_four_ways_does_the_same_arithmetic_within_5_percent
                 assert _spread(compute.values()) < 0.05, (acc.name, precision, batch, compute)
 
 
-def test_the_whole_step_differs_only_by_the_traffic_each_way_really_dispatches(variants):
-    """The whole step's time differs where the ways dispatch different memory-bound work in
-    eager PyTorch: nn.MultiheadAttention's packed projection is split by ``select`` (whose
-    backward writes zero-filled copies and adds them), explicit attention copies Q, K and
-    the context to make them contiguous, a fused kernel moves none of that. Written the same
-    way (explicit matmuls or einsum) the step is timed the same; every way stays within
-    25% (docs: the spread measured is in the issue-40 report)."""
+def test_the_whole_step_is_the_same_within_5_percent_however_the_network_is_written(variants):
+    """The whole step — memory-bound work and kernels included — agrees within 5% on every
+    catalog GPU and precision (issue 40): eager PyTorch dispatches different work per form
+    (score-matrix kernels, re-layout copies, a projection in three), which the counter
+    counts as what it is (perf/op_canon.py). Written the same way (explicit matmuls or
+    einsum) the step is the same to the last bit."""
     for dropout in (0.1, 0.0):
         sheets = {style: variants[style, dropout] for style in STYLES}
         for acc in catalog_gpus():
             for precision in (Precision.PYTORCH, Precision.TF32, Precision.AMP):
-                times = {s: op_step_time(sheet, params, acc, precision, 32, EFF).total_s
-                         for s, (sheet, params) in sheets.items()}  # fmt: skip
-                assert times["explicit"] == pytest.approx(times["einsum"], rel=1e-9)
-                assert _spread(times.values()) < 0.25, (acc.name, precision, times)
-                # the spread is the memory-bound bytes and kernels, not the arithmetic
-                extra = {s: sheet.bytes(32) for s, (sheet, _) in sheets.items()}
-                assert max(times, key=times.get) == max(extra, key=extra.get)
+                for batch in (8, 32):
+                    times = {s: op_step_time(sheet, params, acc, precision, batch, EFF).total_s
+                             for s, (sheet, params) in sheets.items()}  # fmt: skip
+                    assert times["explicit"] == pytest.approx(times["einsum"], rel=1e-9)
+                    assert _spread(times.values()) < 0.05, (acc.name, precision, batch, times)
 
 
-def test_fused_attention_counts_its_matmuls_and_score_traffic():
+def test_as_dispatched_the_forms_differ_by_what_eager_pytorch_runs():
+    """Uncanonicalised, the explicit form's score-matrix kernels and nn.MultiheadAttention's
+    select_backward copies are there — what the canonical count folds."""
+    def names(model, as_dispatched):
+        torch.manual_seed(0)
+        model.to("meta").train()
+
+        def step_at(n):
+            ids = torch.randint(0, BERT_VOCAB, (n, SEQ), device="meta")
+            return lambda: model(ids)[..., 0].sum()
+
+        return {op.name for op in count_ops(model, step_at, 2, as_dispatched).ops}
+
+    explicit = ExplicitBert(1, WIDTH, SEQ, False, "explicit", 0.1)
+    assert {"_softmax", "div", "bmm", "clone"} <= names(explicit, True)
+    assert not {"_softmax", "bmm"} & names(explicit, False)
+    assert "attention+mask+dropout" in names(explicit, False)
+    packed = _torch_bert(0.1)
+    assert "select_backward" in names(packed, True)
+
+
+def test_fused_attention_counts_its_matmuls_and_its_operands_traffic():
     q = torch.randn(2, 4, 16, 8, requires_grad=True)
     records = record_step(lambda: F.scaled_dot_product_attention(q, q, q).sum())
     attention = [r for r in records if r.kind is OpKind.ATTENTION]
@@ -149,8 +167,9 @@ def test_fused_attention_counts_its_matmuls_and_score_traffic():
     assert attention[0].flops == 2 * 2 * 8 * 16 * 16 * 8
     assert attention[1].flops == 2 * attention[0].flops
     assert attention[0].gemm == (8, 16, 16, 8)
-    # q, k, v (one tensor read once), output and log-sum-exp, plus 4 score matrices
-    assert attention[0].bytes >= 4 * 8 * 16 * 16 * 4
+    # Q, K, V and the output once each (the score matrix's traffic is op_timing's to add)
+    assert attention[0].bytes == 4 * 8 * 16 * 8 * 4
+    assert attention[1].bytes == 2 * attention[0].bytes  # and their gradients
 
 
 def test_costs_are_lines_in_the_batch():
@@ -241,6 +260,18 @@ def test_profiles_carry_operations_and_old_ones_predict_as_before():
     step = per_op.step(64)
     assert step.total_s > 0 and step.by_class_s["gemm"] > 0
     assert Linear(1.0, 2.0).at(3) == 7.0
+
+
+def test_both_calibrations_write_back_their_shipped_files_unchanged():
+    """Efficiencies and OpEfficiencies share their provenance (perf/fitted.py); each file
+    keeps its keys and order."""
+    from rightsize.perf.device_model import Efficiencies
+
+    for cls in (Efficiencies, OpEfficiencies):
+        text = resources.files("rightsize.perf").joinpath(cls.FILE).read_text()
+        assert json.dumps(cls.shipped().to_dict(), indent=1) + "\n" == text
+    with pytest.raises(SpecError, match="device efficiencies: missing or bad field"):
+        Efficiencies.from_dict({"memory": 0.5})
 
 
 def test_shipped_operation_efficiencies_load():

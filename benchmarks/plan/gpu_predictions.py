@@ -19,6 +19,10 @@ training throughput on each measured GPU with the calibrated device model
   both at the same batch and as a user compares GPUs (each at the batch its source
   ran), median and 90th percentile.
 
+``--attention-timing fused`` times attention as one fused kernel (no score-matrix traffic)
+instead of as the published implementations ran it, to measure that choice
+(perf/op_timing.py's ``FUSED_ATTENTION_COSTS``; don't ship that fit).
+
 ``--write-efficiencies`` stores the full per-class fit, its held-out errors and its
 interval as the package's src/rightsize/perf/device_efficiencies.json;
 ``--write-op-efficiencies`` the per-op fit as op_efficiencies.json.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import statistics
 import sys
@@ -43,7 +48,6 @@ from rightsize.core.errors import UnknownNameError
 from rightsize.perf import calibration, op_calibration
 from rightsize.perf.device_model import TENSOR_CLASSES, CostSheet, Efficiencies, LayerCost
 from rightsize.perf.op_sheet import OpSheet
-from rightsize.perf.op_timing import OpEfficiencies
 from rightsize.perf.precision import OpClass, Precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "measured"
@@ -138,7 +142,8 @@ def op_sheet(model: str, size: str, count_batch: int = 2) -> OpSheet | None:
     return None
 
 
-def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> OpSheet:
+def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2,
+                   as_dispatched: bool = False) -> OpSheet:  # fmt: skip
     """:func:`op_sheet` of a built network on ``device``.
 
     Raises:
@@ -154,7 +159,7 @@ def count_step_ops(net, feeder, device: str = "meta", count_batch: int = 2) -> O
         batch = (tuple(t.to(device) for t in inputs), target.to(device))
         return lambda: feeder.loss(net, batch)
 
-    return count_ops(net, step_at, count_batch)
+    return count_ops(net, step_at, count_batch, as_dispatched)
 
 
 def op_sheet_apart(model: str, size: str) -> OpSheet | None:
@@ -320,11 +325,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="only rows of these frameworks, comma-separated (default all)")
     parser.add_argument("--exclude-models", default="",
                         help="leave these measured models out of both fits, comma-separated")
+    parser.add_argument("--attention-timing", choices=("unfused", "fused"), default="unfused",
+                        help="per-op attention as the published stacks ran it, or fused")
     parser.add_argument("--write-efficiencies", action="store_true",
                         help=f"store the full per-class fit as {EFFICIENCIES.name} in the package")
     parser.add_argument("--write-op-efficiencies", action="store_true",
                         help=f"store the full per-op fit as {OP_EFFICIENCIES.name}")
     args = parser.parse_args(argv)
+    if args.attention_timing == "fused":
+        if args.write_op_efficiencies:
+            parser.error("--attention-timing fused is a measurement; it is not shipped")
+        from unittest import mock
+
+        from rightsize.perf import op_timing
+
+        with mock.patch.dict(op_timing.ATTENTION_COSTS, op_timing.FUSED_ATTENTION_COSTS):
+            return _run(args)
+    return _run(args)
+
+
+def _run(args) -> int:
     fit_file = args.data / "gpu_training_throughput.csv"
     check_file = args.data / "lambda_gpu_benchmarks.csv"
     if not fit_file.is_file():
@@ -356,12 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     per_op = evaluate("per-op", fit_rows, check_rows,
                       lambda rows, source="": op_calibration.fit(rows, source=source),
                       op_calibration.predicted_samples_per_s, source)  # fmt: skip
-    full = per_class["full"]
-    full = Efficiencies(full.cuda_core, full.tensor_core, full.memory, full.kernel_s,
-                        per_class["log_spread"], full.source, per_class["held_out"])  # fmt: skip
-    op_full = per_op["full"]
-    op_full = OpEfficiencies(op_full.compute, op_full.memory, op_full.kernel_s,
-                             per_op["log_spread"], op_full.source, per_op["held_out"])  # fmt: skip
+    full = dataclasses.replace(per_class["full"], log_spread=per_class["log_spread"],
+                               held_out=per_class["held_out"])  # fmt: skip
+    # every fitted field kept (the traffic fraction was dropped here before 2026-11-29)
+    op_full = dataclasses.replace(per_op["full"], log_spread=per_op["log_spread"],
+                                  held_out=per_op["held_out"])  # fmt: skip
     better = "per-op" if _score(per_op) < _score(per_class) else "per-class"
     result = {
         "benchmark": "gpu_predictions",
@@ -378,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             "fit_rows": errors(fit_rows, OLD_ABSOLUTE),
             "check_rows": errors(check_rows, OLD_ABSOLUTE) if check_rows else None,
         },
+        "attention_timing": args.attention_timing,
         "uncounted_models": uncounted,
         "excluded_models": sorted(excluded),
         "skipped": skipped,

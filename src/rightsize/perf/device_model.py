@@ -29,16 +29,16 @@ recorded their operations.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from importlib import resources
+from typing import ClassVar
 
 from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError, choose
 from rightsize.perf.compute import ComputeTime
+from rightsize.perf.fitted import Fitted
 from rightsize.perf.op_sheet import Linear, OpCost, OpKind, OpSheet
 from rightsize.perf.op_timing import OpEfficiencies, StepTime, op_step_time
 from rightsize.perf.precision import (
@@ -109,25 +109,24 @@ class CostSheet:
 
 
 @dataclass(frozen=True)
-class Efficiencies:
-    """The calibrated fractions of peak, and the interval of the predictions they give.
+class Efficiencies(Fitted):
+    """The calibrated fractions of peak, and the interval of the predictions they give
+    (provenance: :class:`~rightsize.perf.fitted.Fitted`).
 
     Attributes:
         cuda_core: per tensor-capable class, the fraction of the fp32 peak it reaches.
         tensor_core: the same on tensor cores (TF32, fp16/bf16).
         memory: the fraction of the datasheet bandwidth memory-bound work reaches.
         kernel_s: the fixed cost of one kernel.
-        log_spread: the held-out |log(predicted/measured)| the interval spans (80th percentile).
-        source: where the numbers were fitted, for plans to cite.
     """
+
+    FILE: ClassVar[str] = EFFICIENCIES_FILE
+    WHAT: ClassVar[str] = "device efficiencies"
 
     cuda_core: Mapping[OpClass, float]
     tensor_core: Mapping[OpClass, float]
     memory: float
     kernel_s: float
-    log_spread: float = 0.0
-    source: str = ""
-    held_out: Mapping[str, float] = field(default_factory=dict)
 
     def compute(self, op_class: OpClass, tensor: bool) -> float:
         return (self.tensor_core if tensor else self.cuda_core)[op_class]
@@ -136,8 +135,7 @@ class Efficiencies:
         return {
             "cuda_core": {c.value: v for c, v in self.cuda_core.items()},
             "tensor_core": {c.value: v for c, v in self.tensor_core.items()},
-            "memory": self.memory, "kernel_s": self.kernel_s, "log_spread": self.log_spread,
-            "source": self.source, "held_out": dict(self.held_out),
+            "memory": self.memory, "kernel_s": self.kernel_s, **self.fit_dict(),
         }  # fmt: skip
 
     @classmethod
@@ -148,18 +146,9 @@ class Efficiencies:
             tensor = {c: float(data["tensor_core"][c.value]) for c in TENSOR_CLASSES}
             memory, kernel_s = float(data["memory"]), float(data["kernel_s"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"device efficiencies: missing or bad field {exc}") from None
-        for name, value in [*cuda.items(), *tensor.items(), ("memory", memory)]:
-            if not 0 < value <= 1:
-                raise SpecError(f"device efficiencies: {name} = {value} is not in (0, 1]")
-        return cls(cuda, tensor, memory, kernel_s, float(data.get("log_spread", 0.0)),
-                   str(data.get("source", "")), dict(data.get("held_out", {})))  # fmt: skip
-
-    @classmethod
-    def shipped(cls) -> Efficiencies:
-        """The calibration that ships with the package (benchmarks/plan/gpu_predictions.py)."""
-        text = resources.files("rightsize.perf").joinpath(EFFICIENCIES_FILE).read_text()
-        return cls.from_dict(json.loads(text))
+            raise cls.missing(exc) from None
+        cls.check_fractions([*cuda.items(), *tensor.items(), ("memory", memory)])
+        return cls(cuda, tensor, memory, kernel_s, **cls.fit_fields(data))
 
 
 TENSOR_CLASSES = tuple(c for c in OpClass if c.uses_tensor_cores)

@@ -29,25 +29,23 @@ do not. Identical operations (a transformer's twelve layers) are kept once with
 a count. The result, :class:`OpSheet`, predicts each operation's shape at any
 batch (perf/op_timing.py times it on a GPU).
 
-Fused attention is recorded as what it computes *unfused* — the two matmuls and the
-score matrix's softmax traffic — so that an attention module written with explicit
-``matmul``/``softmax`` and one calling ``scaled_dot_product_attention`` cost the
-same; the published measurements the device model is calibrated on ran unfused
-attention (BERT and Transformer-XL in 2019-2021 stacks).
+Each pass's records are rewritten by perf/op_canon.py as what they are — an attention
+however it was written, re-layout copies, a projection split in three — so that the
+same network written differently counts the same (issue 40).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from rightsize.perf.op_sheet import OpKind, OpSheet
+from rightsize.perf.op_canon import canonical
+from rightsize.perf.op_sheet import OpKind, OpRecord, OpSheet, attention_name
 
 #: Operations that launch no kernel and move no memory on a GPU (allocations, views the
 #: schema does not mark as such).
@@ -93,18 +91,6 @@ def kind_of(name: str) -> OpKind:
     if name in REDUCTION_OPS:
         return OpKind.REDUCTION
     return OpKind.ELEMENTWISE
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    """One dispatched operation at one batch size."""
-
-    name: str
-    kind: OpKind
-    phase: str  # "forward" or "backward"
-    flops: float
-    bytes: float
-    gemm: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # batch, M, N, K
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -163,12 +149,6 @@ def _conv_output_pixels(args) -> float:
     return pixels
 
 
-#: Score-matrix elements unfused attention moves per phase, written as BERT's published
-#: implementations write it (scores scaled after QK^T): forward writes the scores, the
-#: scaling reads and writes them, the softmax reads and writes them, the second matmul reads
-#: them (6); backward writes dP, reads P, the softmax backward reads two and writes one, the
-#: scaling's backward reads and writes one, the two matmuls read dS (9).
-SCORE_TRAFFIC = {"forward": 6, "backward": 9}
 
 
 def _rnn(args, phase: str) -> tuple[float, tuple[float, float, float, float]]:
@@ -187,8 +167,8 @@ def _rnn(args, phase: str) -> tuple[float, tuple[float, float, float, float]]:
     return flops * (1 if phase == "forward" else 2), (1.0, batch, gates_hidden, width + hidden)
 
 
-def _attention(args, phase: str) -> tuple[float, float, tuple[float, float, float, float]]:
-    """Fused attention's FLOPs, its unfused score traffic (bytes) and its matmuls' shape.
+def _attention(args, phase: str) -> tuple[float, tuple[float, float, float, float]]:
+    """Fused attention's FLOPs and its matmuls' shape (heads, sq, skv, d).
 
     Arguments: (query, key, value, ...) forward; (grad_out, query, key, value, ...) backward.
     """
@@ -198,18 +178,38 @@ def _attention(args, phase: str) -> tuple[float, float, tuple[float, float, floa
     heads = math.prod(lead)
     matmuls = 2 if phase == "forward" else 4  # QK^T, PV; backward: dP, dV, dQ, dK
     flops = matmuls * 2.0 * heads * sq * skv * d
-    scores = SCORE_TRAFFIC[phase] * heads * sq * skv * q.element_size()
-    return flops, scores, (heads, sq, skv, d)
+    return flops, (heads, sq, skv, d)
+
+
+def _key(t: torch.Tensor) -> int:
+    """A storage's identity, shared by its views (meta tensors' too)."""
+    return t.untyped_storage()._cdata
+
+
+def _attention_name(func, args, kwargs) -> str:
+    """A fused attention's name as perf/op_canon.py names attention: masked (an ``attn_mask``
+    or ``attn_bias`` argument), dropped out (``dropout_p`` > 0)."""
+    values = dict(kwargs)
+    for argument, value in zip(func._schema.arguments, args, strict=False):
+        values[argument.name] = value
+    masked = any(values.get(n) is not None for n in ("attn_mask", "attn_bias"))
+    return attention_name(masked, float(values.get("dropout_p") or 0.0) > 0)
 
 
 class OpRecorder(TorchDispatchMode):
     """Records every operation dispatched while active (:class:`OpRecord`); set ``phase``
-    before the backward pass."""
+    before the backward pass. The storages it saw are held until it is dropped, so that no
+    key (a storage's address) is reused by another tensor within the step."""
 
     def __init__(self) -> None:
         super().__init__()
         self.records: list[OpRecord] = []
         self.phase = "forward"
+        self._held: list = []
+
+    def _keys(self, tensors: list[torch.Tensor]) -> list[int]:
+        self._held.extend(t.untyped_storage() for t in tensors)
+        return [_key(t) for t in tensors]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -219,33 +219,41 @@ class OpRecorder(TorchDispatchMode):
                                    for r in func._schema.returns):  # fmt: skip
             return out  # a view or an allocation: no kernel, no traffic
         kind = kind_of(name)
-        moved = _nbytes(_tensors((args, kwargs)) + _tensors(out))
+        inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+        moved = _nbytes(inputs + outputs)
         flops, shape = 0.0, (0.0, 0.0, 0.0, 0.0)
         if kind is OpKind.ATTENTION:
-            flops, scores, shape = _attention(args, self.phase)
-            moved += scores
+            flops, shape = _attention(args, self.phase)
+            name = _attention_name(func, args, kwargs)
         elif kind is OpKind.RNN:
             flops, shape = _rnn(args, self.phase)
         elif kind.matmul_like:
             formula = flop_registry.get(func._overloadpacket)
             flops = float(formula(*args, **kwargs, out_val=out)) if formula else 0.0
             shape = tuple(float(v) for v in _gemm_shape(name, args))
-        self.records.append(OpRecord(name, kind, self.phase, flops, moved, shape))
+        largest = max(inputs + outputs, key=lambda t: t.numel(), default=None)
+        reads = tuple(zip(self._keys(inputs), (_nbytes([t]) for t in inputs),
+                          (t.dim() for t in inputs), strict=True))  # fmt: skip
+        self.records.append(OpRecord(
+            name, kind, self.phase, flops, moved, shape, reads, tuple(self._keys(outputs)),
+            tuple(largest.shape) if largest is not None else (),
+            largest.element_size() if largest is not None else 4))  # fmt: skip
         return out
 
 
-def record_step(step: Callable[[], torch.Tensor]) -> list[OpRecord]:
-    """The operations of one forward (``step()``, returning the loss) and its backward."""
+def record_step(step: Callable[[], torch.Tensor], as_dispatched: bool = False) -> list[OpRecord]:
+    """The operations of one forward (``step()``, returning the loss) and its backward, as what
+    they are (perf/op_canon.py), or ``as_dispatched`` by eager PyTorch."""
     recorder = OpRecorder()
     with recorder:
         loss = step()
         recorder.phase = "backward"
         loss.backward()
-    return recorder.records
+    return recorder.records if as_dispatched else canonical(recorder.records)
 
 
 def count_ops(model: torch.nn.Module, step_at: Callable[[int], Callable[[], torch.Tensor]],
-              batch: int = 2) -> OpSheet:  # fmt: skip
+              batch: int = 2, as_dispatched: bool = False) -> OpSheet:  # fmt: skip
     """Count one training step's operations at ``batch`` and ``2 · batch`` (batch 1 takes other
     paths than larger batches in some operations, hence 2).
 
@@ -253,10 +261,12 @@ def count_ops(model: torch.nn.Module, step_at: Callable[[int], Callable[[], torc
         model: its gradients are cleared before each pass (accumulating into an existing
             gradient dispatches an extra add) and after.
         step_at: for a batch size, a function running the forward pass and returning the loss.
+        as_dispatched: each operation eager PyTorch dispatched, not canonicalised (to see
+            where the ways of writing one network differ).
     """
     passes = []
     for size in (batch, 2 * batch):
         model.zero_grad(set_to_none=True)
-        passes.append(record_step(step_at(size)))
+        passes.append(record_step(step_at(size), as_dispatched))
     model.zero_grad(set_to_none=True)
     return OpSheet.from_records(*passes, batch)

@@ -10,10 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rightsize.perf.op_costs import OpRecord
 
 
 class OpKind(StrEnum):
@@ -26,10 +22,46 @@ class OpKind(StrEnum):
     EMBEDDING = "embedding"  # table gathers and their scatter-add backward
     REDUCTION = "reduction"  # sums, means, norms over dimensions
     ELEMENTWISE = "elementwise"  # everything else that moves memory
+    LAYOUT = "layout"  # a copy or a view's gradient that only re-lays out (perf/op_canon.py)
 
     @property
     def matmul_like(self) -> bool:
         return self in (OpKind.GEMM, OpKind.CONV, OpKind.ATTENTION, OpKind.RNN)
+
+
+#: An attention's name in a sheet says what its score matrix went through besides the
+#: softmax and the scale (perf/op_canon.py names it, perf/op_timing.py times it by it).
+ATTENTION = "attention"
+ATTENTION_PARTS = ("mask", "dropout")
+
+
+def attention_name(masked: bool, dropout: bool) -> str:
+    """``attention``, ``attention+mask``, ``attention+dropout`` or ``attention+mask+dropout``."""
+    return "+".join([ATTENTION, *(p for p, on in zip(ATTENTION_PARTS, (masked, dropout),
+                                                    strict=True) if on)])  # fmt: skip
+
+
+def attention_parts(name: str) -> frozenset[str]:
+    """The parts an attention's name carries (none for a fused kernel's own name)."""
+    return frozenset(p for p in name.split("+")[1:] if p in ATTENTION_PARTS)
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One dispatched operation at one batch size (perf/op_costs.py records them)."""
+
+    name: str
+    kind: OpKind
+    phase: str  # "forward" or "backward"
+    flops: float
+    bytes: float
+    gemm: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # batch, M, N, K
+    #: What perf/op_canon.py needs to see which operations belong together: the storages read
+    #: (key, bytes, dimensions) and written, and the largest tensor's shape and element size.
+    reads: tuple[tuple[int, float, int], ...] = ()
+    writes: tuple[int, ...] = ()
+    shape: tuple[int, ...] = ()
+    itemsize: int = 4
 
 
 @dataclass(frozen=True)

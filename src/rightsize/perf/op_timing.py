@@ -22,10 +22,13 @@ operation that PyTorch dispatches (perf/op_costs.py) by what it is:
   intensity because the tiles and waves are counted from the GPU's datasheet (its
   SM count), so a GPU nobody measured gets its own quantisation, and it leaves only
   four efficiencies to fit on ~150 published measurements.
-- **Fused attention** (``scaled_dot_product_attention``) as its unfused matmuls
-  (two forward, four backward, each with its own shape) plus the score matrix's
-  memory traffic, which op_costs.py adds to its bytes: the same time as attention
-  written with ``matmul`` and ``softmax``.
+- **Attention**, however it was written (perf/op_canon.py folds explicit matmul/softmax,
+  einsum and ``scaled_dot_product_attention`` alike into one operation per phase): its
+  matmuls (two forward, four backward, each with its own shape) on the tiles, plus the
+  traffic of Q, K, V and the output and the score matrix's passes and kernels as BERT's
+  published implementations run it unfused (:data:`ATTENTION_COSTS`, by the parts the
+  sheet names: mask, dropout).
+- **Layout** operations (perf/op_canon.py) cost nothing: their consumer reads the operand.
 - **Everything else** (element-wise, normalisation, softmax, gathers, reductions) by
   its bytes: ``φ · bytes / (W · η_mem) + κ``, where ``φ`` is the fraction of the
   counted traffic the measured stacks really move: the CPU profile counts eager
@@ -40,25 +43,45 @@ parameters' as in the per-class model.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from rightsize.core.catalog import Accelerator
 from rightsize.core.errors import SpecError
-from rightsize.perf.op_sheet import OpCost, OpKind, OpSheet
+from rightsize.perf.fitted import Fitted
+from rightsize.perf.op_sheet import OpCost, OpKind, OpSheet, attention_parts
 from rightsize.perf.precision import OpClass, Precision, peak_flops_per_s, runs_on_tensor_cores
 
 TILE = 128  # output elements per side of one thread block's tile (cuBLAS/cuDNN's common size)
 K_HALF = 32.0  # the reduction length at which a tile reaches half its streaming rate
 SPLIT_K_MIN = 256.0  # the shortest part of K a split-K GEMM gives one SM
-#: Kernels an unfused attention launches: forward QK^T, softmax, PV; backward two matmuls for
-#: each of the forward's and the softmax's backward.
-ATTENTION_KERNELS = {"forward": 3, "backward": 5}
+#: Attention as BERT's published implementations run it (BertSelfAttention in NVIDIA's
+#: DeepLearningExamples and Hugging Face, eager PyTorch; the measurements the model is
+#: calibrated on): per part, the passes over the score matrix (forward, backward) and the
+#: kernels (forward, backward). The matmuls write the scores and read the probabilities
+#: (forward QK^T, PV; backward dP written, P read by dV, dS read by dQ and dK); the scale
+#: reads and writes; the softmax reads and writes, its backward reads two and writes one;
+#: an additive mask reads and writes (no gradient); dropout draws its mask, scales it and
+#: multiplies (5 forward passes, 3 kernels), its backward multiplies (3, 1). Every way of
+#: writing attention is timed so (perf/op_canon.py); a fused kernel (SDPA's
+#: memory-efficient or flash attention) moves none of the score matrix: chosen against it
+#: on the independent check, where fused timing raised the median absolute error from 8.8% to
+#: 57% (docs/benchmarks.md).
+ATTENTION_COSTS = {"matmuls": ((2, 4), (2, 4)), "scale": ((2, 2), (1, 1)),
+                   "softmax": ((2, 3), (1, 1)), "mask": ((2, 0), (1, 0)),
+                   "dropout": ((5, 3), (3, 1))}  # fmt: skip
+#: The same parts as one fused kernel runs them (SDPA's memory-efficient or flash attention:
+#: scores, mask and dropout in on-chip memory, a forward kernel and a backward with its
+#: pre-processing one): no score-matrix traffic. Not the model's (see above);
+#: benchmarks/plan/gpu_predictions.py --attention-timing fused measures it.
+FUSED_ATTENTION_COSTS = {"matmuls": ((0, 0), (1, 2)), "scale": ((0, 0), (0, 0)),
+                         "softmax": ((0, 0), (0, 0)), "mask": ((0, 0), (0, 0)),
+                         "dropout": ((0, 0), (0, 0))}  # fmt: skip
+SCORE_ITEMSIZE = 4  # the sheet counts in fp32; AMP halves it with every other byte
 OPTIMIZER_BYTES_PER_PARAM_BYTE = 5.0  # as perf/device_model.py: SGD with momentum
 AMP_CAST_BYTES_PER_PARAM_BYTE = 1.5
 EFFICIENCIES_FILE = "op_efficiencies.json"
@@ -67,28 +90,28 @@ SLOTS = ("gemm_cuda", "gemm_tensor", "conv_cuda", "conv_tensor")
 
 
 @dataclass(frozen=True)
-class OpEfficiencies:
-    """The fitted fractions of peak of the per-operation model, and its held-out spread.
+class OpEfficiencies(Fitted):
+    """The fitted fractions of peak of the per-operation model (provenance and held-out
+    spread: :class:`~rightsize.perf.fitted.Fitted`).
 
     Attributes:
         compute: per slot (:data:`SLOTS`), the fraction of the peak a full, long GEMM reaches.
         memory: the fraction of the datasheet bandwidth memory-bound work reaches.
         kernel_s: the fixed cost of one kernel.
+        traffic: the fraction of memory-bound kernels' counted bytes really moved.
     """
+
+    FILE: ClassVar[str] = EFFICIENCIES_FILE
+    WHAT: ClassVar[str] = "operation efficiencies"
 
     compute: Mapping[str, float]
     memory: float
     kernel_s: float
-    log_spread: float = 0.0
-    source: str = ""
-    held_out: Mapping[str, float] = field(default_factory=dict)
-    traffic: float = 1.0  # the fraction of memory-bound kernels' counted bytes really moved
+    traffic: float = 1.0
 
     def to_dict(self) -> dict:
         return {"compute": dict(self.compute), "memory": self.memory, "kernel_s": self.kernel_s,
-                "traffic": self.traffic,
-                "log_spread": self.log_spread, "source": self.source,
-                "held_out": dict(self.held_out)}  # fmt: skip
+                "traffic": self.traffic, **self.fit_dict()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping) -> OpEfficiencies:
@@ -98,17 +121,9 @@ class OpEfficiencies:
             memory, kernel_s = float(data["memory"]), float(data["kernel_s"])
             traffic = float(data.get("traffic", 1.0))
         except (KeyError, TypeError, ValueError) as exc:
-            raise SpecError(f"operation efficiencies: missing or bad field {exc}") from None
-        for name, value in [*compute.items(), ("memory", memory), ("traffic", traffic)]:
-            if not 0 < value <= 1:
-                raise SpecError(f"operation efficiencies: {name} = {value} is not in (0, 1]")
-        return cls(compute, memory, kernel_s, float(data.get("log_spread", 0.0)),
-                   str(data.get("source", "")), dict(data.get("held_out", {})), traffic)  # fmt: skip
-
-    @classmethod
-    def shipped(cls) -> OpEfficiencies:
-        text = resources.files("rightsize.perf").joinpath(EFFICIENCIES_FILE).read_text()
-        return cls.from_dict(json.loads(text))
+            raise cls.missing(exc) from None
+        cls.check_fractions([*compute.items(), ("memory", memory), ("traffic", traffic)])
+        return cls(compute, memory, kernel_s, traffic, **cls.fit_fields(data))
 
     def vector(self) -> np.ndarray:
         return np.array([self.compute[s] for s in SLOTS])
@@ -149,6 +164,20 @@ def attention_gemms(heads: float, sq: float, skv: float, d: float,
     return [(heads, sq, skv, d), (heads, skv, d, sq), (heads, sq, d, skv), (heads, skv, d, sq)]
 
 
+def _attention_cost(op: OpCost, which: int) -> int:
+    """Score passes (``which`` 0) or kernels (1) of one attention in its phase."""
+    parts = {"matmuls", "scale", "softmax"} | attention_parts(op.name)
+    phase = 0 if op.phase == "forward" else 1
+    return sum(ATTENTION_COSTS[p][which][phase] for p in parts)
+
+
+def kernels_of(op: OpCost) -> int:
+    """Kernels one of ``op`` launches: attention's unfused few, none for a re-layout."""
+    if op.kind is OpKind.ATTENTION:
+        return _attention_cost(op, 1)
+    return 0 if op.kind is OpKind.LAYOUT else 1
+
+
 @dataclass(frozen=True)
 class TimedRows:
     """One step's operations at one batch on one GPU, as arrays: each row a GEMM or a
@@ -164,6 +193,7 @@ class TimedRows:
     bandwidth: float
     phase: np.ndarray  # 0 forward, 1 backward
     kind: tuple[str, ...]
+    op: np.ndarray  # each row's operation: its index in the sheet
 
     def compute_s(self, compute: np.ndarray) -> np.ndarray:
         """Each row's arithmetic time on its peak at its shape's fraction (0 for memory rows)."""
@@ -193,15 +223,17 @@ def timed_rows(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: 
                batch: float) -> TimedRows:  # fmt: skip
     """The arrays :meth:`TimedRows.total_s` times (see the module docstring)."""
     act = precision.activation_bytes_factor
-    flops, moved, rate, slot, phase, kinds = [], [], [], [], [], []
+    flops, moved, rate, slot, phase, kinds, index = [], [], [], [], [], [], []
     kernels = 0.0
     sms = acc.sm_count
 
-    def row(f, b, r, s, op: OpCost) -> None:
+    def row(f, b, r, s, at: int) -> None:
+        op = sheet.ops[at]
         flops.append(f), moved.append(b), rate.append(r), slot.append(s)
         phase.append(0 if op.phase == "forward" else 1), kinds.append(op.kind.value)
+        index.append(at)
 
-    for op in sheet.ops:
+    for i, op in enumerate(sheet.ops):
         n = op.count
         total_flops, total_bytes = n * op.flops.at(batch), n * op.bytes.at(batch) * act
         dims = [d.at(batch) for d in op.gemm]
@@ -209,22 +241,35 @@ def timed_rows(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: 
             s, peak = _slot(op.kind, acc, precision)
             gemms = attention_gemms(*dims, op.phase)
             for g in gemms:
-                row(total_flops / len(gemms), 0.0, peak * gemm_fraction(*g, sms), s, op)
-            row(0.0, total_bytes, 1.0, -1, op)
-            kernels += n * ATTENTION_KERNELS[op.phase]
+                row(total_flops / len(gemms), 0.0, peak * gemm_fraction(*g, sms), s, i)
+            heads, sq, skv, _ = dims
+            scores = n * _attention_cost(op, 0) * heads * sq * skv * SCORE_ITEMSIZE * act
+            row(0.0, total_bytes + scores, 1.0, -1, i)
+        elif op.kind is OpKind.LAYOUT:
+            continue  # perf/op_canon.py: re-layout, read strided by its consumer
         elif op.kind.matmul_like and total_flops > 0:
             s, peak = _slot(op.kind, acc, precision)
-            row(total_flops, total_bytes, peak * gemm_fraction(*dims, sms), s, op)
-            kernels += n
+            row(total_flops, total_bytes, peak * gemm_fraction(*dims, sms), s, i)
         else:
-            row(0.0, total_bytes, 1.0, -1, op)
-            kernels += n
+            row(0.0, total_bytes, 1.0, -1, i)
+        kernels += n * kernels_of(op)
     optimizer = OPTIMIZER_BYTES_PER_PARAM_BYTE * param_bytes
     if precision is Precision.AMP:
         optimizer += AMP_CAST_BYTES_PER_PARAM_BYTE * param_bytes
     return TimedRows(np.array(flops), np.array(moved), np.array(rate), np.array(slot, dtype=int),
                      kernels, optimizer, acc.mem_bandwidth_gbs * 1e9, np.array(phase),
-                     tuple(kinds))  # fmt: skip
+                     tuple(kinds), np.array(index, dtype=int))  # fmt: skip
+
+
+def op_seconds(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision: Precision,
+               batch: float, eff: OpEfficiencies) -> list[float]:  # fmt: skip
+    """Each operation's time in the step (all ``count`` of it, kernel costs included), in the
+    sheet's order: where a step's time goes (benchmarks/plan/gpu_variants.py)."""
+    rows = timed_rows(sheet, param_bytes, acc, precision, batch)
+    seconds = rows.seconds(eff.vector(), eff.memory, eff.kernel_s, eff.traffic)
+    per_op = np.bincount(rows.op, weights=seconds, minlength=len(sheet.ops))
+    return [float(s) + op.count * kernels_of(op) * eff.kernel_s
+            for s, op in zip(per_op, sheet.ops, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -257,8 +302,7 @@ def op_step_time(sheet: OpSheet, param_bytes: float, acc: Accelerator, precision
     by_kind: dict[str, float] = {}
     for kind, s in zip(rows.kind, seconds, strict=True):
         by_kind[kind] = by_kind.get(kind, 0.0) + float(s)
-    forward_kernels = sum(op.count * (ATTENTION_KERNELS["forward"] if op.kind is OpKind.ATTENTION
-                                      else 1) for op in sheet.ops if op.phase == "forward")  # fmt: skip
+    forward_kernels = sum(op.count * kernels_of(op) for op in sheet.ops if op.phase == "forward")
     forward = float(seconds[rows.phase == 0].sum()) + forward_kernels * eff.kernel_s
     backward = (float(seconds[rows.phase == 1].sum())
                 + (rows.kernels - forward_kernels) * eff.kernel_s)  # fmt: skip
