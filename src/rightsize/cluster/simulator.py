@@ -106,7 +106,12 @@ class Simulator:
         """
         run = _Run(self, trace)
         with cyclic_gc_paused():
-            return run.go()
+            result = run.go()
+            # Let go of the run's books while the collector is paused: the first collection
+            # after it resumes walks every object the run made and still holds (none was ever
+            # collected), and the books are most of them.
+            del run
+        return result
 
 
 @contextmanager
