@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rightsize.core.errors import ResourceError, SpecError
 from rightsize.core.resources import Resources
@@ -307,6 +309,22 @@ def as_the_simulator_makes_it(s: MetricSample) -> MetricSample:
                            c.memory_used_bytes, c.memory_allocated_bytes, c.net_in_bytes_per_s,
                            c.net_out_bytes_per_s, c.net_capacity_bytes_per_s, c.steps_per_s)  # fmt: skip
     return metric_sample(s.time_s, columns, s.steps_per_s, s.samples_per_s)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["ps-0", "worker-0", "worker-1"]),
+                          st.floats(0, 1e9), st.floats(0, 1e9),
+                          st.sampled_from([None, 0.0, 1e8, 1.25e9])), max_size=5))
+def test_one_nodes_link_utilization_is_the_columns_value_for_its_first_node(nodes):
+    columns = node_columns(
+        tuple(n for n, *_ in nodes), tuple(NodeRole.PS for _ in nodes), (0.0,) * len(nodes),
+        (1.0,) * len(nodes), (0,) * len(nodes), (0,) * len(nodes),
+        tuple(i for _, i, _, _ in nodes), tuple(o for _, _, o, _ in nodes),
+        tuple(c for *_, c in nodes), (0.0,) * len(nodes))  # fmt: skip
+    first = {}
+    for name, utilization in zip(columns.names, columns.net_utilization, strict=True):
+        first.setdefault(name, utilization)
+    for name in ("ps-0", "worker-0", "worker-1"):
+        assert columns.net_utilization_of(name) == first.get(name)
 
 
 def test_columns_view_the_nodes_and_feed_the_sums():

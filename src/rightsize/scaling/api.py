@@ -156,11 +156,18 @@ class NodeColumns(Sequence[NodeMetrics]):
         return (self[i] for i in range(len(self.names)))
 
     def net_utilization_of(self, name: str) -> float | None:
-        """The first node named ``name``'s link utilization (``None`` if unknown or absent)."""
-        for node, utilization in zip(self.names, self.net_utilization, strict=True):
-            if node == name:
-                return utilization
-        return None
+        """The first node named ``name``'s link utilization (``None`` if unknown or absent):
+        :attr:`net_utilization`'s value for that node, without making every node's (a policy
+        asks for one node's, once per sample of a window)."""
+        try:
+            index = self.names.index(name)
+        except ValueError:
+            return None
+        capacity = self.net_capacity_bytes_per_s[index]
+        if not capacity:
+            return None
+        net_in, net_out = self.net_in_bytes_per_s[index], self.net_out_bytes_per_s[index]
+        return (net_in if net_in > net_out else net_out) / capacity
 
 
 def _net_utilization(
