@@ -63,7 +63,9 @@ def test_the_default_framework_plans_as_before(fc2):
     for kind in PSModel:
         default = planner(fc2, profile, model=kind)
         for option in default.workers:
-            worker = WorkerSpec(64, option.vm_compute(64).total_s, option.instance.network_gbps * GBPS)
+            worker = WorkerSpec(
+                64, option.vm_compute(64).total_s, option.instance.network_gbps * GBPS
+            )
             for n in (1, 4, 8):
                 assert default.throughput(option, n) == predict_ps(
                     [worker] * n, before, profile.param_bytes, kind
@@ -72,7 +74,9 @@ def test_the_default_framework_plans_as_before(fc2):
 
 @pytest.mark.parametrize("kind", list(PSModel))
 def test_tensorflow_costs_more_ps_time_and_more_with_more_tensors(fc2, kind):
-    few = linear_profile(**SMALL).model_copy(update={"tensors": TensorCounts(parameters=4, state=0)})
+    few = linear_profile(**SMALL).model_copy(
+        update={"tensors": TensorCounts(parameters=4, state=0)}
+    )
     many = few.model_copy(update={"tensors": RESNET32})
     option = planner(fc2, few).workers[0]
     ours = planner(fc2, many, model=kind).throughput(option, 8).steps_per_s
@@ -85,7 +89,9 @@ def test_tensorflow_costs_more_ps_time_and_more_with_more_tensors(fc2, kind):
 
 
 def test_the_plan_states_its_framework_and_json_carries_it(capsys, tmp_path):
-    path = linear_profile(**SMALL).model_copy(update={"tensors": RESNET32}).save(tmp_path / "p.json")
+    path = (
+        linear_profile(**SMALL).model_copy(update={"tensors": RESNET32}).save(tmp_path / "p.json")
+    )
     code, out, _ = run(capsys, *ps_args(path))
     assert code == 0
     assert out.splitlines()[2].startswith("PS framework rightsize (the default): this project's")
