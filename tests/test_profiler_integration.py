@@ -51,6 +51,8 @@ def test_profile_of_mlp3_measures_what_srift_needs(mlp3_profile):
     assert big.grad_ready[0] >= big.grad_ready[-1]
     probes = dict(profile.memory.probes)
     assert probes[256] > probes[1]  # a bigger batch needs more memory
+    # what a per-variable PS needs (issue 40): four weights and four biases, no batch norm
+    assert (profile.tensors.parameters, profile.tensors.state) == (8, 0)
 
 
 def test_profile_reloads_and_drives_the_compute_model(mlp3_profile):

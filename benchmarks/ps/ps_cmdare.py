@@ -54,6 +54,7 @@ from rightsize.perf.ps_profiles import (
     PSCostProfile,
     tf1_tensors_per_step,
 )
+from rightsize.profiling.tensor_counts import count_tensors
 
 CMDARE = gp.DATA / "cmdare_ps_cifar10.csv"
 BATCH = 128
@@ -88,11 +89,10 @@ def update_s(model: str, repeats: int = 50) -> float:
 
 def variables(model: str) -> tuple[int, int]:
     """The model's trainable tensors and its batch-norm state tensors (moving mean and
-    variance), as TensorFlow would hold them as variables on the PS."""
-    net = gpu_models.BUILDERS[model](None).model
-    trainable = sum(1 for _ in net.parameters())
-    state = sum(1 for name, _ in net.named_buffers() if "running_" in name)
-    return trainable, state
+    variance), as TensorFlow would hold them as variables on the PS: counted as profiles count
+    them (profiling/tensor_counts.py), so the check and ``plan --ps-framework`` agree."""
+    counts = count_tensors(gpu_models.BUILDERS[model](None).model)
+    return counts.parameters, counts.state
 
 
 def shape_error(predicted: dict[int, float], measured: dict[int, float]) -> float:

@@ -28,6 +28,7 @@ from rightsize.perf.comm_learned import LearnedCommModel
 from rightsize.perf.ddp_overhead import DdpOverheadModel
 from rightsize.perf.precision import Precision
 from rightsize.perf.ps import PSModel
+from rightsize.perf.ps_profiles import PSFramework
 from rightsize.planning.estimate import DDP_PROBE, PLAN_EXCHANGES, PlanRequest
 from rightsize.planning.fc2 import Fc2Request
 from rightsize.planning.measured import HistoryFit, MeasuredSpeed
@@ -41,13 +42,14 @@ from rightsize.planning.precision_alternatives import (
     precision_alternatives,
 )
 from rightsize.planning.precision_terms import PrecisionStatement, precision_statement
+from rightsize.planning.ps_framework import PSFrameworkStatement, with_tensor_counts
 from rightsize.planning.recommend import FC2_PS_TYPES, Market, fc2, srift
 from rightsize.planning.skypilot import NodeCommand, task_shape
 from rightsize.planning.skypilot_launcher import candidates
 from rightsize.profiling.profile import Profile
 
 #: Flags that only --strategy ps reads (FC2's recommenders).
-PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type", "ps_model")
+PS_ONLY = ("ps_types", "budget_per_hour", "max_workers", "worker_type", "ps_model", "ps_framework")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +88,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=[m.value for m in PSModel],
         help="--strategy ps: dlrover (DLRover eq. 1 with FC2's PS network cap, default) or "
         "queueing (PS CPU per byte, link efficiency, mean-value analysis; perf/ps.py)",
+    )
+    parser.add_argument(
+        "--ps-framework",
+        choices=[f.value for f in PSFramework],
+        help="--strategy ps: whose parameter server, which sets its service costs "
+        "(perf/ps_profiles.py): rightsize (this project's runtime, default) or "
+        "tensorflow1-grpc (TensorFlow 1.x's gRPC PS: one RPC per variable, a per-process "
+        "byte ceiling)",
     )
     parser.add_argument(
         "--database", help="the store of past runs (URL or SQLite file; default "
@@ -348,26 +358,30 @@ def stated_precision(market: Market, options: Sequence) -> PrecisionStatement:
 def print_plans(plans: list[CloudPlan], header: str, as_json: bool,
                 objective: str | None = None, notes: Sequence[str] = (),
                 precision: PrecisionStatement | None = None,
-                alternatives: Sequence[PrecisionAlternative] | None = None) -> int:  # fmt: skip
+                alternatives: Sequence[PrecisionAlternative] | None = None,
+                ps_framework: PSFrameworkStatement | None = None) -> int:  # fmt: skip
     """The plans as a table under ``header``, or as a JSON list of objects; with
     ``objective``, a note when the next plans lie within the best plan's interval;
     ``notes`` (what the plans rest on that the user should know) under the header, or
-    on stderr with JSON; ``precision``, what the predictions assume, under the header
-    and in every plan's JSON; ``alternatives``, the first plan at other precisions,
-    under the table and in the first plan's JSON (None: not planned, e.g. FC2's)."""
+    on stderr with JSON; ``precision`` and ``ps_framework``, what the predictions assume,
+    under the header and in every plan's JSON; ``alternatives``, the first plan at other
+    precisions, under the table and in the first plan's JSON (None: not planned, e.g. FC2's)."""
     if as_json:
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         rows = [p.to_dict() for p in plans]
         for row in rows if precision else ():
             row["precision"] = precision.to_dict()
+        for row in rows if ps_framework else ():
+            row["ps_framework"] = ps_framework.to_dict()
         if rows and alternatives is not None:
             rows[0]["precision_alternatives"] = [a.to_dict() for a in alternatives]
         print_json(rows)
         return 0
     print(header)
-    if precision:
-        print(precision.line())
+    for statement in (precision, ps_framework):
+        if statement:
+            print(statement.line())
     for note in notes:
         print(f"note: {note}")
     print(format_table(
@@ -410,16 +424,20 @@ def _fc2_request(args, market: Market, request: PlanRequest) -> Fc2Request:
         market.catalog.get(args.worker_type)
     parse_instances(args.ps_types or FC2_PS_TYPES, market.catalog, "--ps-types")
     return Fc2Request(request.global_batch, request.iterations, budget, args.max_workers,
-                      ps_model=PSModel(args.ps_model or PSModel.DLROVER))  # fmt: skip
+                      ps_model=PSModel(args.ps_model or PSModel.DLROVER),
+                      ps_framework=PSFramework(args.ps_framework or PSFramework.RIGHTSIZE))  # fmt: skip
 
 
 def _run_fc2(args, profiles, market: Market, request: Fc2Request,
              command: NodeCommand | None) -> int:  # fmt: skip
+    label = f"profile {args.profile[0]}" if args.profile else "the profile"
+    profiles = [with_tensor_counts(profiles[0], request.ps_framework, label), *profiles[1:]]
     found = fc2(profiles, market, request, args.ps_types or FC2_PS_TYPES, args.worker_type)
     header = (f"{found.header}, worker batch {request.worker_batch}, "
               f"{request.iterations} global steps")  # fmt: skip
     status = print_plans(found.plans, header, args.json,
-                         precision=stated_precision(market, found.workers))  # fmt: skip
+                         precision=stated_precision(market, found.workers),
+                         ps_framework=PSFrameworkStatement(request.ps_framework))  # fmt: skip
     if command is not None:  # FC2's recommenders are not ranked: export the best by --objective
         by_time = Objective(args.objective) == Objective.TIME
         chosen = min(found.plans, key=lambda p: p.total_seconds if by_time else p.total_cost)

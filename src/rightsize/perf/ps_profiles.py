@@ -17,14 +17,17 @@ link's efficiency. Those numbers belong to the framework that runs the PS, not t
 
 A profile turns into a :class:`~rightsize.perf.ps.PSSpec` with :meth:`PSCostProfile.spec`; the
 optimizer's own arithmetic (``update_core_s``) is the caller's, timed on the model's parameters,
-as before.
+as before. ``rightsize plan --strategy ps --ps-framework`` chooses one (:class:`PSFramework`);
+a framework that pays per variable needs the model's tensor counts
+(:attr:`PSCostProfile.per_variable`, profiling/tensor_counts.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
-from rightsize.perf.ps import PS_CPU_S_PER_BYTE, PS_NETWORK_EFFICIENCY, PSSpec
+from rightsize.perf.ps import FC2_HEADROOM, PS_CPU_S_PER_BYTE, PS_NETWORK_EFFICIENCY, PSSpec
 
 #: Bytes/s one TensorFlow PS process moves through gRPC ``RecvTensor``: the median of the three
 #: rates published after TensorFlow's gRPC upgrade in tensorflow/tensorflow#6116 (2017-08-09 and
@@ -48,6 +51,17 @@ TF1_GRPC_CPU_S_PER_TENSOR = 5.5e-6
 TF1_GRPC_CPU_S_PER_TENSOR_RANGE = (5.5e-6, 83e-6)
 
 
+class PSFramework(StrEnum):
+    """The framework whose PS a plan assumes (``plan --ps-framework``)."""
+
+    RIGHTSIZE = "rightsize"  # this project's runtime (the default)
+    TENSORFLOW1_GRPC = "tensorflow1-grpc"  # TensorFlow 1.x's gRPC PS, between-graph replication
+
+
+#: Messages rightsize's PS handles per worker step: one pull and one push (runtime/psclient.py).
+RIGHTSIZE_MESSAGES_PER_STEP = 2
+
+
 @dataclass(frozen=True)
 class PSCostProfile:
     """One framework's PS service costs.
@@ -59,6 +73,9 @@ class PSCostProfile:
         transfer_bytes_per_s: the most bytes/s one PS process's RPC layer moves (infinite: none).
         network_efficiency: goodput over line rate of the PS's link.
         source: where the numbers come from, in words.
+        per_variable: every variable is its own RPC, so a step's tensors are counted from
+            the model (:func:`tf1_tensors_per_step`); otherwise one pull and one push message.
+        summary: what a plan assuming this framework assumes, in one phrase.
     """
 
     name: str
@@ -67,18 +84,36 @@ class PSCostProfile:
     transfer_bytes_per_s: float
     network_efficiency: float
     source: str
+    per_variable: bool = False
+    summary: str = ""
 
     def spec(self, *, update_core_s: float, cores: float, link_bytes_per_s: float,
-             tensors_per_step: int, count: int = 1) -> PSSpec:  # fmt: skip
+             tensors_per_step: int, count: int = 1,
+             headroom: float = FC2_HEADROOM) -> PSSpec:  # fmt: skip
         """The PS these costs make: the update's CPU plus this framework's per-tensor CPU per
         step, its per-byte CPU, its RPC ceiling and its link's efficiency."""
         if tensors_per_step < 0:
             raise ValueError(f"tensors_per_step must be >= 0 (got {tensors_per_step})")
         per_step = update_core_s + tensors_per_step * self.cpu_s_per_tensor
         return PSSpec(count=count, update_core_s=per_step, cores=cores,
-                      link_bytes_per_s=link_bytes_per_s, cpu_s_per_byte=self.cpu_s_per_byte,
+                      link_bytes_per_s=link_bytes_per_s, headroom=headroom,
+                      cpu_s_per_byte=self.cpu_s_per_byte,
                       network_efficiency=self.network_efficiency,
                       transfer_bytes_per_s=self.transfer_bytes_per_s)  # fmt: skip
+
+    def tensors_per_step(self, trainable: int | None, state: int | None) -> int:
+        """Tensors (RPCs) the PS serves per worker step, from the model's trainable and state
+        tensor counts (read only by a ``per_variable`` framework, which needs them).
+
+        Raises:
+            ValueError: a ``per_variable`` framework and a count is None.
+        """
+        if not self.per_variable:
+            return RIGHTSIZE_MESSAGES_PER_STEP
+        if trainable is None or state is None:
+            raise ValueError(f"the {self.name} PS costs per tensor: it needs the model's "
+                             "trainable and state tensor counts")  # fmt: skip
+        return tf1_tensors_per_step(trainable, state)
 
     def bounded(self, transfer_bytes_per_s: float, cpu_s_per_tensor: float) -> PSCostProfile:
         """The same framework at one end of its published spread."""
@@ -95,6 +130,8 @@ RIGHTSIZE = PSCostProfile(
     transfer_bytes_per_s=float("inf"),
     network_efficiency=PS_NETWORK_EFFICIENCY,
     source="measured on this machine's runtime (benchmarks/ps/ps_scaling.py, ps_link.py)",
+    summary="this project's PS runtime, one pull and one push message a step, its CPU per "
+    "byte measured here",
 )
 
 TENSORFLOW1_GRPC = PSCostProfile(
@@ -105,17 +142,23 @@ TENSORFLOW1_GRPC = PSCostProfile(
     network_efficiency=PS_NETWORK_EFFICIENCY,  # TCP at an Ethernet MTU, as for any PS
     source="tensorflow/tensorflow#6116 (RecvTensor MB/s after the gRPC upgrade) and #7466 "
     "(rpcbench per-recv cost)",
+    per_variable=True,
+    summary="TensorFlow 1.x's gRPC PS, one RPC per variable and per gradient at "
+    f"{TF1_GRPC_CPU_S_PER_TENSOR * 1e6:g} us of PS CPU each, at most "
+    f"{TF1_GRPC_BYTES_PER_S / 1e6:.0f} MB/s through each PS process",
 )
 
-PROFILES = {p.name: p for p in (RIGHTSIZE, TENSORFLOW1_GRPC)}
+PROFILES = {PSFramework(p.name): p for p in (RIGHTSIZE, TENSORFLOW1_GRPC)}
 
 
 def profile(name: str) -> PSCostProfile:
     """The profile of that name; a ValueError naming the known ones otherwise."""
     try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown PS cost profile {name!r}; known: {', '.join(PROFILES)}") from None
+        return PROFILES[PSFramework(name)]
+    except ValueError:
+        raise ValueError(
+            f"unknown PS cost profile {name!r}; known: {', '.join(PROFILES)}"
+        ) from None
 
 
 def tf1_tensors_per_step(trainable: int, state_updates: int = 0) -> int:

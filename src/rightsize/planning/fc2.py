@@ -15,7 +15,8 @@ count, under an indicative per-hour budget ``C`` (or a worker limit):
 FC2 measures ``b_t`` by running the job briefly; rightsize predicts it from the
 profile with DLRover's eq. 1 (perf/ps.py), and predicts every recommendation's
 time and cost with the same model, so they compare like with like. Counts are
-rounded down (a fraction of a VM cannot be rented).
+rounded down (a fraction of a VM cannot be rented). The PS's service costs are those of the
+framework the request names (perf/ps_profiles.py; rightsize's own runtime by default).
 """
 
 from __future__ import annotations
@@ -29,14 +30,13 @@ from rightsize.core.errors import ResourceError
 from rightsize.perf.comm import GBPS
 from rightsize.perf.ps import (
     FC2_HEADROOM,
-    PS_CPU_S_PER_BYTE,
-    PS_NETWORK_EFFICIENCY,
     PSModel,
     PSSpec,
     PSThroughput,
     WorkerSpec,
     predict_ps,
 )
+from rightsize.perf.ps_profiles import PROFILES, PSFramework
 from rightsize.planning.options import InstanceOption
 from rightsize.planning.plan import CloudPlan, Config, Slot
 from rightsize.profiling.profile import Profile
@@ -54,6 +54,7 @@ class Fc2Request:
         budget_per_hour: FC2's indicative budget ``C``; or ``max_workers`` instead.
         headroom: ``p`` in Scala-Opt.
         ps_model: how a PS cluster's throughput is predicted (perf/ps.py).
+        ps_framework: whose PS it is, which sets its service costs (perf/ps_profiles.py).
     """
 
     worker_batch: int
@@ -62,6 +63,7 @@ class Fc2Request:
     max_workers: int | None = None
     headroom: float = FC2_HEADROOM
     ps_model: PSModel = PSModel.DLROVER
+    ps_framework: PSFramework = PSFramework.RIGHTSIZE
 
     def __post_init__(self) -> None:
         if (self.budget_per_hour is None) == (self.max_workers is None):
@@ -108,12 +110,20 @@ class Fc2Planner:
             raise ResourceError("FC2 needs at least one worker instance type")
 
     def _ps_spec(self) -> PSSpec:
+        """The PS with the framework's costs; the update's CPU is the profiled optimizer step.
+
+        Raises:
+            ValueError: the framework costs per tensor and the profile has no tensor counts
+                (planning/ps_framework.py fills them in, or says what is missing).
+        """
         update_core_s = self.profile.samples[0].optimizer_s * self.profile.device.threads
-        return PSSpec(count=1, update_core_s=update_core_s, cores=self.ps.vcpus,
-                      link_bytes_per_s=self.ps.network_gbps * GBPS,
-                      headroom=self.request.headroom,
-                      cpu_s_per_byte=PS_CPU_S_PER_BYTE,
-                      network_efficiency=PS_NETWORK_EFFICIENCY)  # fmt: skip
+        costs = PROFILES[self.request.ps_framework]
+        counts = self.profile.tensors
+        trainable, state = (counts.parameters, counts.state) if counts else (None, None)
+        per_step = costs.tensors_per_step(trainable, state)
+        return costs.spec(update_core_s=update_core_s, cores=self.ps.vcpus,
+                          link_bytes_per_s=self.ps.network_gbps * GBPS, tensors_per_step=per_step,
+                          headroom=self.request.headroom)  # fmt: skip
 
     def _worker_spec(self, option: InstanceOption) -> WorkerSpec:
         batch = self.request.worker_batch

@@ -122,6 +122,15 @@ class OpCostProfile(_Frozen):
                 tuple[float, float]]  # batch, M, N, K  # fmt: skip
 
 
+class TensorCounts(_Frozen):
+    """The model's tensors as a parameter server holds them (perf/ps_profiles.py): a framework
+    that moves every variable as its own RPC (TensorFlow 1.x) costs its PS per tensor, not only
+    per byte. Counted from the model when it is profiled (profiling/tensor_counts.py)."""
+
+    parameters: Count  # trainable parameter tensors: each read by a worker, its gradient sent
+    state: Count  # running statistics training assigns every step (batch norm's mean, variance)
+
+
 class MemoryProfile(_Frozen):
     """Memory facts: the limit searched under, and what a step needs."""
 
@@ -155,6 +164,8 @@ class Profile(_Frozen):
     backward_flops_per_sample: Amount = 0.0
     # the operations one step dispatches (perf/op_costs.py); None in profiles made before them
     op_costs: tuple[OpCostProfile, ...] | None = None
+    # the model's parameter and state tensors (issue 40); None in profiles made before them
+    tensors: TensorCounts | None = None
     settings: dict[str, Any] = {}
     # timing problems left after re-measuring (profiling/noise.py)
     noisy_batches: tuple[Batch, ...] = ()  # fwd+bwd spread above settings["noisy_cv"]

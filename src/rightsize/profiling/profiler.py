@@ -59,6 +59,7 @@ from rightsize.profiling.profile import (
 from rightsize.profiling.progress import ProgressClock, TimingProgress, step_seconds
 from rightsize.profiling.search_probes import SearchProbes
 from rightsize.profiling.settings import ProfilerSettings
+from rightsize.profiling.tensor_counts import count_tensors
 from rightsize.profiling.timing import (
     StepRuns,
     Stopwatch,
@@ -435,6 +436,7 @@ class Profiler:
             backward_flops_per_sample=costs.backward_flops,
             op_costs=step_ops(session.model, workload, max(1, min(2, search.bmax // 2)),
                               self.device),
+            tensors=count_tensors(session.model),
             settings=settings_record,
             noisy_batches=tuple(problems["noisy"]),
             falling_segments=tuple(problems["falling"]),
