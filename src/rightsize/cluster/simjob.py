@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from weakref import ReferenceType, ref
 
 import numpy as np
 
@@ -32,7 +31,6 @@ from rightsize.scaling.api import (
     NodeEvent,
     Observation,
     Plan,
-    fill_lazy_sample,
     lazy_metric_samples,
     metric_sample,
     metric_samples,
@@ -282,11 +280,8 @@ class SimJob:
             speeds.append(cap if cap < speed else speed)
         # only the speeds are measured now; the nodes when a policy first reads them
         collected = self._lazy_collection = _CollectedColumns(template, block, times, ready, noise)
-        out = lazy_metric_samples([t - start for t in times], speeds, batch, collected.measure)
-        # weakly: each sample holds the collection (its ``measure``); a strong list back would
-        # be a reference cycle, which the simulator's paused collector would not free
-        collected.samples = [ref(sample) for sample in out]
-        return tuple(out)
+        return tuple(
+            lazy_metric_samples([t - start for t in times], speeds, batch, collected.measure))
 
     def _template(self) -> _SampleTemplate:
         """The current shape's :class:`_SampleTemplate` (see :func:`sample_template`) at the
@@ -301,12 +296,13 @@ class SimJob:
 
 
 class _CollectedColumns:
-    """The node columns of one collection's samples (``collect``), all measured and filled in
-    when a policy first reads any of them: a policy that reads nodes reads every sample's
-    (NEARCHUS's stability points), and one loop over the collection's rows costs less than a
-    call chain per sample; one that reads only the speed (Optimus) never pays for them."""
+    """The node columns of one collection's samples (``collect``), all measured when a policy
+    first reads any of them: a policy that reads nodes reads every sample's (NEARCHUS's
+    stability points), and one loop over the collection's rows costs less than a call chain
+    per sample; one that reads only the speed (Optimus) never pays for them. It holds no
+    sample (each sample holds it): no reference cycle for the simulator's paused collector."""
 
-    __slots__ = ("template", "draws", "times", "ready_s", "noise", "samples", "read")
+    __slots__ = ("template", "draws", "times", "ready_s", "noise", "rows")
 
     def __init__(
         self, template: _SampleTemplate, draws: np.ndarray, times: list[float],
@@ -314,17 +310,22 @@ class _CollectedColumns:
     ) -> None:  # fmt: skip
         self.template, self.draws, self.times = template, draws, times
         self.ready_s, self.noise = ready_s, noise
-        self.samples: list[ReferenceType[MetricSample]] = []  # what it fills in
-        self.read = False
+        self.rows: list[tuple[NodeColumns, float, float]] | None = None
 
-    def measure(self) -> None:
-        """Fill every sample of the collection in (once: each then holds its nodes)."""
-        columns = self.template.columns(self.draws.tolist(), self.times, self.ready_s, self.noise)
-        for sample, (nodes, cpu_used_cores, _) in zip(self.samples, columns):  # noqa: B905
-            if (alive := sample()) is not None:  # a sample the window let go needs none
-                fill_lazy_sample(alive, nodes, cpu_used_cores)
-        self.samples = self.draws = None  # type: ignore[assignment]  # done with
-        self.read = True
+    @property
+    def read(self) -> bool:
+        """Whether a policy has read any sample's nodes."""
+        return self.rows is not None
+
+    def measure(self, k: int) -> tuple[NodeColumns, float]:
+        """Sample ``k``'s node columns and their CPU used in all."""
+        rows = self.rows
+        if rows is None:
+            rows = self.rows = self.template.columns(
+                self.draws.tolist(), self.times, self.ready_s, self.noise)
+            self.draws = None  # type: ignore[assignment]  # its floats are in the rows now
+        nodes, cpu_used_cores, _ = rows[k]
+        return nodes, cpu_used_cores
 
 
 def sample_template(

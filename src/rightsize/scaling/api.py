@@ -245,13 +245,12 @@ class MetricSample:
 
 class _NodesOnFirstRead:
     """``MetricSample.nodes`` and ``cpu_used_cores`` of a sample made by
-    :func:`lazy_metric_samples`: on the first read, its ``measure`` callback fills them in
-    (with :func:`fill_lazy_sample`, for this sample and any made with it), and they stay in
-    the instance's ``__dict__``, which later reads find first (a non-data descriptor): a
-    sample filled with its siblings is never read through here at all. A sample made by its
-    constructor has both in its ``__dict__`` already. Set on the class after it is made, so
-    the dataclass does not take it for the fields' default; a ``__getattr__`` did the same
-    after a failed lookup, which cost the simulator more than the columns themselves."""
+    :func:`lazy_metric_samples`: made on the first read by the ``measure`` function it was
+    made with, then kept in the instance's ``__dict__``, which later reads find first (a
+    non-data descriptor). A sample made by its constructor has both in its ``__dict__``
+    already and never gets here. Set on the class after it is made, so the dataclass does
+    not take it for the fields' default; a ``__getattr__`` did the same after a failed
+    lookup, which cost the simulator more than the columns themselves."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -259,8 +258,9 @@ class _NodesOnFirstRead:
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
             return self
-        instance.__dict__["_measure"]()
-        return instance.__dict__[self.name]
+        values = instance.__dict__
+        values["nodes"], values["cpu_used_cores"] = values.pop("_measure")(values.pop("_index"))
+        return values[self.name]
 
 
 for _name in ("nodes", "cpu_used_cores"):
@@ -302,31 +302,24 @@ def metric_samples(
 
 
 def lazy_metric_samples(
-    times_s: Iterable[float], steps_per_s: Iterable[float], batch: int, measure: Callable[[], None]
+    times_s: Iterable[float], steps_per_s: Iterable[float], batch: int,
+    measure: Callable[[int], tuple[NodeColumns, float]],
 ) -> list[MetricSample]:
     """:func:`metric_sample` of each time and speed (``samples_per_s`` is the speed times
-    ``batch``), whose nodes ``measure()`` fills in (:func:`fill_lazy_sample`, all of them
-    at once) when any sample's are first read. The simulator's samples: a policy that reads
-    only the job's speed (Optimus) then never pays for every node's noisy metrics in every
-    sample, the simulator's innermost loop. Once filled, each sample equals, field by field,
-    the one :func:`metric_sample` makes of the same nodes."""
+    ``batch``), whose nodes are made when first read: ``measure(k)`` gives the ``k``-th
+    sample's nodes and their ``sum(cpu_used_cores)``. The simulator's samples: a policy that
+    reads only the job's speed (Optimus) then never pays for every node's noisy metrics in
+    every sample, the simulator's innermost loop. Once read, each sample equals, field by
+    field, the one :func:`metric_sample` makes of the same nodes."""
     new, set_dict, out = object.__new__, object.__setattr__, []
-    for time_s, speed in zip(times_s, steps_per_s):  # noqa: B905 (a speed per time)
+    for index, (time_s, speed) in enumerate(zip(times_s, steps_per_s)):  # noqa: B905
         sample = new(MetricSample)  # ``filled`` without its call: one per sample
         set_dict(sample, "__dict__", {
             "time_s": time_s, "steps_per_s": speed, "samples_per_s": speed * batch,
-            "_measure": measure,
+            "_measure": measure, "_index": index,
         })  # fmt: skip
         out.append(sample)
     return out
-
-
-def fill_lazy_sample(sample: MetricSample, nodes: NodeColumns, cpu_used_cores: float) -> None:
-    """Give a sample of :func:`lazy_metric_samples` its ``nodes``; ``cpu_used_cores`` must be
-    ``sum(nodes.cpu_used_cores)`` (the caller's loop has it at hand)."""
-    values = sample.__dict__
-    del values["_measure"]
-    values["nodes"], values["cpu_used_cores"] = nodes, cpu_used_cores
 
 
 class EventKind(StrEnum):
