@@ -54,11 +54,29 @@ def test_dle_transformer_xl_counts_what_its_configuration_implies() -> None:
         assert parameters(gpu_models.TransformerXL(cfg)) == expected
 
 
-@pytest.mark.parametrize("name", ["transformer-xl-base", "transformer-xl-large", "alexnet"])
+@pytest.mark.parametrize("name", ["transformer-xl-large", "alexnet", "resnext101-32x4d"])
 def test_a_step_of_each_new_model_is_counted_on_meta(name: str) -> None:
     from benchmarks.plan import gpu_predictions
 
-    size = {"transformer-xl-base": "192", "transformer-xl-large": "384"}.get(name, "")
-    built = gpu_models.BUILDERS[name](int(size) if size else None)
+    built = gpu_models.BUILDERS[name](None)  # each at its published rows' size
     sheet = gpu_predictions.count_step_ops(built.model, built, "meta")
-    assert sheet.to_list()
+    assert sheet.flops(2) > 2 * sheet.flops(1, "forward") > 0  # a backward, and work per sample
+
+
+def test_transformer_xl_base_forward_counts_the_work_its_configuration_implies() -> None:
+    """A segment's forward FLOPs, by hand: per layer Q/K/V over memory and segment (k_len
+    tokens), R over k_len positions, AC, BD and the context (3 x q x k x inner), O and the
+    feed-forward over the segment; the adaptive softmax's head on every token and each tail
+    cluster on its share. The counter must find the same work in what the step dispatches."""
+    from benchmarks.plan import gpu_predictions
+
+    cfg = gpu_models.TXL_BASE
+    q, k, w, inner = cfg.tgt_len, cfg.tgt_len + cfg.mem_len, cfg.width, cfg.heads * cfg.head_width
+    layer = k * w * 3 * inner + k * w * inner + 3 * q * k * inner + q * inner * w + 2 * q * w * cfg.inner
+    shares = gpu_models.TXL_CLUSTER_SHARES
+    words = [n for _, n in gpu_models._cluster_sizes()]
+    softmax = q * w * (words[0] + 3) + sum(s * q * w * n for s, n in zip(shares[1:], words[1:], strict=True))
+    expected = 2 * (cfg.layers * layer + softmax)
+    built = gpu_models.BUILDERS["transformer-xl-base"](None)
+    sheet = gpu_predictions.count_step_ops(built.model, built, "meta")
+    assert sheet.flops(1, "forward") == pytest.approx(expected, rel=0.02)

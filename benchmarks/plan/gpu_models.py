@@ -27,6 +27,7 @@ numbers are for counting, not training quality.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -280,6 +281,11 @@ class TxlConfig:
     div_val: int  # cluster i embeds in width // div_val**i
     dropout: float
     dropatt: float  # dropout of the attention probabilities
+
+    def segment(self, tokens: int | None) -> TxlConfig:
+        """This model at a row's segment length (Lambda runs the large one at 256 tokens): the
+        memory as long as the segment, as both of DLE's configurations have it."""
+        return self if tokens is None else dataclasses.replace(self, tgt_len=tokens, mem_len=tokens)
 
 
 #: DLE README's table: base modified to powers of two, large the reference's hyperparameters.
@@ -538,8 +544,8 @@ BUILDERS: dict[str, Callable[[int | None], Built]] = {
     "lstm-lm-2x200": lambda _seq: lstm_lm(),
     "resnet15-cifar": lambda _seq: resnet_cifar(2),
     "resnet32-cifar": lambda _seq: resnet_cifar(5),
-    "transformer-xl-base": lambda _seq: transformer_xl(TXL_BASE),
-    "transformer-xl-large": lambda _seq: transformer_xl(TXL_LARGE),
+    "transformer-xl-base": lambda seq: transformer_xl(TXL_BASE.segment(seq)),
+    "transformer-xl-large": lambda seq: transformer_xl(TXL_LARGE.segment(seq)),
     "resnet152": lambda size: _image_classifier(resnet152(), size or 224),
     "resnext101-32x4d": lambda size: _image_classifier(resnext101(), size or 224),
     "se-resnext101-32x4d": lambda size: _image_classifier(resnext101(squeeze=True), size or 224),
