@@ -326,7 +326,7 @@ def held_out_pairs(rows, by: str, fits: dict, predict) -> list[dict]:
 
 def pair_errors_by(pairs: list[dict]) -> dict:
     """Median and 90th percentile of the pairs' errors by GPU (either side), precision and
-    model: which of them carries the tail."""
+    model, and of the pairs without each GPU: which of them carries the tail."""
     keys = {"gpu": lambda p: p["gpus"], "precision": lambda p: [p["precision"]],
             "model": lambda p: [p["model"]]}  # fmt: skip
     out = {}
@@ -338,6 +338,12 @@ def pair_errors_by(pairs: list[dict]) -> dict:
         out[name] = {value: {"pairs": len(errors), "median": statistics.median(errors),
                              "p90": calibration._quantile(errors, 0.9)}
                      for value, errors in sorted(groups.items())}  # fmt: skip
+    # the tail without each GPU: what p90 would be if that GPU's pairs were not there
+    out["without_gpu"] = {}
+    for gpu in sorted(out["gpu"]):
+        rest = [p["error"] for p in pairs if gpu not in p["gpus"]]
+        out["without_gpu"][gpu] = {"pairs": len(rest), "median": statistics.median(rest),
+                                   "p90": calibration._quantile(rest, 0.9)}  # fmt: skip
     return out
 
 
