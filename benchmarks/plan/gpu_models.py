@@ -20,6 +20,15 @@ architecture the sources state exactly (benchmarks/data/measured/README.md):
   CIFAR ResNet of He et al. — a 3x3 convolution of 16 filters, then three stages of 2 or 5
   residual blocks of 16, 32 and 64 filters (the second and third halving the image, with a
   1x1 projection on the shortcut), global pooling and 10 classes.
+- Transformer-XL base and large (Dai et al.) as NVIDIA DLE's PyTorch README configures them
+  for WikiText-103: relative attention over memory and segment, tied adaptive input and
+  softmax (what is simplified, and why it barely changes the counted work: at
+  :data:`TXL_CUTOFFS`);
+- ImageNet CNNs of the published rows: ResNet-152 (the zoo's Bottleneck), ResNeXt-101 32x4d
+  and SE-ResNeXt-101 32x4d (the zoo's ResNet with a grouped bottleneck), VGG-16 (the zoo's
+  VGG), AlexNet and Inception-v3 as tf_cnn_benchmarks builds them.
+
+Each is checked against its published parameter count (tests/test_gpu_models.py).
 
 Each entry builds ``(model, example(batch) -> Batch, loss(model, batch))``; the
 numbers are for counting, not training quality.
@@ -535,6 +544,86 @@ def alexnet() -> nn.Module:
         nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(), nn.Linear(4096, 1000))  # fmt: skip
 
 
+def _conv_bn(a: int, b: int, kernel, stride: int = 1, padding=0) -> nn.Sequential:
+    """Inception's convolution: no bias, BatchNorm (eps 0.001), ReLU."""
+    return nn.Sequential(nn.Conv2d(a, b, kernel, stride, padding, bias=False),
+                         nn.BatchNorm2d(b, eps=0.001), nn.ReLU(inplace=True))  # fmt: skip
+
+
+class _Branches(nn.Module):
+    """An Inception module: its branches side by side, concatenated on channels."""
+
+    def __init__(self, *branches: nn.Module) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([branch(x) for branch in self.branches], dim=1)
+
+
+class _Split(nn.Module):
+    """Inception-v3's 'E' tail: one input, a 1x3 and a 3x1 convolution side by side."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__()
+        self.wide, self.tall = _conv_bn(a, b, (1, 3), padding=(0, 1)), _conv_bn(a, b, (3, 1), padding=(1, 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.wide(x), self.tall(x)], dim=1)
+
+
+def _pool_branch(inputs: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(nn.AvgPool2d(3, 1, 1), _conv_bn(inputs, outputs, 1))
+
+
+def _module_a(inputs: int, pool: int) -> _Branches:
+    return _Branches(
+        _conv_bn(inputs, 64, 1),
+        nn.Sequential(_conv_bn(inputs, 48, 1), _conv_bn(48, 64, 5, padding=2)),
+        nn.Sequential(_conv_bn(inputs, 64, 1), _conv_bn(64, 96, 3, padding=1), _conv_bn(96, 96, 3, padding=1)),
+        _pool_branch(inputs, pool))  # fmt: skip
+
+
+def _module_c(c7: int) -> _Branches:
+    def seven(a: int, b: int, tall: bool) -> nn.Sequential:
+        return _conv_bn(a, b, (7, 1), padding=(3, 0)) if tall else _conv_bn(a, b, (1, 7), padding=(0, 3))
+
+    return _Branches(
+        _conv_bn(768, 192, 1),
+        nn.Sequential(_conv_bn(768, c7, 1), seven(c7, c7, False), seven(c7, 192, True)),
+        nn.Sequential(_conv_bn(768, c7, 1), seven(c7, c7, True), seven(c7, c7, False),
+                      seven(c7, c7, True), seven(c7, 192, False)),
+        _pool_branch(768, 192))  # fmt: skip
+
+
+def _module_e(inputs: int) -> _Branches:
+    return _Branches(
+        _conv_bn(inputs, 320, 1),
+        nn.Sequential(_conv_bn(inputs, 384, 1), _Split(384, 384)),
+        nn.Sequential(_conv_bn(inputs, 448, 1), _conv_bn(448, 384, 3, padding=1), _Split(384, 384)),
+        _pool_branch(inputs, 192))  # fmt: skip
+
+
+def inception_v3() -> nn.Module:
+    """Inception-v3 (Szegedy et al. 2016) without the auxiliary head, as tf_cnn_benchmarks'
+    ``Inceptionv3Model`` trains it by default (``auxiliary=False``), at 299x299: torchvision's
+    Inception3 (published 27,161,264 parameters) less its AuxLogits (3,326,696), 23,834,568."""
+    return nn.Sequential(
+        _conv_bn(3, 32, 3, 2), _conv_bn(32, 32, 3), _conv_bn(32, 64, 3, padding=1),
+        nn.MaxPool2d(3, 2), _conv_bn(64, 80, 1), _conv_bn(80, 192, 3), nn.MaxPool2d(3, 2),
+        _module_a(192, 32), _module_a(256, 64), _module_a(288, 64),
+        _Branches(_conv_bn(288, 384, 3, 2),
+                  nn.Sequential(_conv_bn(288, 64, 1), _conv_bn(64, 96, 3, padding=1), _conv_bn(96, 96, 3, 2)),
+                  nn.MaxPool2d(3, 2)),
+        _module_c(128), _module_c(160), _module_c(160), _module_c(192),
+        _Branches(nn.Sequential(_conv_bn(768, 192, 1), _conv_bn(192, 320, 3, 2)),
+                  nn.Sequential(_conv_bn(768, 192, 1), _conv_bn(192, 192, (1, 7), padding=(0, 3)),
+                                _conv_bn(192, 192, (7, 1), padding=(3, 0)), _conv_bn(192, 192, 3, 2)),
+                  nn.MaxPool2d(3, 2)),
+        _module_e(1280), _module_e(2048),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(2048, 1000))  # fmt: skip
+
+
 #: Measured model name -> builder taking the row's sequence length (None where fixed).
 BUILDERS: dict[str, Callable[[int | None], Built]] = {
     "bert-base-squad": lambda seq: bert(12, 768, seq or 384),
@@ -551,4 +640,5 @@ BUILDERS: dict[str, Callable[[int | None], Built]] = {
     "se-resnext101-32x4d": lambda size: _image_classifier(resnext101(squeeze=True), size or 224),
     "vgg16": lambda size: _image_classifier(VGG(VGG16_STAGES), size or 224),
     "alexnet": lambda size: _image_classifier(alexnet(), size or 227),
+    "inception-v3": lambda size: _image_classifier(inception_v3(), size or 299),
 }
