@@ -23,9 +23,9 @@ PUBLISHED = {
     "resnext101-32x4d": (gpu_models.resnext101, 44_177_704),  # Cadene pretrained-models, timm
     "se-resnext101-32x4d": (lambda: gpu_models.resnext101(squeeze=True), 48_955_416),  # Cadene
     "vgg16": (lambda: gpu_models.VGG(gpu_models.VGG16_STAGES), 138_357_544),  # torchvision
-    # torchvision's AlexNet, 61,100,840, with tf_cnn_benchmarks' 384-wide conv4: +737,408
     # torchvision's Inception3, 27,161,264, less its AuxLogits head (tf_cnn_benchmarks has none)
     "inception-v3": (gpu_models.inception_v3, 27_161_264 - 3_326_696),
+    # torchvision's AlexNet, 61,100,840, with tf_cnn_benchmarks' 384-wide conv4: +737,408
     "alexnet": (gpu_models.alexnet, 61_100_840 + 384 * 384 * 9 - 384 * 256 * 9 + 128),
 }
 
