@@ -286,13 +286,80 @@ def _held_out_summary(by_gpu, by_model) -> dict:
                         "ratio_own_batch_p90", "absolute_median", "absolute_p90")}  # fmt: skip
 
 
+#: How many of the worst held-out pairs the result lists (issue 40 item 2: what keeps p90 up).
+WORST_PAIRS = 15
+GROUP_OF = {"gpu": lambda m: m.accelerator.name, "model": lambda m: m.model}
+
+
+def remembering(rows, by: str, fitter, fits: dict):
+    """``fitter`` for calibration.leave_one_out that keeps each fit under the group it held
+    out, so that the held-out pairs can be named afterwards without fitting again."""
+    group_of = GROUP_OF[by]
+    groups = {group_of(m) for m in rows}
+
+    def fit(seen):
+        (held,) = groups - {group_of(m) for m in seen}
+        fits[held] = eff = fitter(seen)
+        return eff
+
+    return fit
+
+
+def held_out_pairs(rows, by: str, fits: dict, predict) -> list[dict]:
+    """Every held-out GPU pair as a user compares GPUs (one source, same model and precision,
+    each GPU at its source's batch), predicted by the fit that held its group out — the
+    pairs behind calibration.leave_one_out's ``ratio_own_batch`` errors, named."""
+    group_of = GROUP_OF[by]
+    pairs = []
+    for group, eff in sorted(fits.items()):
+        for a, b in calibration._gpu_pairs(rows, same_source=True, same_batch=False):
+            if group not in (group_of(a), group_of(b)):
+                continue
+            measured, predicted = a.samples_per_s / b.samples_per_s, predict(a, eff) / predict(b, eff)
+            pairs.append({"held_out": group, "model": a.model, "source": a.source,
+                          "precision": a.precision.value,
+                          "gpus": [a.accelerator.name, b.accelerator.name],
+                          "batches": [a.batch, b.batch], "measured_ratio": measured,
+                          "predicted_ratio": predicted, "error": abs(predicted / measured - 1)})  # fmt: skip
+    return sorted(pairs, key=lambda p: -p["error"])
+
+
+def pair_errors_by(pairs: list[dict]) -> dict:
+    """Median and 90th percentile of the pairs' errors by GPU (either side), precision and
+    model, and of the pairs without each GPU: which of them carries the tail."""
+    keys = {"gpu": lambda p: p["gpus"], "precision": lambda p: [p["precision"]],
+            "model": lambda p: [p["model"]]}  # fmt: skip
+    out = {}
+    for name, key in keys.items():
+        groups: dict[str, list[float]] = {}
+        for pair in pairs:
+            for value in set(key(pair)):
+                groups.setdefault(value, []).append(pair["error"])
+        out[name] = {value: {"pairs": len(errors), "median": statistics.median(errors),
+                             "p90": calibration._quantile(errors, 0.9)}
+                     for value, errors in sorted(groups.items())}  # fmt: skip
+    # the tail without each GPU: what p90 would be if that GPU's pairs were not there
+    out["without_gpu"] = {}
+    for gpu in sorted(out["gpu"]):
+        rest = [p["error"] for p in pairs if gpu not in p["gpus"]]
+        out["without_gpu"][gpu] = {"pairs": len(rest), "median": statistics.median(rest),
+                                   "p90": calibration._quantile(rest, 0.9)}  # fmt: skip
+    return out
+
+
 def evaluate(method: str, fit_rows, check_rows, fitter, predict, fit_source: str) -> dict:
     """One device model fitted on every calibration row, held out by GPU and by model, and
     checked on the reserved rows."""
     full = fitter(fit_rows, source=fit_source)
-    by_gpu = calibration.leave_one_out(fit_rows, "gpu", lambda rows: fitter(rows), predict)
-    by_model = calibration.leave_one_out(fit_rows, "model", lambda rows: fitter(rows), predict)
+    fits: dict[str, dict] = {"gpu": {}, "model": {}}
+    by_gpu = calibration.leave_one_out(
+        fit_rows, "gpu", remembering(fit_rows, "gpu", fitter, fits["gpu"]), predict)
+    by_model = calibration.leave_one_out(
+        fit_rows, "model", remembering(fit_rows, "model", fitter, fits["model"]), predict)
+    pairs = {by: held_out_pairs(fit_rows, by, fits[by], predict) for by in fits}
     return {
+        "worst_held_out_pairs": {by: pairs[by][:WORST_PAIRS] for by in pairs},
+        "held_out_pair_errors_by": {by: pair_errors_by(pairs[by]) for by in pairs},
         "method": method,
         "full": full,
         "log_spread": calibration.log_spread(by_gpu) or 0.0,
@@ -390,9 +457,13 @@ def _run(args) -> int:
         "held_out_side_by_side": {"per-class": per_class["held_out"],
                                   "per-op": per_op["held_out"]},  # fmt: skip
         **{f"{key}": per_class[key] for key in ("fit", "leave_one_gpu_out",
-                                                "leave_one_model_out", "independent_check")},
+                                                "leave_one_model_out", "independent_check",
+                                                "worst_held_out_pairs",
+                                                "held_out_pair_errors_by")},
         "per_op": {key: per_op[key] for key in ("fit", "leave_one_gpu_out",
-                                                "leave_one_model_out", "independent_check")},
+                                                "leave_one_model_out", "independent_check",
+                                                "worst_held_out_pairs",
+                                                "held_out_pair_errors_by")},
         "baseline_old_absolute": {
             "fit_rows": errors(fit_rows, OLD_ABSOLUTE),
             "check_rows": errors(check_rows, OLD_ABSOLUTE) if check_rows else None,
