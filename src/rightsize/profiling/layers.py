@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from rightsize.perf.op_costs import count_ops
 from rightsize.perf.op_sheet import OpSheet
@@ -119,34 +123,32 @@ def layer_costs(
         for layer in layers
         if layer.name in modules
     ]
-    # the counter attributes backward ops to modules only when it also saw their
-    # forward, so count forward alone, then forward + backward, and subtract
+    # forward FLOPs by the modules running (FlopCounterMode's tracker); backward FLOPs by
+    # the autograd node running, each node charged to the modules that created it
+    # (the tracker's backward attribution charges a module with every later layer's
+    # backward until its inputs' gradients are ready: never, for inputs without gradients)
     try:
-        forward = FlopCounterMode(display=False)
-        with forward:
-            workload.loss(model, batch)
-        outputs.clear()
-        recurrent.clear()
-        both = FlopCounterMode(display=False)
-        with both:
-            workload.loss(model, batch).backward()
+        with FlopCounterMode(display=False) as forward, NodeOwners(model) as owners:
+            loss = workload.loss(model, batch)
+        with BackwardFlops(owners) as by_owner, FlopCounterMode(display=False) as both:
+            loss.backward()
     finally:
         for handle in handles:
             handle.remove()
         model.zero_grad(set_to_none=True)
-    raw_forward, raw_both = _per_module(forward), _per_module(both)
-    fwd, total = _own_counts(raw_forward, layers, model), _own_counts(raw_both, layers, model)
-    forward_total = raw_forward.get("Global", 0.0)
-    backward_total = raw_both.get("Global", 0.0) - forward_total
+    fwd = _own_counts(_per_module(forward), layers, model)
+    back = _own_counts(by_owner.flops, layers, model)
+    forward_total = _per_module(forward).get("Global", 0.0)
+    backward_total = _per_module(both).get("Global", 0.0)
     for name, flops in recurrent.items():
         if fwd.get(name, 0.0) == 0.0:  # backward: the gradients of inputs and of weights
-            fwd[name], total[name] = flops, 3 * flops
+            fwd[name], back[name] = flops, 2 * flops
             forward_total, backward_total = forward_total + flops, backward_total + 2 * flops
     costs: list[LayerCosts] = []
     for layer in layers:
         costs.append(LayerCosts(
             forward_flops=fwd.get(layer.name, 0.0) / batch_size,
-            backward_flops=(total.get(layer.name, 0.0) - fwd.get(layer.name, 0.0)) / batch_size,
+            backward_flops=back.get(layer.name, 0.0) / batch_size,
             output_bytes=outputs.get(layer.name, 0.0) / batch_size,
         ))  # fmt: skip
     return ModelCosts(costs, forward_total / batch_size, backward_total / batch_size)
@@ -170,6 +172,75 @@ def rnn_flops(rnn: nn.RNNBase, inputs: torch.Tensor) -> float:
         width = rnn.input_size if layer == 0 else rnn.hidden_size * directions
         flops += directions * gates * 2 * rnn.hidden_size * (width + rnn.hidden_size)
     return flops * steps * samples
+
+
+class NodeOwners(TorchFunctionMode):
+    """Which of a model's modules were running when each autograd node was created.
+
+    Inside a module's forward, each call's new nodes (those reached from its results and
+    arguments — an in-place write gives its argument a new one — not yet seen) belong to the
+    modules then running, innermost last, named as FlopCounterMode names them. A node
+    created where no call is seen (a custom ``autograd.Function``) goes to the next call
+    that reaches it.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        root = type(model).__name__
+        self._names = {id(m): f"{root}.{n}" if n else root for n, m in model.named_modules()}
+        self._running: list[str] = []
+        self.owners: dict[object, tuple[str, ...]] = {}  # node -> module names; holds the nodes
+
+    def __enter__(self):
+        self._hooks = (register_module_forward_pre_hook(self._enter_module),
+                       register_module_forward_hook(self._leave_module))  # fmt: skip
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self._hooks:
+            hook.remove()
+        return super().__exit__(*exc)
+
+    def _enter_module(self, module: nn.Module, _inputs) -> None:
+        self._running.append(self._names.get(id(module), ""))
+
+    def _leave_module(self, _module: nn.Module, _inputs, _output) -> None:
+        self._running.pop()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        running = tuple(name for name in self._running if name)
+        pending = [t.grad_fn for t in tree_flatten((out, args, kwargs))[0]
+                   if isinstance(t, torch.Tensor) and t.grad_fn is not None]  # fmt: skip
+        while pending:
+            node = pending.pop()
+            if node is None or node in self.owners:
+                continue
+            self.owners[node] = running
+            pending.extend(next_node for next_node, _ in node.next_functions)
+        return out
+
+
+class BackwardFlops(TorchDispatchMode):
+    """FLOPs of the backward pass by module: each operation charged to the modules that
+    created the autograd node running it (:class:`NodeOwners`), by FlopCounterMode's formulas.
+    Entered below a FlopCounterMode, it sees the operations that one counts, decomposed alike.
+    """
+
+    def __init__(self, owners: NodeOwners) -> None:
+        super().__init__()
+        self._owners = owners.owners
+        self.flops: dict[str, float] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            flops = float(formula(*args, **kwargs, out_val=out))
+            for name in self._owners.get(torch._C._current_autograd_node(), ()):
+                self.flops[name] = self.flops.get(name, 0.0) + flops
+        return out
 
 
 def _own_counts(counts: dict[str, float], layers: list[Layer], model: nn.Module) -> dict[str, float]:
