@@ -140,6 +140,10 @@ class PeerVariant:
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
         algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
         small_first: the driver runs the brackets with the fewest trials first.
+        wave: packed waves (rightsize-optuna-waves): trials asked at once (None: the
+            ``--wave`` option); ``configurations`` trials in all (None: ``--wave-configurations``,
+            else as many as Hyperband samples); ``min_units`` the first rung (None:
+            ``--wave-min-units``).
     """
 
     tool: str
@@ -150,6 +154,9 @@ class PeerVariant:
     search: str | None = None
     algorithm: str = "hyperband"
     small_first: bool = False
+    wave: int | None = None
+    configurations: int | None = None
+    min_units: int | None = None
 
 
 SHA = "successive-halving"
@@ -182,6 +189,10 @@ VARIANTS = {
     "rightsize-optuna-driver-tpe-small-first": PeerVariant(
         "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w", small_first=True
     ),
+    # issue 41: asynchronous successive halving in packed waves, TPE asked a wave at a time
+    # after every earlier wave's rungs were reported (rightsize.integrations.optuna_waves)
+    "rightsize-waves-tpe": PeerVariant("rightsize-optuna-waves", 1, sampler="tpe"),
+    "rightsize-waves-random": PeerVariant("rightsize-optuna-waves", 1, sampler="random"),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
 #: The module each tool imports before its clock starts (its import is not its search).
@@ -190,6 +201,7 @@ TOOL_MODULES = {
     "ray": "ray.tune",
     "rightsize": "rightsize.packing.runner",
     "rightsize-optuna": "rightsize.integrations.optuna",
+    "rightsize-optuna-waves": "rightsize.integrations.optuna_waves",
 }
 
 
@@ -554,11 +566,51 @@ def _enqueue_rightsize_draws(study, settings: TuneSettings, space) -> None:
             study.enqueue_trial(spec.config.as_dict())
 
 
+def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
+    import optuna
+
+    from rightsize.integrations.optuna import make_sampler
+    from rightsize.integrations.optuna_waves import WaveSettings, optimize_waves
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    search_name = variant.search or args.wave_search
+    settings = tune_settings(SEARCHES[search_name], args)
+    registry = WorkloadRegistry()
+    space = load_space(args.space, model_option_names(registry, args.workload))
+    waves = WaveSettings(
+        variant.wave or args.wave, variant.configurations or args.wave_configurations,
+        variant.min_units or args.wave_min_units,
+    )  # fmt: skip
+    meter = Meter()
+    with metered_groups(meter):
+        study = optuna.create_study(
+            study_name=STUDY_NAME, sampler=make_sampler(variant.sampler, args.seed)
+        )
+        start = time.perf_counter()
+        ran = optimize_waves(study, space, settings, waves, registry)
+        wall = time.perf_counter() - start
+    states = [t.state.name for t in study.trials]
+    result = ran.result
+    best = Best(result.best.config.as_dict(), result.best_loss, result.best_resource,
+                result.best.trial_id)  # fmt: skip
+    return VariantResult(
+        name, variant.threads, settings.workers, wall, meter.steps, len(states),
+        states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
+        details={"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
+                 "configurations": ran.asked, "min_units": waves.min_units,
+                 "rightsize_trial_steps": ran.search.executor.trial_steps,
+                 "groups": len([g for r in result.rungs for g in r.groups]),
+                 "largest_group": max(len(g) for r in result.rungs for g in r.groups),
+                 "states": {s: states.count(s) for s in sorted(set(states))}},
+    )  # fmt: skip
+
+
 RUNNERS = {
     "optuna": run_optuna,
     "ray": run_ray,
     "rightsize": run_rightsize,
     "rightsize-optuna": run_driver,
+    "rightsize-optuna-waves": run_waves,
 }
 
 
@@ -712,6 +764,16 @@ def parse_args(argv: list[str] | None):
     parser.add_argument(
         "--packed-variant", default="knn-ragged-concurrent+mix-2w", choices=sorted(SEARCHES),
         help="packing_hyperband.py's search for rightsize-packed and the driver",
+    )  # fmt: skip
+    parser.add_argument("--wave", type=int, default=27, help="waves: trials asked at once")
+    parser.add_argument(
+        "--wave-configurations", type=int, default=None,
+        help="waves: trials in all (default: as many as Hyperband samples)",
+    )  # fmt: skip
+    parser.add_argument("--wave-min-units", type=int, default=1, help="waves: first rung")
+    parser.add_argument(
+        "--wave-search", default="knn-ragged+mix-2w", choices=sorted(SEARCHES),
+        help="packing_hyperband.py's search whose packing and workers the waves use",
     )  # fmt: skip
     parser.add_argument("--retrain-seeds", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=3600, help="per variant run")
