@@ -66,12 +66,13 @@ def test_rung_units_and_bad_settings():
         WaveSettings(wave=0)
 
 
-def test_waves_report_every_rung_promote_by_rung_and_match_each_trial_alone():
+@pytest.mark.parametrize(("overlap", "workers"), [(True, 1), (False, 1), (True, 2)])
+def test_waves_report_every_rung_promote_by_rung_and_match_each_trial_alone(overlap, workers):
     study = optuna.create_study(sampler=make_sampler("tpe", 0))
     lines: list[str] = []
     ran = optimize_waves(
-        study, DISTRIBUTIONS, replace(PACKED, workload="mlp3"),
-        WaveSettings(wave=9, configurations=18), progress=lines.append,
+        study, DISTRIBUTIONS, replace(PACKED, workers=workers),
+        WaveSettings(wave=9, configurations=18, overlap=overlap), progress=lines.append,
     )  # fmt: skip
 
     trials = study.trials
@@ -99,6 +100,13 @@ def test_waves_report_every_rung_promote_by_rung_and_match_each_trial_alone():
             assert t.value == t.intermediate_values[9]
     assert sum(t.state == OptunaState.COMPLETE for t in trials) >= 1
     assert any(line.startswith("wave 0 rung 0: 9 trials x r=1") for line in lines)
+    # overlapped, wave 1's first rung trains in the step of wave 0's second
+    order = [line.split(":")[0] for line in lines if line.startswith("wave ")]
+    assert order[:3] == (
+        ["wave 0 rung 0", "wave 0 rung 1", "wave 1 rung 0"]
+        if overlap
+        else ["wave 0 rung 0", "wave 0 rung 1", "wave 0 rung 2"]
+    )
     # the best: trained to R, the smallest loss there
     complete = [t for t in trials if t.state == OptunaState.COMPLETE]
     assert ran.result.best_loss == min(t.value for t in complete) and ran.result.best_resource == 9

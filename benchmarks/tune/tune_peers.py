@@ -143,7 +143,7 @@ class PeerVariant:
         wave: packed waves (rightsize-optuna-waves): trials asked at once (None: the
             ``--wave`` option); ``configurations`` trials in all (None: ``--wave-configurations``,
             else as many as Hyperband samples); ``min_units`` the first rung (None:
-            ``--wave-min-units``).
+            ``--wave-min-units``); ``overlap``: a new wave at every rung step.
     """
 
     tool: str
@@ -157,6 +157,7 @@ class PeerVariant:
     wave: int | None = None
     configurations: int | None = None
     min_units: int | None = None
+    overlap: bool = True
 
 
 SHA = "successive-halving"
@@ -193,6 +194,10 @@ VARIANTS = {
     # after every earlier wave's rungs were reported (rightsize.integrations.optuna_waves)
     "rightsize-waves-tpe": PeerVariant("rightsize-optuna-waves", 1, sampler="tpe"),
     "rightsize-waves-random": PeerVariant("rightsize-optuna-waves", 1, sampler="random"),
+    # the next wave asked once the last has finished: TPE sees every rung before it asks
+    "rightsize-waves-tpe-sequential": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", overlap=False
+    ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
 #: The module each tool imports before its clock starts (its import is not its search).
@@ -533,9 +538,7 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
         # "rightsize": random, with rightsize's own draws enqueued; "tpe": multivariate TPE
         # with the constant liar (what the CLI's --optuna-storage opens by default)
         kind = "random" if variant.sampler == "rightsize" else variant.sampler
-        study = optuna.create_study(
-            study_name=STUDY_NAME, sampler=make_sampler(kind, args.seed)
-        )
+        study = optuna.create_study(study_name=STUDY_NAME, sampler=make_sampler(kind, args.seed))
         if variant.sampler == "rightsize":
             _enqueue_rightsize_draws(study, settings, space)
         start = time.perf_counter()
@@ -579,7 +582,7 @@ def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
     space = load_space(args.space, model_option_names(registry, args.workload))
     waves = WaveSettings(
         variant.wave or args.wave, variant.configurations or args.wave_configurations,
-        variant.min_units or args.wave_min_units,
+        variant.min_units or args.wave_min_units, variant.overlap,
     )  # fmt: skip
     meter = Meter()
     with metered_groups(meter):
@@ -598,6 +601,7 @@ def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
         details={"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
                  "configurations": ran.asked, "min_units": waves.min_units,
+                 "overlap": waves.overlap,
                  "rightsize_trial_steps": ran.search.executor.trial_steps,
                  "groups": len([g for r in result.rungs for g in r.groups]),
                  "largest_group": max(len(g) for r in result.rungs for g in r.groups),

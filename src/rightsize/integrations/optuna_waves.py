@@ -18,8 +18,12 @@ eta**i`` up to R, and after every rung:
   trial at a time); the others are told ``PRUNED``;
 - trials that reach R are told ``COMPLETE`` (``FAIL`` for a diverged loss).
 
-Then the next wave is asked, from a sampler that has seen every rung so far,
-until ``configurations`` trials were asked. A trial's weights are seeded from
+A new wave is asked at every rung step (``overlap``, the default): the waves
+in flight train side by side in one call of the executor, each to its own
+rung (wave w to rung 0, w-1 to rung 1, ...; successive halving's rungs cost
+about the same, so both workers stay busy), and each wave is asked from a
+sampler that has seen every rung finished so far. Without ``overlap`` the next
+wave waits for the last one to finish. Until ``configurations`` trials were asked. A trial's weights are seeded from
 the search seed and its trial number (as :func:`~rightsize.integrations.
 optuna_pack.train_packed` and tune_peers' Optuna trials), and its losses are
 those it gets trained alone: packing changes no trial's result.
@@ -41,7 +45,7 @@ from rightsize.integrations.optuna_pack import check_minimizing
 from rightsize.packing.hyperband import RungRecord, SearchResult, sampled
 from rightsize.packing.runner import Search, TuneSettings, model_option_names, prepare_search
 from rightsize.packing.space import SearchSpace
-from rightsize.packing.trial import TrialSpec, TrialState, spec_from_config, trial_seed
+from rightsize.packing.trial import TrialState, spec_from_config, trial_seed
 from rightsize.workloads.registry import WorkloadRegistry
 
 #: Trial attribute: ``{"wave": w, "trial_id": "t00012", "seed": its weights' seed}``.
@@ -59,11 +63,17 @@ class WaveSettings:
             Hyperband samples, 143 for R = 81, eta = 3).
         min_units: the first rung's resource (ASHA's r); rungs at ``min_units * eta**i``
             up to R, and R.
+        overlap: ask a new wave at every rung step, so that the waves in flight train
+            their rungs side by side (wave w at rung 0, w-1 at rung 1, ...: successive
+            halving's rungs cost about the same, so the workers stay busy); False: the
+            next wave is asked once the last one has finished (the sampler then knows
+            every rung of every earlier wave, and a wave's last rungs leave workers idle).
     """
 
     wave: int = 27
     configurations: int | None = None
     min_units: int = 1
+    overlap: bool = True
 
     def __post_init__(self) -> None:
         if self.wave < 1:
@@ -147,68 +157,103 @@ def optimize_waves(
     total = waves.configurations or sampled(settings.schedule())
     search = prepare_search(settings, resolved.packing, registry, progress)
     start = time.perf_counter()
-    run = _WaveRun(study, search, points, settings.eta, progress)
+    run = _WaveRun(study, resolved, search, points, settings, progress)
+    active: list[_Wave] = []
     try:
-        for w, first in enumerate(range(0, total, waves.wave)):
-            trials = [
-                study.ask(resolved.distributions) for _ in range(min(waves.wave, total - first))
-            ]
-            specs = []
-            for trial in trials:
-                spec = spec_from_config(
-                    resolved.config(trial.params), f"t{trial.number:05d}",
-                    trial_seed(settings.seed, trial.number),
-                )  # fmt: skip
-                trial.set_user_attr(
-                    WAVE_ATTR, {"wave": w, "trial_id": spec.trial_id, "seed": spec.seed}
-                )
-                specs.append(spec)
-            run.wave(w, dict(zip((s.trial_id for s in specs), trials, strict=True)), specs)
+        while run.asked < total or active:
+            if run.asked < total and (waves.overlap or not active):
+                active.append(run.ask(min(waves.wave, total - run.asked)))
+            active = run.step(active)
     finally:
         search.executor.close()
     return WaveSearch(search, run.result(time.perf_counter() - start), total)
 
 
-class _WaveRun:
-    """The waves' state: each rung's losses so far and every rung's record."""
+@dataclass
+class _Wave:
+    """One wave in flight: its trials (by rightsize id), those still training, their rung."""
 
-    def __init__(self, study, search: Search, points: list[int], eta: float, progress) -> None:
-        self.study, self.search, self.points, self.eta = study, search, points, eta
-        self.progress = progress
+    w: int
+    trials: dict[str, optuna.Trial]
+    states: list[TrialState]
+    rung: int = 0
+
+
+class _WaveRun:
+    """The waves' mechanism: asks, trains, reports and tells; keeps each rung's losses so
+    far (the promotion rule's ``n_i``) and every rung's record."""
+
+    def __init__(self, study, space, search: Search, points: list[int], settings, progress):
+        self.study, self.space, self.search, self.points = study, space, search, points
+        self.seed, self.eta, self.progress = settings.seed, settings.eta, progress
         self.history: list[list[float]] = [[] for _ in points]
         self.records: list[RungRecord] = []
+        self.asked = 0
+        self._waves = 0
 
-    def wave(self, w: int, trials: dict[str, optuna.Trial], specs: list[TrialSpec]) -> None:
-        states = [TrialState(spec) for spec in specs]
-        for i, units in enumerate(self.points):
-            groups = self.search.hyperband.plan([s.spec for s in states], w, i)
-            ids = [[t.trial_id for t in group] for group in groups]
-            started = time.perf_counter()
-            trained, losses, switch_s = self.search.executor.train(states, ids, units)
-            wall = time.perf_counter() - started
-            losses = {s.spec.trial_id: losses[s.spec.trial_id] for s in states}  # trial order
-            record = RungRecord(
-                w, i, len(states), units, ids, losses, wall, switch_s,
-                {s.spec.trial_id: s.spec for s in states},
+    def ask(self, count: int) -> _Wave:
+        """The next wave: ``count`` trials asked of the study, seeded by their numbers."""
+        w, self._waves, self.asked = self._waves, self._waves + 1, self.asked + count
+        trials: dict[str, optuna.Trial] = {}
+        states = []
+        for _ in range(count):
+            trial = self.study.ask(self.space.distributions)
+            spec = spec_from_config(
+                self.space.config(trial.params), f"t{trial.number:05d}",
+                trial_seed(self.seed, trial.number),
             )  # fmt: skip
-            self.records.append(record)
-            for tid, loss in losses.items():
-                trials[tid].report(loss, units)
-            self.history[i].extend(losses.values())
-            last = i == len(self.points) - 1
-            going = set() if last else set(promoted(losses, self.history[i], self.eta))
-            for tid, loss in losses.items():
-                if last:
-                    self._finish(trials[tid], loss)
-                elif tid not in going:
-                    self.study.tell(trials[tid], state=OptunaState.PRUNED)
-            self.progress(
-                f"wave {w} rung {i}: {len(states)} trials x r={units} in {len(groups)} pack(s) "
-                f"— {wall:.2f}s; {len(going)} go on"
+            trial.set_user_attr(
+                WAVE_ATTR, {"wave": w, "trial_id": spec.trial_id, "seed": spec.seed}
             )
-            states = [trained[s.spec.trial_id] for s in states if s.spec.trial_id in going]
-            if not states:
-                return
+            trials[spec.trial_id] = trial
+            states.append(TrialState(spec))
+        return _Wave(w, trials, states)
+
+    def step(self, waves: list[_Wave]) -> list[_Wave]:
+        """Train every wave's current rung at once (each in its own packs, across the
+        workers), then rank them oldest first; the waves that go on."""
+        plans = [
+            self.search.hyperband.plan([s.spec for s in wave.states], wave.w, wave.rung)
+            for wave in waves
+        ]
+        ids = [[[t.trial_id for t in group] for group in groups] for groups in plans]
+        resources = [self.points[wave.rung] for wave, g in zip(waves, ids, strict=True) for _ in g]
+        started = time.perf_counter()
+        trained, losses, switch_s = self.search.executor.train(
+            [s for wave in waves for s in wave.states], [g for gs in ids for g in gs], resources
+        )
+        wall = time.perf_counter() - started
+        return [
+            wave
+            for wave, groups in zip(waves, ids, strict=True)
+            if self._ranked(wave, groups, trained, losses, wall, switch_s)
+        ]
+
+    def _ranked(self, wave: _Wave, groups, trained, losses, wall: float, switch_s: float) -> bool:
+        """Report the wave's rung, tell who stops; whether any trial goes on."""
+        i, units = wave.rung, self.points[wave.rung]
+        ours = {s.spec.trial_id: losses[s.spec.trial_id] for s in wave.states}  # trial order
+        self.records.append(RungRecord(
+            wave.w, i, len(ours), units, groups, ours, wall, switch_s,
+            {s.spec.trial_id: s.spec for s in wave.states},
+        ))  # fmt: skip
+        for tid, loss in ours.items():
+            wave.trials[tid].report(loss, units)
+        self.history[i].extend(ours.values())
+        last = i == len(self.points) - 1
+        going = set() if last else set(promoted(ours, self.history[i], self.eta))
+        for tid, loss in ours.items():
+            if last:
+                self._finish(wave.trials[tid], loss)
+            elif tid not in going:
+                self.study.tell(wave.trials[tid], state=OptunaState.PRUNED)
+        self.progress(
+            f"wave {wave.w} rung {i}: {len(ours)} trials x r={units} in {len(groups)} pack(s) "
+            f"(step {wall:.2f}s); {len(going)} go on"
+        )
+        wave.states = [trained[s.spec.trial_id] for s in wave.states if s.spec.trial_id in going]
+        wave.rung += 1
+        return bool(wave.states)
 
     def _finish(self, trial: optuna.Trial, loss: float) -> None:
         if math.isfinite(loss):
