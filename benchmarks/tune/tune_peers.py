@@ -191,12 +191,34 @@ VARIANTS = {
         "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w", small_first=True
     ),
     # issue 41: asynchronous successive halving in packed waves, TPE asked a wave at a time
-    # after every earlier wave's rungs were reported (rightsize.integrations.optuna_waves)
+    # after every earlier wave's rungs were reported (rightsize.integrations.optuna_waves);
+    # the wave, trials and first rung from --wave, --wave-configurations, --wave-min-units
     "rightsize-waves-tpe": PeerVariant("rightsize-optuna-waves", 1, sampler="tpe"),
     "rightsize-waves-random": PeerVariant("rightsize-optuna-waves", 1, sampler="random"),
     # the next wave asked once the last has finished: TPE sees every rung before it asks
     "rightsize-waves-tpe-sequential": PeerVariant(
         "rightsize-optuna-waves", 1, sampler="tpe", overlap=False
+    ),
+    # the final comparison's settings, fixed (chosen on MLP-3 seeds 0-1, docs/tuning.md):
+    # waves of 27 of 143 trials, first rung 1 unit (all of ASHA's rungs) or 3 (fewer
+    # decisions on 10-step losses, more trial-steps)
+    "rightsize-waves-tpe-27x143": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, configurations=143, min_units=1
+    ),
+    "rightsize-waves-tpe-27x143-r3": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, configurations=143, min_units=3
+    ),
+    "rightsize-waves-tpe-27x143-sequential": PeerVariant(
+        "rightsize-optuna-waves",
+        1,
+        sampler="tpe",
+        wave=27,
+        configurations=143,
+        min_units=1,
+        overlap=False,
+    ),
+    "rightsize-waves-random-27x143": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="random", wave=27, configurations=143, min_units=1
     ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
