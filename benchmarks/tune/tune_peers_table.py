@@ -124,6 +124,12 @@ class SeedMedians:
         return statistics.median(self.trial_steps)
 
 
+def per_trial_step_ms(v: SeedMedians) -> float:
+    """Median wall over median trial-steps: what one trial-step costs the variant (packing's
+    efficiency, with the framework's overhead spread over its steps)."""
+    return 1000 * v.wall_s / v.steps
+
+
 def seed_medians(results: list[dict[str, Any]]) -> dict[str, SeedMedians]:
     """Every variant with a re-trained loss in ``results`` (one file per seed), over the seeds."""
     found: dict[str, list[tuple[int, dict[str, Any]]]] = {}
@@ -171,7 +177,8 @@ def dominance_table(results: list[dict[str, Any]], factor: float = WALL_FACTOR) 
     rows = seed_medians(results)
     ours = [v for v in rows.values() if not v.peer]
     head = ["variant", "seeds", "wall s median (range)", "re-trained loss median (range)",
-            "trial-steps median", f"dominated by (loss no worse, ≥{factor:g}× faster)"]  # fmt: skip
+            "trial-steps median", "wall ms per trial-step",
+            f"dominated by (loss no worse, ≥{factor:g}× faster)"]  # fmt: skip
     lines = []
     for v in sorted(rows.values(), key=lambda v: (not v.peer, v.variant)):
         verdict = ""
@@ -185,7 +192,7 @@ def dominance_table(results: list[dict[str, Any]], factor: float = WALL_FACTOR) 
             v.variant, ",".join(map(str, v.seeds)),
             f"{v.wall_s:.1f} ({min(v.walls_s):.1f}-{max(v.walls_s):.1f})",
             f"{v.loss:.4f} ({min(v.losses):.4f}-{max(v.losses):.4f})",
-            f"{v.steps:,.0f}", verdict,
+            f"{v.steps:,.0f}", f"{per_trial_step_ms(v):.2f}", verdict,
         ])  # fmt: skip
     return _markdown(head, lines)
 
