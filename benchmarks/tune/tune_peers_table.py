@@ -110,6 +110,7 @@ class SeedMedians:
     walls_s: tuple[float, ...]
     losses: tuple[float, ...]
     trial_steps: tuple[int, ...]
+    finished: tuple[int, ...] = ()
 
     @property
     def wall_s(self) -> float:
@@ -141,7 +142,7 @@ def seed_medians(results: list[dict[str, Any]]) -> dict[str, SeedMedians]:
         name: SeedMedians(
             name, rows[0][1]["tool"] in PEER_TOOLS, tuple(seed for seed, _ in rows),
             tuple(r["wall_s"] for _, r in rows), tuple(r["retrain_val_loss"] for _, r in rows),
-            tuple(r["trial_steps"] for _, r in rows),
+            tuple(r["trial_steps"] for _, r in rows), tuple(r["trials_finished"] for _, r in rows),
         )
         for name, rows in found.items()
     }  # fmt: skip
@@ -177,7 +178,7 @@ def dominance_table(results: list[dict[str, Any]], factor: float = WALL_FACTOR) 
     rows = seed_medians(results)
     ours = [v for v in rows.values() if not v.peer]
     head = ["variant", "seeds", "wall s median (range)", "re-trained loss median (range)",
-            "trial-steps median", "wall ms per trial-step",
+            "trial-steps median", "trials to R median", "wall ms per trial-step",
             f"dominated by (loss no worse, ≥{factor:g}× faster)"]  # fmt: skip
     lines = []
     for v in sorted(rows.values(), key=lambda v: (not v.peer, v.variant)):
@@ -192,7 +193,8 @@ def dominance_table(results: list[dict[str, Any]], factor: float = WALL_FACTOR) 
             v.variant, ",".join(map(str, v.seeds)),
             f"{v.wall_s:.1f} ({min(v.walls_s):.1f}-{max(v.walls_s):.1f})",
             f"{v.loss:.4f} ({min(v.losses):.4f}-{max(v.losses):.4f})",
-            f"{v.steps:,.0f}", f"{per_trial_step_ms(v):.2f}", verdict,
+            f"{v.steps:,.0f}", f"{statistics.median(v.finished):g}",
+            f"{per_trial_step_ms(v):.2f}", verdict,
         ])  # fmt: skip
     return _markdown(head, lines)
 
