@@ -32,7 +32,13 @@ same batch for all) and is scored by rightsize's validation loss
   rightsize's own draws are enqueued (the CLI's trials, seeds and packs: the
   two differ only by the driver, which is what the 5% goal is about);
   ``rightsize-optuna-driver-random``: the same with the study's seeded random
-  sampler proposing (other configurations, so other packs).
+  sampler proposing (other configurations, so other packs);
+- ``rightsize-waves-*`` (issue 41): asynchronous successive halving in packed
+  waves through ``rightsize.integrations.optuna_waves.optimize_waves``: the
+  study's TPE (or random) sampler asked ``--wave`` trials at a time, told every
+  rung before the next wave is asked, ASHA's promotion rule over all waves,
+  packs and workers of ``--wave-search``; ``-27x143`` / ``-27x143-r3`` fix the
+  wave, the trials and the first rung (docs/tuning.md).
 
 Every peer samples as many configurations as rightsize's Hyperband (143 for R
 = 81, eta = 3). Each variant runs in a fresh process (no Ray, Optuna or torch
@@ -566,6 +572,15 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
         start = time.perf_counter()
         ran = optimize(study, space, settings, registry, small_brackets_first=variant.small_first)
         wall = time.perf_counter() - start
+    return _study_result(
+        name, variant, settings, study, ran, wall, meter,
+        {"search": search_name, "algorithm": variant.algorithm, "sampler": variant.sampler,
+         "small_brackets_first": variant.small_first, "rightsize_wall_s": ran.result.wall_s},
+    )  # fmt: skip
+
+
+def _study_result(name, variant, settings, study, ran, wall, meter, details) -> VariantResult:
+    """A driver's run as a row: the study's trial states, rightsize's best and step count."""
     states = [t.state.name for t in study.trials]
     result = ran.result
     best = Best(result.best.config.as_dict(), result.best_loss, result.best_resource,
@@ -573,10 +588,7 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
     return VariantResult(
         name, variant.threads, settings.workers, wall, meter.steps, len(states),
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
-        details={"search": search_name, "algorithm": variant.algorithm,
-                 "sampler": variant.sampler, "small_brackets_first": variant.small_first,
-                 "rightsize_trial_steps": ran.search.executor.trial_steps,
-                 "rightsize_wall_s": result.wall_s,
+        details={**details, "rightsize_trial_steps": ran.search.executor.trial_steps,
                  "states": {s: states.count(s) for s in sorted(set(states))}},
     )  # fmt: skip
 
@@ -614,20 +626,12 @@ def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
         start = time.perf_counter()
         ran = optimize_waves(study, space, settings, waves, registry)
         wall = time.perf_counter() - start
-    states = [t.state.name for t in study.trials]
-    result = ran.result
-    best = Best(result.best.config.as_dict(), result.best_loss, result.best_resource,
-                result.best.trial_id)  # fmt: skip
-    return VariantResult(
-        name, variant.threads, settings.workers, wall, meter.steps, len(states),
-        states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
-        details={"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
-                 "configurations": ran.asked, "min_units": waves.min_units,
-                 "overlap": waves.overlap,
-                 "rightsize_trial_steps": ran.search.executor.trial_steps,
-                 "groups": len([g for r in result.rungs for g in r.groups]),
-                 "largest_group": max(len(g) for r in result.rungs for g in r.groups),
-                 "states": {s: states.count(s) for s in sorted(set(states))}},
+    groups = [g for r in ran.result.rungs for g in r.groups]
+    return _study_result(
+        name, variant, settings, study, ran, wall, meter,
+        {"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
+         "configurations": ran.asked, "min_units": waves.min_units, "overlap": waves.overlap,
+         "groups": len(groups), "largest_group": max(len(g) for g in groups)},
     )  # fmt: skip
 
 
