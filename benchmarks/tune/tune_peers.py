@@ -32,7 +32,13 @@ same batch for all) and is scored by rightsize's validation loss
   rightsize's own draws are enqueued (the CLI's trials, seeds and packs: the
   two differ only by the driver, which is what the 5% goal is about);
   ``rightsize-optuna-driver-random``: the same with the study's seeded random
-  sampler proposing (other configurations, so other packs).
+  sampler proposing (other configurations, so other packs);
+- ``rightsize-waves-*`` (issue 41): asynchronous successive halving in packed
+  waves through ``rightsize.integrations.optuna_waves.optimize_waves``: the
+  study's TPE (or random) sampler asked ``--wave`` trials at a time, told every
+  rung before the next wave is asked, ASHA's promotion rule over all waves,
+  packs and workers of ``--wave-search``; ``-27x143`` / ``-27x143-r3`` fix the
+  wave, the trials and the first rung (docs/tuning.md).
 
 Every peer samples as many configurations as rightsize's Hyperband (143 for R
 = 81, eta = 3). Each variant runs in a fresh process (no Ray, Optuna or torch
@@ -140,6 +146,10 @@ class PeerVariant:
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
         algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
         small_first: the driver runs the brackets with the fewest trials first.
+        wave: packed waves (rightsize-optuna-waves): trials asked at once (None: the
+            ``--wave`` option); ``configurations`` trials in all (None: ``--wave-configurations``,
+            else as many as Hyperband samples); ``min_units`` the first rung (None:
+            ``--wave-min-units``); ``overlap``: a new wave at every rung step.
     """
 
     tool: str
@@ -150,6 +160,10 @@ class PeerVariant:
     search: str | None = None
     algorithm: str = "hyperband"
     small_first: bool = False
+    wave: int | None = None
+    configurations: int | None = None
+    min_units: int | None = None
+    overlap: bool = True
 
 
 SHA = "successive-halving"
@@ -182,6 +196,36 @@ VARIANTS = {
     "rightsize-optuna-driver-tpe-small-first": PeerVariant(
         "rightsize-optuna", 1, sampler="tpe", search="knn-ragged+mix-2w", small_first=True
     ),
+    # issue 41: asynchronous successive halving in packed waves, TPE asked a wave at a time
+    # after every earlier wave's rungs were reported (rightsize.integrations.optuna_waves);
+    # the wave, trials and first rung from --wave, --wave-configurations, --wave-min-units
+    "rightsize-waves-tpe": PeerVariant("rightsize-optuna-waves", 1, sampler="tpe"),
+    "rightsize-waves-random": PeerVariant("rightsize-optuna-waves", 1, sampler="random"),
+    # the next wave asked once the last has finished: TPE sees every rung before it asks
+    "rightsize-waves-tpe-sequential": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", overlap=False
+    ),
+    # the final comparison's settings, fixed (chosen on MLP-3 seeds 0-1, docs/tuning.md):
+    # waves of 27 of 143 trials, first rung 1 unit (all of ASHA's rungs) or 3 (fewer
+    # decisions on 10-step losses, more trial-steps)
+    "rightsize-waves-tpe-27x143": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, configurations=143, min_units=1
+    ),
+    "rightsize-waves-tpe-27x143-r3": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, configurations=143, min_units=3
+    ),
+    "rightsize-waves-tpe-27x143-sequential": PeerVariant(
+        "rightsize-optuna-waves",
+        1,
+        sampler="tpe",
+        wave=27,
+        configurations=143,
+        min_units=1,
+        overlap=False,
+    ),
+    "rightsize-waves-random-27x143": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="random", wave=27, configurations=143, min_units=1
+    ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
 #: The module each tool imports before its clock starts (its import is not its search).
@@ -190,6 +234,7 @@ TOOL_MODULES = {
     "ray": "ray.tune",
     "rightsize": "rightsize.packing.runner",
     "rightsize-optuna": "rightsize.integrations.optuna",
+    "rightsize-optuna-waves": "rightsize.integrations.optuna_waves",
 }
 
 
@@ -521,14 +566,21 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
         # "rightsize": random, with rightsize's own draws enqueued; "tpe": multivariate TPE
         # with the constant liar (what the CLI's --optuna-storage opens by default)
         kind = "random" if variant.sampler == "rightsize" else variant.sampler
-        study = optuna.create_study(
-            study_name=STUDY_NAME, sampler=make_sampler(kind, args.seed)
-        )
+        study = optuna.create_study(study_name=STUDY_NAME, sampler=make_sampler(kind, args.seed))
         if variant.sampler == "rightsize":
             _enqueue_rightsize_draws(study, settings, space)
         start = time.perf_counter()
         ran = optimize(study, space, settings, registry, small_brackets_first=variant.small_first)
         wall = time.perf_counter() - start
+    return _study_result(
+        name, variant, settings, study, ran, wall, meter,
+        {"search": search_name, "algorithm": variant.algorithm, "sampler": variant.sampler,
+         "small_brackets_first": variant.small_first, "rightsize_wall_s": ran.result.wall_s},
+    )  # fmt: skip
+
+
+def _study_result(name, variant, settings, study, ran, wall, meter, details) -> VariantResult:
+    """A driver's run as a row: the study's trial states, rightsize's best and step count."""
     states = [t.state.name for t in study.trials]
     result = ran.result
     best = Best(result.best.config.as_dict(), result.best_loss, result.best_resource,
@@ -536,10 +588,7 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
     return VariantResult(
         name, variant.threads, settings.workers, wall, meter.steps, len(states),
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
-        details={"search": search_name, "algorithm": variant.algorithm,
-                 "sampler": variant.sampler, "small_brackets_first": variant.small_first,
-                 "rightsize_trial_steps": ran.search.executor.trial_steps,
-                 "rightsize_wall_s": result.wall_s,
+        details={**details, "rightsize_trial_steps": ran.search.executor.trial_steps,
                  "states": {s: states.count(s) for s in sorted(set(states))}},
     )  # fmt: skip
 
@@ -554,11 +603,44 @@ def _enqueue_rightsize_draws(study, settings: TuneSettings, space) -> None:
             study.enqueue_trial(spec.config.as_dict())
 
 
+def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
+    import optuna
+
+    from rightsize.integrations.optuna import make_sampler
+    from rightsize.integrations.optuna_waves import WaveSettings, optimize_waves
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    search_name = variant.search or args.wave_search
+    settings = tune_settings(SEARCHES[search_name], args)
+    registry = WorkloadRegistry()
+    space = load_space(args.space, model_option_names(registry, args.workload))
+    waves = WaveSettings(
+        variant.wave or args.wave, variant.configurations or args.wave_configurations,
+        variant.min_units or args.wave_min_units, variant.overlap,
+    )  # fmt: skip
+    meter = Meter()
+    with metered_groups(meter):
+        study = optuna.create_study(
+            study_name=STUDY_NAME, sampler=make_sampler(variant.sampler, args.seed)
+        )
+        start = time.perf_counter()
+        ran = optimize_waves(study, space, settings, waves, registry)
+        wall = time.perf_counter() - start
+    groups = [g for r in ran.result.rungs for g in r.groups]
+    return _study_result(
+        name, variant, settings, study, ran, wall, meter,
+        {"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
+         "configurations": ran.asked, "min_units": waves.min_units, "overlap": waves.overlap,
+         "groups": len(groups), "largest_group": max(len(g) for g in groups)},
+    )  # fmt: skip
+
+
 RUNNERS = {
     "optuna": run_optuna,
     "ray": run_ray,
     "rightsize": run_rightsize,
     "rightsize-optuna": run_driver,
+    "rightsize-optuna-waves": run_waves,
 }
 
 
@@ -712,6 +794,16 @@ def parse_args(argv: list[str] | None):
     parser.add_argument(
         "--packed-variant", default="knn-ragged-concurrent+mix-2w", choices=sorted(SEARCHES),
         help="packing_hyperband.py's search for rightsize-packed and the driver",
+    )  # fmt: skip
+    parser.add_argument("--wave", type=int, default=27, help="waves: trials asked at once")
+    parser.add_argument(
+        "--wave-configurations", type=int, default=None,
+        help="waves: trials in all (default: as many as Hyperband samples)",
+    )  # fmt: skip
+    parser.add_argument("--wave-min-units", type=int, default=1, help="waves: first rung")
+    parser.add_argument(
+        "--wave-search", default="knn-ragged+mix-2w", choices=sorted(SEARCHES),
+        help="packing_hyperband.py's search whose packing and workers the waves use",
     )  # fmt: skip
     parser.add_argument("--retrain-seeds", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=3600, help="per variant run")

@@ -69,20 +69,30 @@ class RungExecutor:
         return max(1, round(resource * self.steps_per_unit))
 
     def train(
-        self, states: Sequence[TrialState], groups: list[list[str]], resource: float
+        self,
+        states: Sequence[TrialState],
+        groups: list[list[str]],
+        resource: float | Sequence[float],
     ) -> tuple[dict[str, TrialState], dict[str, float], float]:
-        """Train every trial to ``resource``; returns new states, validation losses, switch seconds."""
+        """Train every trial to ``resource`` (one for all groups, or one per group: packed
+        waves train several rungs at once); returns new states, validation losses, switch
+        seconds."""
         by_id = {s.spec.trial_id: s for s in states}
-        target = self.steps(resource)
+        resources = [resource] * len(groups) if isinstance(resource, int | float) else resource
+        targets = [self.steps(r) for r in resources]
         trained: dict[str, TrialState] = {}
         losses: dict[str, float] = {}
         switch_s = 0.0
         members = [[by_id[i] for i in group] for group in groups]
         if self.pool is not None:
-            outcomes = self.pool.run(members, target, local=self)
+            # one step for all: the largest group first; steps per group: the most trial-steps
+            work = None if isinstance(resource, int | float) else [
+                sum(t - m.step for m in group) for group, t in zip(members, targets, strict=True)
+            ]  # fmt: skip
+            outcomes = self.pool.run(members, targets, local=self, work=work)
         else:
-            outcomes = [self.train_group(m, target) for m in members]
-        for results, seconds in outcomes:
+            outcomes = [self.train_group(m, t) for m, t in zip(members, targets, strict=True)]
+        for (results, seconds), target in zip(outcomes, targets, strict=True):
             switch_s += seconds
             for trial_id, result in results.items():
                 trained[trial_id], losses[trial_id] = result.state, result.val_loss

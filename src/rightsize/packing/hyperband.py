@@ -248,6 +248,11 @@ class Hyperband:
         self.resume, self._clock, self._progress = resume, clock, progress
         self._observe = observe
 
+    def plan(self, trials: list[TrialSpec], s: int, i: int) -> list[list[TrialSpec]]:
+        """pack_opt's groups for ``trials`` at bracket ``s``'s rung ``i`` (the search's planner;
+        the Optuna driver's packed waves plan with it too)."""
+        return self._plan(trials, s, i)
+
     def run(self, brackets: Collection[int] | None = None) -> SearchResult:
         """Run every bracket, or those whose ``s`` is in ``brackets`` (a resumed search
         skips the finished ones); the best is the smallest loss seen (ties: the earliest

@@ -181,30 +181,43 @@ class WorkerPool:
         self._processes: list = []
         self._tasks = self._results = None
 
-    def run(self, groups: Sequence[Sequence[Any]], target: int, local: Any = None) -> list[Any]:
+    def run(
+        self,
+        groups: Sequence[Sequence[Any]],
+        target: int | Sequence[int],
+        local: Any = None,
+        work: Sequence[float] | None = None,
+    ) -> list[Any]:
         """Each group's outcome, in the order given; the largest groups start first.
 
+        ``target``: one step for all groups, or one per group.
         ``local``: the parent's own trainer; it takes groups from the same queue
         while the workers do (None: the parent only waits).
+        ``work``: each group's size for the order (default: its members; groups going to
+        different steps give their trial-steps, so the longest starts first).
         """
         self._start()
+        targets = [target] * len(groups) if isinstance(target, int) else list(target)
+        sizes = [len(g) for g in groups] if work is None else list(work)
         try:
-            return self._run(groups, target, local)
+            return self._run(groups, targets, local, sizes)
         except BaseException:  # KeyboardInterrupt too: queued groups must not keep workers busy
             self._terminate()
             raise
 
-    def _run(self, groups: Sequence[Sequence[Any]], target: int, local: Any) -> list[Any]:
-        order = sorted(range(len(groups)), key=lambda i: -len(groups[i]))
+    def _run(
+        self, groups: Sequence[Sequence[Any]], targets: list[int], local: Any, sizes: list[float]
+    ) -> list[Any]:
+        order = sorted(range(len(groups)), key=lambda i: -sizes[i])
         for index in order:
-            self._tasks.put((index, dumps((list(groups[index]), target))))
+            self._tasks.put((index, dumps((list(groups[index]), targets[index]))))
         outcomes: dict[int, Any] = {}
         drained = local is None  # nobody adds tasks during a run: once empty, only results remain
         while len(outcomes) < len(groups):
             task = None if drained else self._own_task()
             if task is not None:  # the parent's own: its groups, not their bytes
                 index = task[0]
-                outcomes[index] = local.train_group(list(groups[index]), target)
+                outcomes[index] = local.train_group(list(groups[index]), targets[index])
                 continue
             drained = True
             index, payload, error = self._next_result()
