@@ -11,6 +11,7 @@ and writes them first, so the files keep their keys and order.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,7 +21,7 @@ from rightsize.core.errors import SpecError
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fitted:
+class Fitted(ABC):
     """A calibration's provenance (keyword-only: each subclass's fractions come first).
 
     Attributes:
@@ -58,8 +59,9 @@ class Fitted:
                 raise SpecError(f"{cls.WHAT}: {name} = {value} is not in (0, 1]")
 
     @classmethod
+    @abstractmethod
     def from_dict(cls, data: Mapping) -> Self:
-        raise NotImplementedError
+        """A saved calibration: each subclass reads its own fractions, then :meth:`fit_fields`."""
 
     @classmethod
     def shipped(cls) -> Self:

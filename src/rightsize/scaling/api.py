@@ -270,17 +270,13 @@ for _name in ("nodes", "cpu_used_cores"):
 
 
 def metric_sample(
-    time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float,
-    cpu_used_cores: float | None = None,
+    time_s: float, nodes: NodeColumns, steps_per_s: float, samples_per_s: float
 ) -> MetricSample:
     """A :class:`MetricSample` of ``nodes``, made as its constructor would (``cpu_used_cores``
-    derived unless the caller has ``sum(nodes.cpu_used_cores)`` at hand), without it: the
-    simulator's samples."""
-    if cpu_used_cores is None:
-        cpu_used_cores = sum(nodes.cpu_used_cores)
+    derived), without it: the simulator's samples."""
     return filled(MetricSample, {
         "time_s": time_s, "nodes": nodes, "steps_per_s": steps_per_s,
-        "samples_per_s": samples_per_s, "cpu_used_cores": cpu_used_cores,
+        "samples_per_s": samples_per_s, "cpu_used_cores": sum(nodes.cpu_used_cores),
     })  # fmt: skip
 
 

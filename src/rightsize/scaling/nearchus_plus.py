@@ -168,9 +168,14 @@ class PlusNotes:
         """The notes ``plan`` carries (none for no plan, or one nearchus+ did not make)."""
         if plan is None:
             return cls()
-        details = plan.details
-        mu = details.get(cls.WORKER_MU_KEY)
-        return cls(bool(details.get(cls.FINAL_KEY)), None if mu is None else float(mu))
+        mu = plan.details.get(cls.WORKER_MU_KEY)
+        return cls(cls.final_in(plan), None if mu is None else float(mu))
+
+    @classmethod
+    def final_in(cls, plan: Plan | None) -> bool:
+        """:attr:`final` of the notes ``plan`` carries, without making them (asked at every
+        decision)."""
+        return plan is not None and bool(plan.details.get(cls.FINAL_KEY))
 
     def details(self) -> dict[str, float]:
         """The notes as plan ``details`` entries (only those set)."""
@@ -184,8 +189,7 @@ class PlusNotes:
 
 def finished(obs: Observation) -> bool:
     """True once a plan said the search is over (:attr:`PlusNotes.final`)."""
-    plan = obs.last_plan  # asked at every decision: read the one note, make no PlusNotes
-    return plan is not None and bool(plan.details.get(PlusNotes.FINAL_KEY))
+    return PlusNotes.final_in(obs.last_plan)
 
 
 def known_mu(obs: Observation) -> PlusNotes:
