@@ -25,6 +25,7 @@ from rightsize.cluster.traces import nearchus_trace
 from rightsize.core.resources import Resources, sum_resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.core.spec import Strategy
+from rightsize.scaling import dlrover_math as dm
 from rightsize.scaling.api import (
     MetricSample,
     NodeColumns,
@@ -106,6 +107,56 @@ def test_speed_points_from_a_grouped_prior_equal_the_ungrouped_ones():
     for records in (later, [ShapeRecord(four, 0.9), *later], [ShapeRecord(four, 0.9)], []):
         assert remembered.points(records) == speed_points(records, known)
         assert remembered.points(records) == speed_points([*prior, *records])
+
+
+SPEEDS = st.floats(-1, 5) | st.just(float("nan"))
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), SPEEDS), max_size=6),
+    st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4), SPEEDS), max_size=4),
+    st.sampled_from(["async", "sync"]),
+)  # fmt: skip
+def test_optimus_fit_from_kept_prior_means_equals_the_fit_of_all_points(prior, later, mode):
+    """``KnownSpeeds.model`` (what Optimus fits at every decision, keeping the prior's usable
+    means) is ``SpeedModel.fit`` of every point: the same theta, or ``None`` for both — a
+    record at or below 0 steps/s, or NaN, drops its (p, w) even where the prior had a mean."""
+    def record(p, w, speed):
+        shape = ClusterShape.from_counts(p, w, Resources(5), Resources(5))
+        return ShapeRecord(shape, speed)
+
+    prior_records = [record(*point) for point in prior]
+    records = [record(*point) for point in later]
+    kept = KnownSpeeds.of(prior_records).model(records, mode, 64.0)
+    fitted = SpeedModel.fit(speed_points([*prior_records, *records]), mode, 64.0)
+    assert kept == fitted
+
+
+@given(
+    st.lists(st.lists(st.floats(0, 8), min_size=4, max_size=4), min_size=1, max_size=6),
+    st.booleans(),
+)
+def test_dlrover_usage_down_the_columns_equals_the_sample_by_sample_sums(used, one_node_left):
+    """``dlrover_math.Usage`` sums each node's column in one pass when every sample has the
+    shape's nodes, and sample by sample otherwise (a node gone mid-window): the same floats
+    as each node's ``used / count`` added in sample order, and each role's ``sum``."""
+    shape = ClusterShape.from_counts(1, 3, Resources(8), Resources(8))
+    nodes = shape.nodes
+    window = tuple(
+        MetricSample(10.0 * (i + 1), tuple(
+            NodeMetrics(n.name, n.role, u, 8.0) for n, u in zip(nodes, row, strict=True)
+            if not (one_node_left and i == 0 and n.name == "worker-2")), 1.0)
+        for i, row in enumerate(used)
+    )  # fmt: skip
+    usage = dm.Usage.of(Observation(job="j", time_s=100.0, shape=shape, budget=Resources(32),
+                                    free=Resources(0), window=window))  # fmt: skip
+    cpu: dict[str, float] = {}
+    for sample in window:
+        for node in sample.nodes:
+            cpu[node.name] = cpu.get(node.name, 0.0) + node.cpu_used_cores / len(window)
+    assert usage.cpu == cpu and list(usage.cpu) == list(cpu)
+    for role in (NodeRole.PS, NodeRole.WORKER):
+        assert usage.role_used(role) == sum(cpu.get(n.name, 0.0) for n in shape.role(role))
 
 
 def test_simulated_samples_are_the_ones_the_runtime_makes_of_its_node_metrics():

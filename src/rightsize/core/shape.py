@@ -108,6 +108,11 @@ class ClusterShape:
         }
 
     @remembered_property
+    def names(self) -> tuple[str, ...]:
+        """Each node's name, in node order (the order of every sample's node columns)."""
+        return tuple([node.name for node in self.nodes])
+
+    @remembered_property
     def _total(self) -> Resources:
         return sum_resources([node.resources for node in self.nodes])
 

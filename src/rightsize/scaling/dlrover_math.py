@@ -117,16 +117,33 @@ class Usage:
     def __post_init__(self) -> None:
         # (plain zips below: columns hold one value per node, and ``strict=`` costs a third
         # of these loops on Python 3.11)
-        cpu: dict[str, float] = {}
-        count = len(self.samples) or 1
-        for sample in self.samples:
-            nodes = sample.nodes
-            for name, used in zip(nodes.names, nodes.cpu_used_cores):  # noqa: B905 (columns)
-                cpu[name] = cpu.get(name, 0.0) + used / count
-        role_used = {
-            role: sum(cpu.get(n.name, 0.0) for n in self.shape.role(role))
-            for role in (NodeRole.PS, NodeRole.WORKER)
-        }
+        samples, shape = self.samples, self.shape
+        count = len(samples) or 1
+        names = shape.names
+        if samples and all(sample.nodes.names == names for sample in samples):
+            # every sample has the shape's nodes (a window belongs to one shape): each node's
+            # readings summed in one pass down its column, and the roles' totals in node order
+            # (the same additions, in the same order, as the general loop and ``sum`` below)
+            cpu = {}
+            role_used: dict[NodeRole, float] = {NodeRole.PS: 0, NodeRole.WORKER: 0}  # sum's start
+            columns = zip(*[sample.nodes.cpu_used_cores for sample in samples])  # noqa: B905
+            for node, readings in zip(shape.nodes, columns):  # noqa: B905 (a column per node)
+                mean = 0.0
+                for used in readings:
+                    mean += used / count
+                cpu[node.name] = mean
+                if node.role in role_used:
+                    role_used[node.role] += mean
+        else:  # nodes that came or went inside the window (the runtime's samples can)
+            cpu = {}
+            for sample in samples:
+                nodes = sample.nodes
+                for name, used in zip(nodes.names, nodes.cpu_used_cores):  # noqa: B905 (columns)
+                    cpu[name] = cpu.get(name, 0.0) + used / count
+            role_used = {
+                role: sum(cpu.get(n.name, 0.0) for n in shape.role(role))
+                for role in (NodeRole.PS, NodeRole.WORKER)
+            }
         object.__setattr__(self, "cpu", cpu)
         object.__setattr__(self, "_role_used", role_used)
 

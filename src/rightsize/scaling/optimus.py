@@ -75,12 +75,20 @@ class SpeedModel:
     ) -> SpeedModel | None:
         """NNLS fit over ``(p, w, steps_per_s)`` points; ``None`` with too few distinct points."""
         usable = [(p, w, f) for p, w, f in points if p > 0 and w > 0 and f > 0]
-        a = design_matrix(mode, tuple([(p, w) for p, w, _ in usable]), global_batch)
+        return cls.fit_usable([((p, w), f) for p, w, f in usable], mode, global_batch)
+
+    @classmethod
+    def fit_usable(
+        cls, points: Sequence[tuple[tuple[int, int], float]], mode: str, global_batch: float
+    ) -> SpeedModel | None:
+        """:meth:`fit` over ``((p, w), steps_per_s)`` points whose values are all above 0."""
+        a = design_matrix(mode, tuple([key for key, _ in points]), global_batch)
         if a is None:
             return None
         b = np.array(
-            [w / f for _, w, f in usable] if mode == OptimusMode.ASYNC else [1 / f for *_, f in usable]
-        )
+            [w / f for (_, w), f in points] if mode == OptimusMode.ASYNC
+            else [1 / f for _, f in points]
+        )  # fmt: skip
         from scipy.optimize import nnls  # scipy loads in about a second; only a fit needs it
 
         theta, _ = nnls(a, b)
@@ -134,6 +142,14 @@ def design_matrix(
     return _read_only(np.array([x for row in rows for x in row]).reshape(len(rows), n_params))
 
 
+def _pair(index: int) -> tuple[int, int]:
+    """The ``index``-th (p, w) of ``[(p, n - p) for n in range(2, N + 1) for p in range(1, n)]``
+    (whatever N beyond it): the pairs of ``n`` nodes start at index ``(n - 1)(n - 2) / 2``."""
+    n = (math.isqrt(8 * index + 1) - 1) // 2 + 2  # the largest n with (n-1)(n-2)/2 <= index
+    p = index - (n - 1) * (n - 2) // 2 + 1
+    return p, n - p
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     """``array``, made read-only: it is shared by every caller of a cache."""
     array.flags.writeable = False
@@ -166,28 +182,51 @@ def group_speeds(records: Iterable[ShapeRecord]) -> dict[tuple[int, int], list[f
 class KnownSpeeds:
     """Speeds already measured (a job's prior), grouped per (p, w) with each group's mean.
 
-    Every decision of a job fits over its prior plus its own few records; the prior's groups
-    and their means are computed once here, and only the groups a decision's records touch
-    are averaged again (:meth:`points`).
+    Every decision of a job fits over its prior plus its own few records; the prior's groups,
+    their means and which of them a fit can use are worked out once here, and only the groups
+    a decision's records touch are averaged and checked again (:meth:`points`, :meth:`model`).
     """
 
     grouped: dict[tuple[int, int], list[float]]
     means: dict[tuple[int, int], float]
+    usable: dict[tuple[int, int], float]  # the means a fit uses: p, w and speed above 0
 
     @classmethod
     def of(cls, records: Iterable[ShapeRecord]) -> KnownSpeeds:
         grouped = group_speeds(records)
-        return cls(grouped, {key: _mean(values) for key, values in grouped.items()})
+        means = {key: _mean(values) for key, values in grouped.items()}
+        return cls(grouped, means, {key: f for key, f in means.items() if _usable(key, f)})
 
     def points(self, records: Iterable[ShapeRecord]) -> list[tuple[int, int, float]]:
         """``speed_points(records, self.grouped)``, the same numbers, without re-averaging the
         groups ``records`` leave alone."""
-        fresh = {
+        # Sorted by (p, w), each group once: the speeds themselves are never compared.
+        merged = self.means | self._fresh(records)
+        return [(p, w, speed) for (p, w), speed in sorted(merged.items())]
+
+    def model(
+        self, records: Iterable[ShapeRecord], mode: str, global_batch: float
+    ) -> SpeedModel | None:
+        """``SpeedModel.fit(self.points(records), mode, global_batch)`` — the same fit — with
+        the prior's usable means as they are (Optimus fits at every decision)."""
+        fresh = self._fresh(records)
+        merged = self.usable | fresh
+        for key, speed in fresh.items():
+            if not _usable(key, speed):
+                del merged[key]  # (a prior mean it replaced goes too, as in ``points``)
+        return SpeedModel.fit_usable(sorted(merged.items()), mode, global_batch)
+
+    def _fresh(self, records: Iterable[ShapeRecord]) -> dict[tuple[int, int], float]:
+        """The mean speed of each (p, w) ``records`` touch, with the prior's speeds there."""
+        return {
             key: _mean([*self.grouped.get(key, ()), *values])
             for key, values in group_speeds(records).items()
         }
-        # Sorted by (p, w), each group once: the speeds themselves are never compared.
-        return [(p, w, speed) for (p, w), speed in sorted((self.means | fresh).items())]
+
+
+def _usable(key: tuple[int, int], speed: float) -> bool:
+    """Whether a fit uses the point: p, w and the speed all above 0 (not a NaN speed)."""
+    return key[0] > 0 and key[1] > 0 and speed > 0
 
 
 class OptimusPolicy(Policy):
@@ -221,9 +260,6 @@ class OptimusPolicy(Policy):
         self.mode = mode
         self.global_batch = global_batch
         self.seed = seed
-        # Prior speeds grouped by (p, w), per prior tuple (by identity; the tuple is kept so its
-        # id stays unique): a mechanism hands the same tuple to every decision of a job, and
-        # jobs of several models interleave.
 
     def max_nodes(self, budget: Resources) -> int:
         return int(budget.cpu_cores / self.cores_per_node + 1e-9)
@@ -243,10 +279,12 @@ class OptimusPolicy(Policy):
     ) -> tuple[ClusterShape, ...]:
         """``profile_configs`` distinct (p, w) shapes within the budget, drawn by seed."""
         total = self.max_nodes(budget)
-        pairs = [(p, n - p) for n in range(2, total + 1) for p in range(1, n)]
         rng = np.random.default_rng([self.seed, total])
+        # a permutation of the pairs (p, n - p) for n in 2..total and p in 1..n-1, in that
+        # order; only the chosen ones are made (a budget of a hundred nodes has ~5,000 pairs)
+        count = (total - 1) * total // 2 if total >= 2 else 0
         chosen = sorted(
-            pairs[i] for i in rng.permutation(len(pairs))[: self.profile_configs].tolist()
+            _pair(i) for i in rng.permutation(count)[: self.profile_configs].tolist()
         )
         node = node_of(budget, self.cores_per_node)
         return tuple(fixed_node_shape(p, w, node) for p, w in chosen)
@@ -265,8 +303,8 @@ class OptimusPolicy(Policy):
         node = node_of(obs.budget, self.cores_per_node)
         if not node.fits_within(obs.headroom):
             return None
-        points = obs.job_readings.of("optimus.prior", lambda: KnownSpeeds.of(obs.prior)).points([*obs.history, current])
-        model = SpeedModel.fit(points, self.mode, self.global_batch)
+        known = obs.job_readings.of("optimus.prior", lambda: KnownSpeeds.of(obs.prior))
+        model = known.model([*obs.history, current], self.mode, self.global_batch)
         if model is None:
             return self._explore(obs, node)
         base = model.predict(p, w)
