@@ -1,6 +1,8 @@
 """DLRover §4: eq. 10-11 against the paper's own tables, and each stage's decision by hand."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rightsize.core.resources import Resources
 from rightsize.core.shape import ClusterShape, NodeRole
@@ -260,3 +262,26 @@ def test_a_small_budget_rounds_worker_cpu_to_tenths_not_whole_cores():
     policy = DLRoverPolicy()
     assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(2), Resources(2))) == 0.1
     assert policy.core_step(Observation("j", 0, SHAPE_2CPU, Resources(30), Resources(30))) == 1
+
+
+@given(
+    st.floats(0.001, 64), st.floats(0.001, 8), st.integers(1, 6), st.floats(0, 64),
+    st.floats(0.0005, 8), st.floats(0.001, 32), st.floats(0, 40),
+)  # fmt: skip
+def test_no_room_for_a_worker_is_never_wrong(budget, node_cpu, workers, free, step, c_max, w_hat):
+    """``no_room_for`` (read before ŵ, without making the headroom) says "no room" only where
+    ``add_workers``' own test — the headroom's CPU over the rounded worker's — fits none."""
+    shape = ClusterShape.from_counts(1, workers, Resources(node_cpu), Resources(node_cpu))
+    obs = Observation("j", 0.0, shape, Resources(budget), Resources(free))
+    worker = Resources(min(dm.rounded_up(w_hat, step), c_max)).cpu_cores
+    if dm.no_room_for(obs, min(step, c_max)):
+        assert int(obs.headroom.cpu_cores // worker) < 1
+
+
+def test_no_room_for_reads_the_budget_left_and_the_free_cpu():
+    shape = ClusterShape.from_counts(1, 2, Resources(1), Resources(1))  # 3 cpu in all
+    assert dm.no_room_for(Observation("j", 0.0, shape, Resources(3.5), Resources(9)), 1)
+    assert dm.no_room_for(Observation("j", 0.0, shape, Resources(9), Resources(0.5)), 1)
+    assert not dm.no_room_for(Observation("j", 0.0, shape, Resources(4), Resources(1)), 1)
+    # within the rounding margin of one worker: left to add_workers' own test
+    assert not dm.no_room_for(Observation("j", 0.0, shape, Resources(3.999), Resources(9)), 1)

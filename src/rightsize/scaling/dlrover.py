@@ -343,8 +343,10 @@ class DLRoverPolicy(Policy):
             target = min(target, self.params.max_workers)
         if target <= obs.shape.n_workers:
             return None  # the PS serve no more workers than the job has
-        cores = min(dm.rounded_up(usage.worker_used(), self.core_step(obs)),
-                    self.c_max(obs.node_limit))  # fmt: skip
+        step, c_max = self.core_step(obs), self.c_max(obs.node_limit)
+        if dm.no_room_for(obs, min(step, c_max)):
+            return None  # not even a worker of one step fits (DLRover is asked every interval)
+        cores = min(dm.rounded_up(usage.worker_used(), step), c_max)
         # (growth_room's CPU is the headroom's: checked first, without building the room)
         fits = int(obs.headroom.cpu_cores // Resources(cores).cpu_cores)
         if fits < 1:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from rightsize.core.resources import Resources
+from rightsize.core.resources import CPU_DECIMALS, Resources
 from rightsize.core.shape import ClusterShape, NodeRole
 from rightsize.scaling.api import MetricSample, Observation
 from rightsize.scaling.shapes import DERIVED_SHAPES
@@ -63,6 +63,16 @@ def rounded_up(cores: float, step: float) -> float:
     steps = max(1, math.ceil(cores / step - 1e-9))
     value = round(steps * step, 6)
     return int(value) if value.is_integer() else value  # whole cores stay whole numbers
+
+
+def no_room_for(obs: Observation, cores: float) -> bool:
+    """Whether the job's headroom CPU is surely below ``cores`` (and below every worker of at
+    least ``cores`` rounded as :func:`rounded_up` and ``Resources`` round), read from the
+    budget, the shape's total and the free CPU without making ``obs.headroom``: that rounds
+    to millicores, so a margin of two keeps the answer exact. A job without room for one
+    more worker is the usual case of a decision, made every interval."""
+    budget_left = max(0.0, obs.budget.cpu_cores - obs.shape.total().cpu_cores)
+    return min(budget_left, obs.free.cpu_cores) < cores - 2 * 10**-CPU_DECIMALS
 
 
 def hot_ps_cores(s_hot: float, s_used: float, s_hat: float, n_workers: int, c_max: float) -> float:
