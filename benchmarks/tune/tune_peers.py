@@ -145,7 +145,11 @@ class PeerVariant:
         sampler, scheduler: Optuna's sampler; Ray's scheduler.
         search: packing_hyperband.py's variant (None: ``--packed-variant``).
         algorithm: rightsize's search algorithm (``hyperband`` or ``successive-halving``).
-        small_first: the driver runs the brackets with the fewest trials first.
+        small_first: the driver (or the bracketed waves) runs the brackets with the fewest
+            trials first.
+        brackets: packed waves over Hyperband's brackets — each bracket one waves run (its
+            first rung's trials and resource), largest first, on one study: the sampler
+            learns from every earlier bracket, and more trials are confirmed at R.
         wave: packed waves (rightsize-optuna-waves): trials asked at once (None: the
             ``--wave`` option); ``configurations`` trials in all (None: ``--wave-configurations``,
             else as many as Hyperband samples); ``min_units`` the first rung (None:
@@ -164,6 +168,7 @@ class PeerVariant:
     configurations: int | None = None
     min_units: int | None = None
     overlap: bool = True
+    brackets: bool = False
 
 
 SHA = "successive-halving"
@@ -225,6 +230,16 @@ VARIANTS = {
     ),
     "rightsize-waves-random-27x143": PeerVariant(
         "rightsize-optuna-waves", 1, sampler="random", wave=27, configurations=143, min_units=1
+    ),
+    # Hyperband's five brackets as waves of at most 27 (81 trials from 1 unit, 34 from 3,
+    # 15 from 9, 8 from 27, 5 at R): what docs/tuning.md proposed to close MLP-3's gap
+    "rightsize-waves-tpe-brackets": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, brackets=True
+    ),
+    # the same, the brackets with the fewest trials first (5 at R first): TPE then knows
+    # losses at R before the large brackets ask
+    "rightsize-waves-tpe-brackets-small-first": PeerVariant(
+        "rightsize-optuna-waves", 1, sampler="tpe", wave=27, brackets=True, small_first=True
     ),
 }
 PEERS = tuple(n for n, v in VARIANTS.items() if v.tool in ("optuna", "ray"))
@@ -579,8 +594,11 @@ def run_driver(name: str, variant: PeerVariant, args) -> VariantResult:
     )  # fmt: skip
 
 
-def _study_result(name, variant, settings, study, ran, wall, meter, details) -> VariantResult:
-    """A driver's run as a row: the study's trial states, rightsize's best and step count."""
+def _study_result(
+    name, variant, settings, study, ran, wall, meter, details, trial_steps=None
+) -> VariantResult:
+    """A driver's run as a row: the study's trial states, rightsize's best and step count
+    (``trial_steps``: those of several runs on the study, ``ran`` the one with the best)."""
     states = [t.state.name for t in study.trials]
     result = ran.result
     best = Best(result.best.config.as_dict(), result.best_loss, result.best_resource,
@@ -588,7 +606,8 @@ def _study_result(name, variant, settings, study, ran, wall, meter, details) -> 
     return VariantResult(
         name, variant.threads, settings.workers, wall, meter.steps, len(states),
         states.count("COMPLETE"), states.count("PRUNED"), meter.busy_s, best, 0.0,
-        details={**details, "rightsize_trial_steps": ran.search.executor.trial_steps,
+        details={**details, "rightsize_trial_steps": (
+                     ran.search.executor.trial_steps if trial_steps is None else trial_steps),
                  "states": {s: states.count(s) for s in sorted(set(states))}},
     )  # fmt: skip
 
@@ -618,20 +637,29 @@ def run_waves(name: str, variant: PeerVariant, args) -> VariantResult:
         variant.wave or args.wave, variant.configurations or args.wave_configurations,
         variant.min_units or args.wave_min_units, variant.overlap,
     )  # fmt: skip
+    runs = [waves]
+    if variant.brackets:
+        schedule = settings.schedule()[:: -1 if variant.small_first else 1]
+        runs = [WaveSettings(min(waves.wave, b.rungs[0].n), b.rungs[0].n, int(b.rungs[0].r),
+                             waves.overlap) for b in schedule]  # fmt: skip
     meter = Meter()
     with metered_groups(meter):
         study = optuna.create_study(
             study_name=STUDY_NAME, sampler=make_sampler(variant.sampler, args.seed)
         )
         start = time.perf_counter()
-        ran = optimize_waves(study, space, settings, waves, registry)
+        rans = [optimize_waves(study, space, settings, run, registry) for run in runs]
         wall = time.perf_counter() - start
-    groups = [g for r in ran.result.rungs for g in r.groups]
+    # the study's answer: the best trial trained furthest (to R where any was)
+    ran = min(rans, key=lambda r: (-r.result.best_resource, r.result.best_loss))
+    groups = [g for r in rans for rung in r.result.rungs for g in rung.groups]
     return _study_result(
         name, variant, settings, study, ran, wall, meter,
         {"search": search_name, "sampler": variant.sampler, "wave": waves.wave,
-         "configurations": ran.asked, "min_units": waves.min_units, "overlap": waves.overlap,
+         "configurations": sum(r.asked for r in rans), "overlap": waves.overlap,
+         "min_units": [run.min_units for run in runs] if variant.brackets else waves.min_units,
          "groups": len(groups), "largest_group": max(len(g) for g in groups)},
+        trial_steps=sum(r.search.executor.trial_steps for r in rans),
     )  # fmt: skip
 
 
