@@ -189,7 +189,11 @@ def test_recommendations_from_the_services_profile(service, tmp_path):
     from profile_factory import linear_profile
 
     (allocator.workdir / "profiles").mkdir(parents=True)
-    linear_profile().save(allocator.workdir / "profiles" / "mlp3-digits-cpu.json")
+    from rightsize.profiling.profile import TensorCounts
+
+    # the tensor counts the service's profiler records (TensorFlow's PS costs per tensor)
+    counted = linear_profile().model_copy(update={"tensors": TensorCounts(parameters=6, state=0)})
+    counted.save(allocator.workdir / "profiles" / "mlp3-digits-cpu.json")
     body = {"workload": "mlp3", "dataset": "digits", "global_batch": 512, "iterations": 1000,
             "instances": "g4dn.xlarge:8,p3.2xlarge:8", "constraints": {"deadline": "2h"}}  # fmt: skip
     answer = client.post("/recommendations", json=body, headers=auth(tokens["alice"]))
@@ -203,9 +207,17 @@ def test_recommendations_from_the_services_profile(service, tmp_path):
     said = {p["policy"]: p["optimises"] for p in found["fc2"]["plans"] + plans}
     assert "not the lowest total cost" in said["cost-opt"] and said["srift"]
     assert all(p["total_cost"] > 0 and p["price_per_hour"] > 0 for p in found["fc2"]["plans"])
+    # FC2 plans for the PS framework asked for, and says which (default: rightsize's own)
+    assert found["fc2"]["ps_framework"] == "rightsize" and found["fc2"]["default"]
+    grpc = client.post("/recommendations", json={**body, "ps_framework": "tensorflow1-grpc"},
+                       headers=auth(tokens["alice"])).json()["fc2"]  # fmt: skip
+    assert grpc.get("ps_framework") == "tensorflow1-grpc" and not grpc["default"], grpc
+    times = {p["policy"]: p["total_seconds"] for p in found["fc2"]["plans"]}
+    assert any(p["total_seconds"] != times[p["policy"]] for p in grpc["plans"])
     for change, field in ((("instances", "g4dn.xlarg"), "instances"),
                           (("workload", "pkg.mod:factory"), "workload"),
                           (("dataset", "no-such-data"), "workload"),
+                          (("ps_framework", "tensorflow2"), "ps_framework"),
                           (("global_batch", 0), "global_batch")):  # fmt: skip
         bad = client.post("/recommendations", json={**body, change[0]: change[1]},
                           headers=auth(tokens["alice"]))  # fmt: skip

@@ -21,10 +21,12 @@ from rightsize.core.limits import MAX_BATCH, MAX_INSTANCES, MAX_ITERATIONS
 from rightsize.core.spec import Constraints, Objective
 from rightsize.perf.comm import AnalyticCommModel
 from rightsize.perf.precision import Precision
+from rightsize.perf.ps_profiles import PSFramework
 from rightsize.planning.estimate import PlanRequest
 from rightsize.planning.fc2 import Fc2Request
 from rightsize.planning.options import DeviceChoice
 from rightsize.planning.planner import main_region
+from rightsize.planning.ps_framework import PSFrameworkStatement, with_tensor_counts
 from rightsize.planning.recommend import Market, fc2, srift
 from rightsize.service.history import measured_speeds
 from rightsize.service.profiles import ProfileBook, ProfilingState, WorkloadKey
@@ -57,6 +59,8 @@ class RecommendationRequest(BaseModel):
     fc2_max_workers: int = Field(default=FC2_DEFAULT_MAX_WORKERS, ge=1, le=MAX_INSTANCES)
     fc2_worker_type: str | None = Field(default=None, max_length=100, description="Scala-Opt-M's "
                                         "manually chosen worker type (one of FC2's workers)")  # fmt: skip
+    ps_framework: PSFramework = Field(default=PSFramework.RIGHTSIZE, description="whose "
+                                      "parameter server FC2 plans for (its service costs)")  # fmt: skip
 
 
 def workload_key(request: RecommendationRequest) -> WorkloadKey:
@@ -111,10 +115,13 @@ def recommend(request: RecommendationRequest, profiles: ProfileBook,
         workers = Market.of(catalog, request.fc2_workers or request.instances or _cheapest_gpus(catalog),
                             spot=request.spot, device=market.device)  # fmt: skip
         fc2_request = Fc2Request(request.global_batch, request.iterations,
-                                 max_workers=request.fc2_max_workers)  # fmt: skip
-        found_fc2 = fc2([profile], workers, fc2_request, worker_type=request.fc2_worker_type)
+                                 max_workers=request.fc2_max_workers,
+                                 ps_framework=request.ps_framework)  # fmt: skip
+        counted = with_tensor_counts(profile, request.ps_framework, "the service's profile")
+        found_fc2 = fc2([counted], workers, fc2_request, worker_type=request.fc2_worker_type)
         fc2_answer = {"ps": found_fc2.ps.name, "header": found_fc2.header,
-                      "plans": [p.to_dict() for p in found_fc2.plans]}  # fmt: skip
+                      "plans": [p.to_dict() for p in found_fc2.plans],
+                      **PSFrameworkStatement(request.ps_framework).to_dict()}  # fmt: skip
     except RightsizeError as exc:
         fc2_answer = {"error": str(exc)}
     return {"profile": {"workload": profile.workload, "dataset": profile.dataset,
