@@ -150,3 +150,13 @@ def test_fa_bf_without_measured_shapes_says_what_it_needs():
 def test_registry_knows_every_policy():
     assert {"nearchus", "nearchus+", "dlrover", "optimus", "fa-bf", "static"} <= set(policy_names())
     assert make_policy("optimus", interval_s=300).interval_s == 300
+
+
+def test_a_prior_pair_by_index_is_the_listed_pair():
+    """prior_shapes draws indices into ``[(p, n - p) for n in 2..N for p in 1..n-1]`` and makes
+    only the chosen pairs (``_pair``): each index gives the listed pair, for every N."""
+    from rightsize.scaling.optimus import _pair
+
+    for total in range(2, 60):
+        pairs = [(p, n - p) for n in range(2, total + 1) for p in range(1, n)]
+        assert [_pair(i) for i in range(len(pairs))] == pairs
