@@ -52,6 +52,7 @@ from rightsize.integrations.optuna_pack import (  # noqa: F401 (the batched ask,
     PackedTrial,
     check_minimizing,
     fail_interrupted_packs,
+    tell_final,
     train_packed,
 )
 from rightsize.packing.hyperband import RungRecord, SearchResult, best_seen
@@ -339,10 +340,7 @@ class _Driver:
                     self.study.tell(self.trials[tid], state=OptunaState.PRUNED)
             return
         for tid, loss in record.losses.items():
-            if math.isfinite(loss):
-                self.study.tell(self.trials[tid], loss)
-            else:
-                self.study.tell(self.trials[tid], state=OptunaState.FAIL)
+            tell_final(self.study, self.trials[tid], loss)
         loss, spec, resource = best_seen(self.records[record.bracket], {record.bracket: 0})
         best = {"trial": self.trials[spec.trial_id].number, "loss": loss, "resource": resource}
         self.study.set_user_attr(BRACKET_ATTR.format(s=record.bracket), best)

@@ -161,6 +161,14 @@ def train_packed(
     return results
 
 
+def tell_final(study: optuna.Study, trial: optuna.Trial, loss: float) -> None:
+    """Tell the study a trial's loss at R: ``COMPLETE`` with it, or ``FAIL`` if it diverged."""
+    if math.isfinite(loss):
+        study.tell(trial, loss)
+    else:
+        study.tell(trial, state=OptunaState.FAIL)
+
+
 def check_minimizing(study: optuna.Study) -> None:
     """Raise SpecError unless ``study`` minimizes one value (rightsize's validation loss)."""
     if len(study.directions) != 1 or study.direction != optuna.study.StudyDirection.MINIMIZE:

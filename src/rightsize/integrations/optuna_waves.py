@@ -41,7 +41,7 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 
 from rightsize.core.errors import SpecError
-from rightsize.integrations.optuna_pack import check_minimizing
+from rightsize.integrations.optuna_pack import check_minimizing, tell_final
 from rightsize.packing.hyperband import RungRecord, SearchResult, sampled
 from rightsize.packing.runner import Search, TuneSettings, model_option_names, prepare_search
 from rightsize.packing.space import SearchSpace
@@ -244,7 +244,7 @@ class _WaveRun:
         going = set() if last else set(promoted(ours, self.history[i], self.eta))
         for tid, loss in ours.items():
             if last:
-                self._finish(wave.trials[tid], loss)
+                tell_final(self.study, wave.trials[tid], loss)
             elif tid not in going:
                 self.study.tell(wave.trials[tid], state=OptunaState.PRUNED)
         self.progress(
@@ -254,12 +254,6 @@ class _WaveRun:
         wave.states = [trained[s.spec.trial_id] for s in wave.states if s.spec.trial_id in going]
         wave.rung += 1
         return bool(wave.states)
-
-    def _finish(self, trial: optuna.Trial, loss: float) -> None:
-        if math.isfinite(loss):
-            self.study.tell(trial, loss)
-        else:
-            self.study.tell(trial, state=OptunaState.FAIL)
 
     def result(self, wall_s: float) -> SearchResult:
         """The best trained to R, else the smallest loss at the highest rung reached."""
