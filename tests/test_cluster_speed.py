@@ -101,12 +101,19 @@ def test_speed_points_from_a_grouped_prior_equal_the_ungrouped_ones():
     assert speed_points(later, known) == speed_points([*prior, *later])
     assert speed_points(later, known)[0] == (1, 2, 1.1)
     assert known == {(1, 2): [1.0], (1, 3): [1.4]}  # left unchanged
-    # KnownSpeeds (what Optimus keeps per prior) gives the same points, new (p, w) or not.
+    # KnownSpeeds (what Optimus keeps per prior) fits the same model as the points, new
+    # (p, w) or not (a prior of five shapes: enough distinct points for either mode's fit)
     four = ClusterShape.from_counts(2, 2, Resources(5), Resources(5))
-    remembered = KnownSpeeds.of(prior)
+    wide = (ShapeRecord(ClusterShape.from_counts(2, 3, Resources(5), Resources(5)), 1.6),
+            ShapeRecord(ClusterShape.from_counts(3, 4, Resources(5), Resources(5)), 2.1),
+            ShapeRecord(ClusterShape.from_counts(2, 5, Resources(5), Resources(5)), 2.3))
+    remembered, known = KnownSpeeds.of([*prior, *wide]), group_speeds([*prior, *wide])
     for records in (later, [ShapeRecord(four, 0.9), *later], [ShapeRecord(four, 0.9)], []):
-        assert remembered.points(records) == speed_points(records, known)
-        assert remembered.points(records) == speed_points([*prior, *records])
+        for mode in ("async", "sync"):
+            kept = remembered.model(records, mode, 64.0)
+            assert kept is not None
+            assert kept == SpeedModel.fit(speed_points(records, known), mode, 64.0)
+            assert kept == SpeedModel.fit(speed_points([*prior, *wide, *records]), mode, 64.0)
 
 
 SPEEDS = st.floats(-1, 5) | st.just(float("nan"))

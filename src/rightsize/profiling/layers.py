@@ -136,9 +136,10 @@ def layer_costs(
         for handle in handles:
             handle.remove()
         model.zero_grad(set_to_none=True)
-    fwd = _own_counts(_per_module(forward), layers, model)
+    raw_forward = _per_module(forward)
+    fwd = _own_counts(raw_forward, layers, model)
     back = _own_counts(by_owner.flops, layers, model)
-    forward_total = _per_module(forward).get("Global", 0.0)
+    forward_total = raw_forward.get("Global", 0.0)
     backward_total = _per_module(both).get("Global", 0.0)
     for name, flops in recurrent.items():
         if fwd.get(name, 0.0) == 0.0:  # backward: the gradients of inputs and of weights

@@ -142,8 +142,7 @@ class Usage:
                 for used in readings:
                     mean += used / count
                 cpu[node.name] = mean
-                if node.role in role_used:
-                    role_used[node.role] += mean
+                role_used[node.role] += mean
         else:  # nodes that came or went inside the window (the runtime's samples can)
             cpu = {}
             for sample in samples:

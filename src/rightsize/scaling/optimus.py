@@ -74,8 +74,8 @@ class SpeedModel:
         cls, points: Sequence[tuple[int, int, float]], mode: str = "async", global_batch=1.0
     ) -> SpeedModel | None:
         """NNLS fit over ``(p, w, steps_per_s)`` points; ``None`` with too few distinct points."""
-        usable = [(p, w, f) for p, w, f in points if p > 0 and w > 0 and f > 0]
-        return cls.fit_usable([((p, w), f) for p, w, f in usable], mode, global_batch)
+        usable = [((p, w), f) for p, w, f in points if _usable((p, w), f)]
+        return cls.fit_usable(usable, mode, global_batch)
 
     @classmethod
     def fit_usable(
@@ -184,7 +184,7 @@ class KnownSpeeds:
 
     Every decision of a job fits over its prior plus its own few records; the prior's groups,
     their means and which of them a fit can use are worked out once here, and only the groups
-    a decision's records touch are averaged and checked again (:meth:`points`, :meth:`model`).
+    a decision's records touch are averaged and checked again (:meth:`model`).
     """
 
     grouped: dict[tuple[int, int], list[float]]
@@ -197,23 +197,18 @@ class KnownSpeeds:
         means = {key: _mean(values) for key, values in grouped.items()}
         return cls(grouped, means, {key: f for key, f in means.items() if _usable(key, f)})
 
-    def points(self, records: Iterable[ShapeRecord]) -> list[tuple[int, int, float]]:
-        """``speed_points(records, self.grouped)``, the same numbers, without re-averaging the
-        groups ``records`` leave alone."""
-        # Sorted by (p, w), each group once: the speeds themselves are never compared.
-        merged = self.means | self._fresh(records)
-        return [(p, w, speed) for (p, w), speed in sorted(merged.items())]
-
     def model(
         self, records: Iterable[ShapeRecord], mode: str, global_batch: float
     ) -> SpeedModel | None:
-        """``SpeedModel.fit(self.points(records), mode, global_batch)`` — the same fit — with
-        the prior's usable means as they are (Optimus fits at every decision)."""
+        """``SpeedModel.fit(speed_points(records, self.grouped), mode, global_batch)`` — the
+        same fit — without re-averaging the groups ``records`` leave alone, and with the
+        prior's usable means as they are (Optimus fits at every decision)."""
         fresh = self._fresh(records)
         merged = self.usable | fresh
         for key, speed in fresh.items():
             if not _usable(key, speed):
-                del merged[key]  # (a prior mean it replaced goes too, as in ``points``)
+                del merged[key]  # (a prior mean it replaced goes too)
+        # sorted by (p, w), each group once: the speeds themselves are never compared
         return SpeedModel.fit_usable(sorted(merged.items()), mode, global_batch)
 
     def _fresh(self, records: Iterable[ShapeRecord]) -> dict[tuple[int, int], float]:
