@@ -104,3 +104,28 @@ def test_bad_catalog_rows(tmp_path, rows, header, message):
 def test_unreadable_catalog(tmp_path):
     with pytest.raises(SpecError, match="cannot read catalog"):
         load_catalog(tmp_path / "absent.csv")
+
+
+def test_keplers_single_issue_fraction_is_read_and_checked(tmp_path):
+    """A K80's SMX has 192 FP32 cores and 4 schedulers of 32 lanes: single issue keeps 2/3 busy,
+    and that is the rate the device models time its arithmetic at (AMP included: it has no
+    faster fp16 path); an issue fraction outside (0, 1] names the file, line and column."""
+    from rightsize.core.catalog import find_accelerator
+    from rightsize.perf.precision import OpClass, Precision, peak_flops_per_s, runs_on_tensor_cores
+
+    k80, v100 = find_accelerator("K80"), find_accelerator("V100")
+    assert k80.issue_fraction == pytest.approx(2 / 3, abs=1e-3) and v100.issue_fraction is None
+    assert k80.cuda_core_flops_per_s == pytest.approx(2.80e12 * 2 / 3, rel=1e-3)
+    assert v100.cuda_core_flops_per_s == v100.fp32_tflops * 1e12
+    for precision in (Precision.FP32, Precision.AMP):
+        assert peak_flops_per_s(k80, precision, OpClass.CONV) == k80.cuda_core_flops_per_s
+        assert not runs_on_tensor_cores(k80, precision, OpClass.CONV)
+    assert runs_on_tensor_cores(v100, Precision.AMP, OpClass.CONV)
+    header = "name,memory_gib,fp32_tflops,fp16_tflops,mem_bandwidth_gbs,tf32_tflops,sm_count,issue_fraction"
+    accs = tmp_path / "accs.csv"
+    accs.write_text(f"{header}\nOld,12,3.0,3.0,240,,13,0.5\n")
+    instances = csv(tmp_path, "box,Old,1,8,32,10,1.0,,home")
+    assert load_catalog(instances, accelerators=accs).get("box").accelerator.issue_fraction == 0.5
+    accs.write_text(f"{header}\nOld,12,3.0,3.0,240,,13,1.5\n")
+    with pytest.raises(SpecError, match=r"accs.csv line 2: column issue_fraction = 1.5 must be in \(0, 1\]"):
+        load_catalog(instances, accelerators=accs)

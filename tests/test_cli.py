@@ -84,13 +84,13 @@ def test_profile_and_predict_end_to_end(capsys, tmp_path):
     assert row["batch"] == 360 and row["fits_memory"] is True
     low, high = row["samples_per_s_interval"]
     assert low <= row["samples_per_s"] <= high and row["step_s"] > 0
-    assert gpu["model"]["method"] == "per-class"  # the default device model
-    # the per-operation device model times the operations the profile recorded
+    # the default device model times the operations the profile recorded
+    assert gpu["model"]["method"] == "per-op"
     code, out, _ = run(capsys, "predict", str(out_file), "--device", "A100-80GB", "--batch", "360",
-                       "--precision", "tf32", "--device-model", "per-op", "--json")  # fmt: skip
-    per_op = json.loads(out)
-    assert code == 0 and per_op["model"]["method"] == "per-op"
-    assert per_op["predictions"][0]["step_s"] != row["step_s"]
+                       "--precision", "tf32", "--device-model", "per-class", "--json")  # fmt: skip
+    per_class = json.loads(out)
+    assert code == 0 and per_class["model"]["method"] == "per-class"
+    assert per_class["predictions"][0]["step_s"] != row["step_s"]
     code, out, _ = run(capsys, "predict", str(out_file), "--instance", "gcp:a2-ultragpu-1g",
                        "--batch", "640")  # fmt: skip
     assert code == 0 and "A100" in out and "pytorch default" in out and "samples/s" in out
@@ -128,7 +128,7 @@ def test_profile_says_its_bounds_and_progress_on_stderr(capsys, tmp_path):
         (["predict", "x.json", "--instance", "gcp"], "write CLOUD:TYPE"),
         (["predict", "x.json", "--instance", "aws:m5.large"], "m5.large has no GPU"),
         (["predict", "x.json", "--device", "T4", "--batch", "0"], "--batch must be a positive"),
-        (["predict", "x.json", "--device-model", "per-op"], "--device-model applies to a GPU"),
+        (["predict", "x.json", "--device-model", "per-class"], "--device-model applies to a GPU"),
         (["predict", "x.json", "--device", "T4", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["profile"], "the following arguments are required: workload"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),

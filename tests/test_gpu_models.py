@@ -82,3 +82,32 @@ def test_transformer_xl_base_forward_counts_the_work_its_configuration_implies()
     built = gpu_models.BUILDERS["transformer-xl-base"](None)
     sheet = gpu_predictions.count_step_ops(built.model, built, "meta")
     assert sheet.flops(1, "forward") == pytest.approx(expected, rel=0.02)
+
+
+def test_the_calibration_rows_say_which_were_measured_with_nvidias_reference_code(tmp_path) -> None:
+    """DLE's and Lambda's rows (NVIDIA's reference implementations in NGC containers) are fitted
+    with the reference speed-up, every other source as users' own code; the ablation flags take
+    the speed-up and Kepler's issue fraction away."""
+    import argparse
+    import csv
+
+    from benchmarks.plan import gpu_predictions
+
+    data = gpu_predictions.DATA
+    sources = set()
+    for name in ("gpu_training_throughput.csv", "lambda_gpu_benchmarks.csv"):
+        with (data / name).open() as handle:
+            sources |= {row["source_id"] for row in csv.DictReader(handle)}
+    reference = {s for s in sources if gpu_predictions.is_reference(s)}
+    assert {"dle_pt_bert", "dle_tf_rn50", "lambda_v1", "lambda_v2"} <= reference
+    assert not reference & {"gavel", "pollux", "tf_benchmarks_2017", "ryujaehun_a100"}
+    sheets = gpu_predictions.load_sheets(gpu_predictions.SHEETS)
+    rows = gpu_predictions.read_rows(data / "gpu_training_throughput.csv", sheets, {})
+    k80 = next(m for m in rows if m.accelerator.name == "K80" and not m.reference)
+    dle = next(m for m in rows if m.source.startswith("dle_"))
+    assert dle.reference and k80.accelerator.issue_fraction is not None
+    ablate = argparse.Namespace(no_reference_stack=True, no_issue_fraction=True)
+    assert not gpu_predictions.ablated(dle, ablate).reference
+    assert gpu_predictions.ablated(k80, ablate).accelerator.issue_fraction is None
+    keep = argparse.Namespace(no_reference_stack=False, no_issue_fraction=False)
+    assert gpu_predictions.ablated(dle, keep) == dle

@@ -93,3 +93,41 @@ def test_the_fits_vectorised_step_is_the_device_models_step():
                                                    calibration._efficiency_vector(eff),
                                                    eff.memory, eff.kernel_s)  # fmt: skip
             assert fast == pytest.approx(calibration.predicted_samples_per_s(m, eff), rel=1e-9)
+
+
+def test_both_fits_recover_how_much_faster_the_reference_stacks_train():
+    """Rows measured with NVIDIA's reference implementations (``reference``) run a fitted
+    factor faster than users' own code; the efficiencies stay those of users' code, which is
+    what every plan predicts. Half the synthetic rows are made 1.6x faster: each fit finds it."""
+    from tests.test_perf_op_model import EFF, _synthetic_rows
+
+    from rightsize.perf import op_calibration
+
+    def made_faster(rows, predict, eff):
+        out = []
+        for i, m in enumerate(rows):
+            reference = i % 2 == 0
+            speed = predict(m, eff) * (1.6 if reference else 1.0)
+            out.append(dataclasses.replace(m, reference=reference, samples_per_s=speed))
+        return out
+
+    rows = made_faster(synthetic(), calibration.predicted_samples_per_s, TRUE)
+    eff = calibration.fit(rows, prior_weight=1e-6)
+    assert eff.reference_speedup == pytest.approx(1.6, rel=0.01)
+    assert max(calibration.absolute_errors(rows, eff)) < 0.01
+    plain = dataclasses.replace(rows[0], reference=False)
+    assert calibration.predicted_samples_per_s(rows[0], eff) == pytest.approx(
+        1.6 * calibration.predicted_samples_per_s(plain, eff), rel=0.02)  # fmt: skip
+    op_rows = made_faster(_synthetic_rows(EFF), op_calibration.predicted_samples_per_s, EFF)
+    op_eff = op_calibration.fit(op_rows, prior_weight=1e-6, loss="linear")
+    assert op_eff.reference_speedup == pytest.approx(1.6, rel=0.01)
+    assert max(calibration.absolute_errors(op_rows, op_eff,
+                                           op_calibration.predicted_samples_per_s)) < 0.01  # fmt: skip
+    # without the flag the same rows cannot be explained: the factor is what the fit needs
+    blind = [dataclasses.replace(m, reference=False) for m in op_rows]
+    blind_eff = op_calibration.fit(blind, prior_weight=1e-6, loss="linear")
+    assert max(calibration.absolute_errors(blind, blind_eff,
+                                           op_calibration.predicted_samples_per_s)) > 0.15  # fmt: skip
+    # it is saved with the rest of the fit
+    again = type(op_eff).from_dict(op_eff.to_dict())
+    assert again.reference_speedup == op_eff.reference_speedup

@@ -77,6 +77,18 @@ ZOO = {
 }
 
 
+#: Sources measured with NVIDIA's reference implementations, as opposed to networks written
+#: as users write them (Gavel, Pollux, tf_cnn_benchmarks, single-author scripts): NVIDIA's
+#: DeepLearningExamples (``dle_*``) and Lambda's benchmark, which runs those examples' scripts
+#: in NGC containers (benchmarks/data/measured/README.md). Both device models fit how much
+#: faster these train (``reference_speedup``, perf/fitted.py) and predict users' code.
+REFERENCE_SOURCE_PREFIXES = ("dle_", "lambda_")
+
+
+def is_reference(source: str) -> bool:
+    return source.startswith(REFERENCE_SOURCE_PREFIXES)
+
+
 def knows(model: str, size: str) -> bool:
     if model in ZOO:
         return size in ("", str(ZOO[model][1]))
@@ -247,9 +259,19 @@ def read_rows(path: Path, sheets: dict[tuple[str, str], CostSheet], skipped: dic
             out.append(calibration.Measurement(
                 model, sheets[model, size], acc, Precision.parse(row["precision"]),
                 int(row["per_gpu_batch"]), float(row["samples_per_s"]), row["source_id"],
-                (op_sheets or {}).get((model, size)),
+                (op_sheets or {}).get((model, size)), is_reference(row["source_id"]),
             ))  # fmt: skip
     return out
+
+
+def ablated(m: calibration.Measurement, args) -> calibration.Measurement:
+    """``m`` without what the ablation flags take away."""
+    if args.no_reference_stack:
+        m = dataclasses.replace(m, reference=False)
+    if args.no_issue_fraction:
+        m = dataclasses.replace(m, accelerator=dataclasses.replace(m.accelerator,
+                                                                   issue_fraction=None))
+    return m
 
 
 def errors(measurements, eff, predict=calibration.predicted_samples_per_s) -> dict:
@@ -392,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only rows of these frameworks, comma-separated (default all)")
     parser.add_argument("--exclude-models", default="",
                         help="leave these measured models out of both fits, comma-separated")
+    parser.add_argument("--no-reference-stack", action="store_true",
+                        help="fit every row as users' own code (no reference_speedup): ablation")
+    parser.add_argument("--no-issue-fraction", action="store_true",
+                        help="every GPU at its datasheet FP32 peak (Kepler's single issue "
+                        "ignored): ablation")
     parser.add_argument("--attention-timing", choices=("unfused", "fused"), default="unfused",
                         help="per-op attention as the published stacks ran it, or fused")
     parser.add_argument("--write-efficiencies", action="store_true",
@@ -399,9 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-op-efficiencies", action="store_true",
                         help=f"store the full per-op fit as {OP_EFFICIENCIES.name}")
     args = parser.parse_args(argv)
+    ablation = args.attention_timing == "fused" or args.no_reference_stack or args.no_issue_fraction
+    if ablation and (args.write_op_efficiencies or args.write_efficiencies):
+        parser.error("--attention-timing fused, --no-reference-stack and --no-issue-fraction "
+                     "are measurements; they are not shipped")
     if args.attention_timing == "fused":
-        if args.write_op_efficiencies:
-            parser.error("--attention-timing fused is a measurement; it is not shipped")
         from unittest import mock
 
         from rightsize.perf import op_timing
@@ -431,8 +460,9 @@ def _run(args) -> int:
     # both models on the same rows: those whose operations could be counted
     uncounted = sorted({m.model for m in fit_rows + check_rows if m.ops is None})
     excluded = set(filter(None, args.exclude_models.split(",")))
-    fit_rows = [m for m in fit_rows if m.ops is not None and m.model not in excluded]
-    check_rows = [m for m in check_rows if m.ops is not None and m.model not in excluded]
+    fit_rows = [ablated(m, args) for m in fit_rows if m.ops is not None and m.model not in excluded]
+    check_rows = [ablated(m, args) for m in check_rows
+                  if m.ops is not None and m.model not in excluded]  # fmt: skip
     print(f"{len(fit_rows)} calibration rows, {len(check_rows)} check rows"
           f"{'; without counted operations: ' + ', '.join(uncounted) if uncounted else ''}",
           file=sys.stderr)  # fmt: skip
@@ -476,6 +506,8 @@ def _run(args) -> int:
             "check_rows": errors(check_rows, OLD_ABSOLUTE) if check_rows else None,
         },
         "attention_timing": args.attention_timing,
+        "reference_stack": not args.no_reference_stack,
+        "issue_fraction": not args.no_issue_fraction,
         "uncounted_models": uncounted,
         "excluded_models": sorted(excluded),
         "skipped": skipped,

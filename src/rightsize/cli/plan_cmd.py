@@ -183,11 +183,11 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compute-model",
         choices=[m.value for m in ComputeMethod],
-        default=ComputeMethod.CALIBRATED.value,
-        help="how GPUs without their own profile are predicted: calibrated (default; the "
-        "device model fitted on published training throughput, one efficiency per operation "
-        "class), calibrated-per-op (the same, each operation the step dispatches timed by its "
-        "shape), ratio (the profile's time scaled by a roofline ratio, Srift's way) or "
+        default=ComputeMethod.CALIBRATED_PER_OP.value,
+        help="how GPUs without their own profile are predicted: calibrated-per-op (default; "
+        "the device model fitted on published training throughput, each operation the step "
+        "dispatches timed by its shape), calibrated (the same, one efficiency per operation "
+        "class), ratio (the profile's time scaled by a roofline ratio, Srift's way) or "
         "absolute (roofline at 35%%)",
     )
     parser.add_argument("--top", type=bounded(COUNT), default=5, help="plans to show (default 5)")

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     on_gpu = bool(args.device or args.instance)
     if not on_gpu and args.precision != Precision.PYTORCH.value:
         raise SpecError("--precision applies to a GPU: add --device or --instance")
-    if not on_gpu and args.device_model != DeviceModel.PER_CLASS.value:
+    if not on_gpu and args.device_model != DeviceModel.PER_OP.value:
         raise SpecError("--device-model applies to a GPU: add --device or --instance")
     target = resolve_target(args) if on_gpu else None  # bad names fail before the profile loads
     profile = Profile.load(args.profile)

@@ -35,10 +35,10 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
                         "PyTorch does unasked: TF32 convolutions on Ampere and later, fp32 "
                         "matmuls); needs --device or --instance")  # fmt: skip
     parser.add_argument("--device-model", choices=[m.value for m in DeviceModel],
-                        default=DeviceModel.PER_CLASS.value,
-                        help="per-class (default: one calibrated efficiency per operation "
-                        "class) or per-op (each operation the step dispatches, timed by its "
-                        "shape); needs --device or --instance")  # fmt: skip
+                        default=DeviceModel.PER_OP.value,
+                        help="per-op (default: each operation the step dispatches, timed by "
+                        "its shape) or per-class (one calibrated efficiency per operation "
+                        "class); needs --device or --instance")  # fmt: skip
 
 
 def resolve_target(args: argparse.Namespace) -> tuple[Accelerator, InstanceType | None]:
@@ -62,7 +62,7 @@ def resolve_target(args: argparse.Namespace) -> tuple[Accelerator, InstanceType 
 
 def device_report(profile: Profile, acc: Accelerator, precision: Precision,
                   batches: list[int], instance: InstanceType | None = None,
-                  method: DeviceModel = DeviceModel.PER_CLASS) -> dict:  # fmt: skip
+                  method: DeviceModel = DeviceModel.PER_OP) -> dict:  # fmt: skip
     """Predicted step time per batch on ``acc``, as a JSON-ready dict."""
     compute = GpuCompute.of(profile, acc, precision, method=method)
     memory_bytes = int(acc.memory_gib * 2**30)

@@ -33,7 +33,9 @@ INSTANCE_COLUMNS = (
 ACCELERATOR_COLUMNS = ("name", "memory_gib", "fp32_tflops", "fp16_tflops", "mem_bandwidth_gbs")
 #: Optional: empty or absent where the device has no TF32 tensor cores (before Ampere).
 #: ``sm_count``: streaming multiprocessors per device (the device model's wave quantisation).
-ACCELERATOR_OPTIONAL_COLUMNS = ("tf32_tflops", "sm_count")
+#: ``issue_fraction``: the fraction of the FP32 cores the SMs' warp schedulers keep busy by
+#: single issue (Kepler's SMX: 4 schedulers x 32 lanes for 192 cores, 2/3); empty: all.
+ACCELERATOR_OPTIONAL_COLUMNS = ("tf32_tflops", "sm_count", "issue_fraction")
 _DATA_PACKAGE = "rightsize.core.catalog_data"
 
 
@@ -48,6 +50,14 @@ class Accelerator:
     mem_bandwidth_gbs: float
     tf32_tflops: float | None = None  # dense TF32 tensor-core peak; None before Ampere
     sm_count: float | None = None  # streaming multiprocessors; None where not recorded
+    issue_fraction: float | None = None  # FP32 cores kept busy by single issue; None: all
+
+    @property
+    def cuda_core_flops_per_s(self) -> float:
+        """The FP32 rate the CUDA cores sustain without dual issue: the datasheet's peak
+        counts every core, and Kepler's SMX fills a third of them only by issuing two
+        independent instructions per warp per clock, which cuDNN's kernels rarely do."""
+        return self.fp32_tflops * 1e12 * (self.issue_fraction or 1.0)
 
 
 @dataclass(frozen=True)
@@ -259,6 +269,8 @@ def _read_accelerators(text: str, label: str) -> dict[str, Accelerator]:
         numbers = [_number(row, c, where) for c in ACCELERATOR_COLUMNS[1:]]
         optional = [_number({c: row.get(c, "")}, c, where, optional=True)
                     for c in ACCELERATOR_OPTIONAL_COLUMNS]  # fmt: skip
+        if optional[-1] is not None and not 0 < optional[-1] <= 1:
+            raise SpecError(f"{where}: column issue_fraction = {optional[-1]:g} must be in (0, 1]")
         accs[row["name"]] = Accelerator(row["name"], *numbers, *optional)
     return accs
 

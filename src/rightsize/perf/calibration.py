@@ -53,6 +53,8 @@ SPREAD_QUANTILE = 0.8  # the interval covers 80% of held-out errors
 #: carry rows no counted model explains (Gavel's ResNet-18 at batch 128 trains 4x slower per
 #: sample than at 64), and one such row should not pull every GPU's efficiencies.
 ROBUST_SCALE = 0.2
+#: The reference stacks' speed-up is fitted within [1/4, 4]: any real one is well inside.
+REFERENCE_MAX = 4.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Measurement:
     samples_per_s: float
     source: str = ""
     ops: OpSheet | None = None  # the step's operations, for the per-operation model
+    reference: bool = False  # measured with NVIDIA's reference implementations (Fitted)
 
     @property
     def key(self) -> tuple[str, int, Precision]:
@@ -74,7 +77,8 @@ class Measurement:
 
 
 def predicted_samples_per_s(m: Measurement, eff: Efficiencies) -> float:
-    return m.batch / step_time(m.sheet, m.accelerator, m.precision, m.batch, eff).total_s
+    step = step_time(m.sheet, m.accelerator, m.precision, m.batch, eff)
+    return m.batch / step.total_s * eff.stack_factor(m.reference)
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class _Prepared:
     bandwidth: float
     batch: int
     samples_per_s: float
+    reference: bool
 
 
 def _prepare(m: Measurement) -> _Prepared:
@@ -112,14 +117,15 @@ def _prepare(m: Measurement) -> _Prepared:
                 peak.append(peak_flops_per_s(acc, precision, layer.op_class))
                 slot.append(TENSOR_CLASSES.index(layer.op_class) + (n if tensor else 0))
             else:
-                peak.append(acc.fp32_tflops * 1e12)
+                peak.append(acc.cuda_core_flops_per_s)
                 slot.append(2 * n)
     kernels = sum(KERNELS_PER_LAYER.values()) * len(m.sheet.layers)
     opt = OPTIMIZER_BYTES_PER_PARAM_BYTE * m.sheet.param_bytes
     if precision is Precision.AMP:
         opt += AMP_CAST_BYTES_PER_PARAM_BYTE * m.sheet.param_bytes
     return _Prepared(np.array(flops), np.array(moved), np.array(peak), np.array(slot), kernels,
-                     opt, acc.mem_bandwidth_gbs * 1e9, batch, m.samples_per_s)  # fmt: skip
+                     opt, acc.mem_bandwidth_gbs * 1e9, batch, m.samples_per_s,
+                     m.reference)  # fmt: skip
 
 
 def _efficiency_vector(eff: Efficiencies) -> np.ndarray:
@@ -137,7 +143,7 @@ def _fast_samples_per_s(p: _Prepared, vector: np.ndarray, memory: float, kernel_
 def _pack(eff: Efficiencies) -> list[float]:
     return ([math.log(eff.cuda_core[c]) for c in TENSOR_CLASSES]
             + [math.log(eff.tensor_core[c]) for c in TENSOR_CLASSES]
-            + [math.log(eff.memory), math.log(eff.kernel_s)])  # fmt: skip
+            + [math.log(eff.memory), math.log(eff.kernel_s), math.log(eff.reference_speedup)])  # fmt: skip
 
 
 def _unpack(x: Sequence[float], source: str) -> Efficiencies:
@@ -145,7 +151,7 @@ def _unpack(x: Sequence[float], source: str) -> Efficiencies:
     cuda = {c: min(1.0, math.exp(v)) for c, v in zip(TENSOR_CLASSES, x[:n], strict=True)}
     tensor = {c: min(1.0, math.exp(v)) for c, v in zip(TENSOR_CLASSES, x[n:2 * n], strict=True)}
     return Efficiencies(cuda, tensor, min(1.0, math.exp(x[2 * n])), math.exp(x[2 * n + 1]),
-                        source=source)  # fmt: skip
+                        source=source, reference_speedup=math.exp(x[2 * n + 2]))  # fmt: skip
 
 
 def fit(measurements: Sequence[Measurement], prior: Efficiencies = PRIOR,
@@ -162,18 +168,21 @@ def fit(measurements: Sequence[Measurement], prior: Efficiencies = PRIOR,
     if not measurements:
         raise ValueError("fitting the device model needs at least one measurement")
     start = _pack(prior)
-    upper = [0.0] * (2 * len(TENSOR_CLASSES) + 1) + [math.log(1e-3)]  # fractions <= 1
+    # fractions <= 1, then the kernel's cost and the reference stacks' speed-up
+    upper = [0.0] * (2 * len(TENSOR_CLASSES) + 1) + [math.log(1e-3), math.log(REFERENCE_MAX)]
     prepared = [_prepare(m) for m in measurements]
 
     def residuals(x):
         eff = _unpack(x, source)
         vector = _efficiency_vector(eff)
         misses = [math.log(_fast_samples_per_s(p, vector, eff.memory, eff.kernel_s)
-                           / p.samples_per_s) for p in prepared]  # fmt: skip
+                           * eff.stack_factor(p.reference) / p.samples_per_s)
+                  for p in prepared]  # fmt: skip
         pull = [math.sqrt(prior_weight) * (a - b) for a, b in zip(x, start, strict=True)]
         return misses + pull
 
-    lower = [math.log(1e-3)] * (2 * len(TENSOR_CLASSES) + 1) + [math.log(1e-8)]
+    lower = ([math.log(1e-3)] * (2 * len(TENSOR_CLASSES) + 1)
+             + [math.log(1e-8), -math.log(REFERENCE_MAX)])  # fmt: skip
     result = least_squares(residuals, start, bounds=(lower, upper), x_scale=1.0, loss=loss,
                            f_scale=ROBUST_SCALE)
     return _unpack(result.x, source)

@@ -28,6 +28,10 @@ class Fitted(ABC):
         log_spread: the held-out |log(predicted/measured)| the interval spans (80th percentile).
         source: where the numbers were fitted, for plans to cite.
         held_out: the fit's held-out errors (benchmarks/plan/gpu_predictions.py).
+        reference_speedup: how much faster NVIDIA's reference implementations (Deep Learning
+            Examples in NGC containers: DALI input, fused kernels and optimizers, channels-last)
+            train than the same network written as users write it, which is what the
+            fractions above predict; fitted with them on the published rows of both kinds.
     """
 
     FILE: ClassVar[str]  # the shipped JSON, in the rightsize.perf package
@@ -36,16 +40,22 @@ class Fitted(ABC):
     log_spread: float = 0.0
     source: str = ""
     held_out: Mapping[str, float] = field(default_factory=dict)
+    reference_speedup: float = 1.0
 
     def fit_dict(self) -> dict:
         return {"log_spread": self.log_spread, "source": self.source,
-                "held_out": dict(self.held_out)}  # fmt: skip
+                "held_out": dict(self.held_out), "reference_speedup": self.reference_speedup}  # fmt: skip
 
     @staticmethod
     def fit_fields(data: Mapping) -> dict[str, Any]:
         """The provenance from a saved calibration (each optional)."""
         return {"log_spread": float(data.get("log_spread", 0.0)),
-                "source": str(data.get("source", "")), "held_out": dict(data.get("held_out", {}))}  # fmt: skip
+                "source": str(data.get("source", "")), "held_out": dict(data.get("held_out", {})),
+                "reference_speedup": float(data.get("reference_speedup", 1.0))}  # fmt: skip
+
+    def stack_factor(self, reference: bool) -> float:
+        """The throughput factor of a measurement's software stack (1 for users' own code)."""
+        return self.reference_speedup if reference else 1.0
 
     @classmethod
     def missing(cls, exc: Exception) -> SpecError:

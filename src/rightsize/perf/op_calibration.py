@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rightsize.perf.calibration import ROBUST_SCALE, Measurement
+from rightsize.perf.calibration import REFERENCE_MAX, ROBUST_SCALE, Measurement
 from rightsize.perf.op_timing import SLOTS, OpEfficiencies, TimedRows, timed_rows
 
 #: Where a fit starts and what it is pulled towards: a long GEMM reaches about half of the
@@ -34,19 +34,21 @@ def _rows(m: Measurement) -> TimedRows:
 
 
 def predicted_samples_per_s(m: Measurement, eff: OpEfficiencies) -> float:
-    return m.batch / _rows(m).total_s(eff.vector(), eff.memory, eff.kernel_s, eff.traffic)
+    seconds = _rows(m).total_s(eff.vector(), eff.memory, eff.kernel_s, eff.traffic)
+    return m.batch / seconds * eff.stack_factor(m.reference)
 
 
 def _pack(eff: OpEfficiencies) -> list[float]:
     return [*(math.log(eff.compute[s]) for s in SLOTS), math.log(eff.memory),
-            math.log(eff.traffic), math.log(eff.kernel_s)]  # fmt: skip
+            math.log(eff.traffic), math.log(eff.kernel_s), math.log(eff.reference_speedup)]  # fmt: skip
 
 
 def _unpack(x: Sequence[float], source: str) -> OpEfficiencies:
     n = len(SLOTS)
     compute = {s: min(1.0, math.exp(v)) for s, v in zip(SLOTS, x[:n], strict=True)}
     return OpEfficiencies(compute, min(1.0, math.exp(x[n])), math.exp(x[n + 2]), source=source,
-                          traffic=min(1.0, math.exp(x[n + 1])))  # fmt: skip
+                          traffic=min(1.0, math.exp(x[n + 1])),
+                          reference_speedup=math.exp(x[n + 3]))  # fmt: skip
 
 
 def fit(measurements: Sequence[Measurement], prior: OpEfficiencies = PRIOR,
@@ -63,21 +65,22 @@ def fit(measurements: Sequence[Measurement], prior: OpEfficiencies = PRIOR,
     if not measurements:
         raise ValueError("fitting the device model needs at least one measurement")
     start = _pack(prior)
-    prepared = [(_rows(m), m.batch, m.samples_per_s) for m in measurements]
+    prepared = [(_rows(m), m.batch, m.samples_per_s, m.reference) for m in measurements]
 
     def residuals(x):
         n = len(SLOTS)
         compute = np.exp(np.minimum(x[:n], 0.0))
         memory, traffic = math.exp(min(x[n], 0.0)), math.exp(min(x[n + 1], 0.0))
-        kernel_s = math.exp(x[n + 2])
-        misses = [math.log(batch / rows.total_s(compute, memory, kernel_s, traffic) / measured)
-                  for rows, batch, measured in prepared]  # fmt: skip
+        kernel_s, speedup = math.exp(x[n + 2]), math.exp(x[n + 3])
+        misses = [math.log(batch / rows.total_s(compute, memory, kernel_s, traffic)
+                           * (speedup if reference else 1.0) / measured)
+                  for rows, batch, measured, reference in prepared]  # fmt: skip
         pull = [math.sqrt(prior_weight) * (a - b) for a, b in zip(x, start, strict=True)]
         return misses + pull
 
-    n = len(SLOTS) + 2  # fractions, then the kernel's cost
-    lower = [math.log(1e-3)] * n + [math.log(1e-8)]
-    upper = [0.0] * n + [math.log(1e-3)]
+    n = len(SLOTS) + 2  # fractions, then the kernel's cost and the reference stacks' speed-up
+    lower = [math.log(1e-3)] * n + [math.log(1e-8), -math.log(REFERENCE_MAX)]
+    upper = [0.0] * n + [math.log(1e-3), math.log(REFERENCE_MAX)]
     result = least_squares(residuals, start, bounds=(lower, upper), loss=loss,
                            f_scale=ROBUST_SCALE)  # fmt: skip
     return _unpack(result.x, source)

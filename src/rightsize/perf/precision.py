@@ -81,22 +81,24 @@ def peak_flops_per_s(acc: Accelerator, precision: Precision, op_class: OpClass) 
     Memory-bound classes (norm, embedding) are timed by bandwidth; their FLOPs, few, run on
     the CUDA cores at fp32.
     """
+    cuda = acc.cuda_core_flops_per_s
     if not op_class.uses_tensor_cores or precision is Precision.FP32:
-        return acc.fp32_tflops * 1e12
+        return cuda
     if precision is Precision.AMP:
-        return max(acc.fp16_tflops, acc.fp32_tflops) * 1e12
+        # without a faster fp16 path (K80, M60, P4) AMP's matmuls run on the CUDA cores
+        return acc.fp16_tflops * 1e12 if acc.fp16_tflops > acc.fp32_tflops else cuda
     tf32 = acc.tf32_tflops
     if tf32 is None:
-        return acc.fp32_tflops * 1e12
+        return cuda
     if precision is Precision.PYTORCH and op_class is not OpClass.CONV:
-        return acc.fp32_tflops * 1e12
+        return cuda
     return tf32 * 1e12
 
 
 def runs_on_tensor_cores(acc: Accelerator, precision: Precision, op_class: OpClass) -> bool:
     """Whether ``op_class`` meets a tensor-core peak (another efficiency than the CUDA cores')."""
     peak = peak_flops_per_s(acc, precision, op_class)
-    return op_class.uses_tensor_cores and peak > acc.fp32_tflops * 1e12
+    return op_class.uses_tensor_cores and peak > acc.cuda_core_flops_per_s
 
 
 def describe(precision: Precision, acc: Accelerator) -> str:

@@ -53,7 +53,7 @@ class DeviceRates:
 
     @classmethod
     def of_accelerator(cls, acc: Accelerator) -> DeviceRates:
-        return cls(acc.name, acc.fp32_tflops * 1e12, acc.mem_bandwidth_gbs * 1e9,
+        return cls(acc.name, acc.cuda_core_flops_per_s, acc.mem_bandwidth_gbs * 1e9,
                    int(acc.memory_gib * 2**30), GPU_LAUNCH_S)  # fmt: skip
 
     @classmethod

@@ -55,7 +55,7 @@ CALIBRATED = {ComputeMethod.CALIBRATED: DeviceModel.PER_CLASS,
 class DeviceChoice:
     """What the user asked about devices: the model for unprofiled GPUs and the precision."""
 
-    method: ComputeMethod = ComputeMethod.CALIBRATED
+    method: ComputeMethod = ComputeMethod.CALIBRATED_PER_OP
     precision: Precision = Precision.PYTORCH
 
 
