@@ -41,8 +41,13 @@ def areas_imported(path: Path) -> set[str]:
     return found
 
 
+#: The one script at the top: the GPU check spans areas (profiling, the device model, packed
+#: tuning) and sits at the path issue 40 and the device tool's notes name.
+TOP_LEVEL = ["__init__.py", "gpu_check.py"]
+
+
 def test_the_scripts_sit_in_area_folders_and_none_is_left_at_the_top():
-    assert [p.name for p in BENCHMARKS.glob("*.py")] == ["__init__.py"]
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == TOP_LEVEL
     assert "lib" in AREAS and len(AREAS) > 2
     assert all((BENCHMARKS / area / "__init__.py").exists() for area in AREAS)
 

@@ -6,9 +6,10 @@ or P100), batch 128 per worker (benchmarks/data/measured/README.md). Nothing in 
 was fitted, tuned or chosen on these rows; this only reads them at the end. Each curve is
 predicted from what rightsize knows before any run, as ``plan --strategy ps`` predicts:
 
-- a worker's step: the calibrated device model (perf/device_model.py) for the model's
-  counted costs on that GPU at batch 128, fp32 — forward and backward (the PS applies the
-  update);
+- a worker's step: the calibrated device model, per operation (perf/op_timing.py, the
+  default since 2026-11-29; ``--device-model per-class``: perf/device_model.py) for the
+  model's counted costs on that GPU at batch 128, fp32 — forward and backward (the PS applies
+  the update);
 - the PS's CPU per update: the optimizer step (SGD with momentum, Tensor2Tensor's default for
   these ResNets) over the model's parameters timed on this CPU, one thread; the PS's 4 vCPUs;
 - the framework's PS costs, one named profile each (perf/ps_profiles.py): ``rightsize`` (this
@@ -43,7 +44,8 @@ from benchmarks.plan import gpu_models
 from benchmarks.plan import gpu_predictions as gp
 from benchmarks.ps.ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
-from rightsize.perf.device_model import Efficiencies, step_time
+from rightsize.perf.device_model import DeviceModel, Efficiencies, step_time
+from rightsize.perf.op_timing import OpEfficiencies, op_step_time
 from rightsize.perf.precision import Precision
 from rightsize.perf.ps import PSModel, WorkerSpec, predict_ps, station_demands
 from rightsize.perf.ps_profiles import (
@@ -159,12 +161,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/ps_cmdare.json")
+    parser.add_argument("--device-model", choices=[m.value for m in DeviceModel],
+                        default=DeviceModel.PER_OP.value,
+                        help="the worker's step by operation (default, as plan) or by class")
     args = parser.parse_args(argv)
-    eff = Efficiencies.shipped()
+    per_op = args.device_model == DeviceModel.PER_OP.value
+    eff, op_eff = Efficiencies.shipped(), OpEfficiencies.shipped()
     sheets = gp.load_sheets(gp.SHEETS)
+    op_sheets = gp.load_op_sheets(gp.OP_SHEETS)
     profiles = {**PROFILES, **{f"tensorflow1-grpc-{end}": p for end, p in TF1_BOUNDS.items()}}
     result = {"benchmark": "ps_cmdare",
               "command": "python benchmarks/ps/ps_cmdare.py --out benchmarks/results/ps_cmdare.json",
+              "device_model": args.device_model,
               "assumptions": {"batch": BATCH, "ps_vcpus": PS_VCPUS,
                               "ps_link_bytes_per_s": PS_VCPUS * GBPS_PER_VCPU,
                               "worker_link_bytes_per_s": WORKER_VCPUS * GBPS_PER_VCPU},
@@ -180,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
             updates[model] = update_s(model)
         trainable, state = variables(model)
         tensors = tf1_tensors_per_step(trainable, state)
-        step = step_time(sheet, find_accelerator(gpu), Precision.FP32, BATCH, eff)
+        if per_op and (model, "") not in op_sheets:
+            print(f"counting {model}'s operations", file=sys.stderr)
+            op_sheets[model, ""] = gp.op_sheet_apart(model, "")
+            gp.save_op_sheets(gp.OP_SHEETS, op_sheets)
+        acc = find_accelerator(gpu)
+        step = (op_step_time(op_sheets[model, ""], sheet.param_bytes, acc, Precision.FP32, BATCH,
+                             op_eff) if per_op
+                else step_time(sheet, acc, Precision.FP32, BATCH, eff))  # fmt: skip
         worker = WorkerSpec(BATCH, step.forward_s + step.backward_s, WORKER_VCPUS * GBPS_PER_VCPU)
         entry = {"model": model, "gpu": gpu, "param_bytes": sheet.param_bytes,
                  "trainable_tensors": trainable, "state_tensors": state,
