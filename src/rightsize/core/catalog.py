@@ -267,11 +267,12 @@ def _read_accelerators(text: str, label: str) -> dict[str, Accelerator]:
         if not row["name"]:
             raise SpecError(f"{where}: column name is empty")
         numbers = [_number(row, c, where) for c in ACCELERATOR_COLUMNS[1:]]
-        optional = [_number({c: row.get(c, "")}, c, where, optional=True)
-                    for c in ACCELERATOR_OPTIONAL_COLUMNS]  # fmt: skip
-        if optional[-1] is not None and not 0 < optional[-1] <= 1:
-            raise SpecError(f"{where}: column issue_fraction = {optional[-1]:g} must be in (0, 1]")
-        accs[row["name"]] = Accelerator(row["name"], *numbers, *optional)
+        optional = {c: _number({c: row.get(c, "")}, c, where, optional=True)
+                    for c in ACCELERATOR_OPTIONAL_COLUMNS}  # fmt: skip
+        issue = optional["issue_fraction"]
+        if issue is not None and not 0 < issue <= 1:
+            raise SpecError(f"{where}: column issue_fraction = {issue:g} must be in (0, 1]")
+        accs[row["name"]] = Accelerator(row["name"], *numbers, **optional)
     return accs
 
 
