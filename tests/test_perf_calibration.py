@@ -79,6 +79,12 @@ def test_leave_one_out_predicts_what_it_did_not_see():
     by_model = calibration.leave_one_out(rows, "model", calibration.fit)
     assert by_model.summary()["n"] == len(rows)
     assert calibration.log_spread(by_gpu) >= 0
+    # by source: each publisher's rows predicted by a fit that saw none of them
+    sourced = [dataclasses.replace(m, source=f"s{i % 3}") for i, m in enumerate(rows)]
+    by_source = calibration.leave_one_out(sourced, "source",
+                                          lambda seen: calibration.fit(seen, prior_weight=1e-6))
+    assert sorted(set(by_source.groups)) == ["s0", "s1", "s2"]
+    assert len(by_source.absolute) == len(rows) and by_source.summary()["absolute_median"] < 0.02
 
 
 def test_fit_refuses_no_data():

@@ -379,7 +379,16 @@ def evaluate(method: str, fit_rows, check_rows, fitter, predict, fit_source: str
     by_model = calibration.leave_one_out(
         fit_rows, "model", remembering(fit_rows, "model", fitter, fits["model"]), predict)
     pairs = {by: held_out_pairs(fit_rows, by, fits[by], predict) for by in fits}
+    by_source = calibration.leave_one_out(fit_rows, "source", fitter, predict)
+    users = [e for e, source in zip(by_source.absolute, by_source.groups, strict=True)
+             if not is_reference(source)]  # fmt: skip
     return {
+        # each publisher's rows predicted by a fit that saw none of them: a new source's stack,
+        # and for users' own code (not NVIDIA's reference implementations) what a user meets
+        "leave_one_source_out": {**by_source.summary(),
+                                 "users_code_rows": len(users),
+                                 "users_code_absolute_median": statistics.median(users),
+                                 "users_code_absolute_p90": calibration._quantile(users, 0.9)},
         "worst_held_out_pairs": {by: pairs[by][:WORST_PAIRS] for by in pairs},
         "held_out_pair_errors_by": {by: pair_errors_by(pairs[by]) for by in pairs},
         "method": method,
@@ -487,11 +496,13 @@ def _run(args) -> int:
         "held_out_side_by_side": {"per-class": per_class["held_out"],
                                   "per-op": per_op["held_out"]},  # fmt: skip
         **{f"{key}": per_class[key] for key in ("fit", "leave_one_gpu_out",
-                                                "leave_one_model_out", "independent_check",
+                                                "leave_one_model_out", "leave_one_source_out",
+                                                "independent_check",
                                                 "worst_held_out_pairs",
                                                 "held_out_pair_errors_by")},
         "per_op": {key: per_op[key] for key in ("fit", "leave_one_gpu_out",
-                                                "leave_one_model_out", "independent_check",
+                                                "leave_one_model_out", "leave_one_source_out",
+                                                "independent_check",
                                                 "worst_held_out_pairs",
                                                 "held_out_pair_errors_by")},
         # what `plan` predicts today by default: the per-class file the package ships, which
@@ -519,6 +530,9 @@ def _run(args) -> int:
         OP_EFFICIENCIES.write_text(json.dumps(op_full.to_dict(), indent=1) + "\n")
     for name, res in (("per-class", per_class), ("per-op", per_op)):
         print(name, json.dumps(res["held_out"]))
+        source = res["leave_one_source_out"]
+        print(f"  held out by source: absolute median {source['absolute_median']:.3f}, "
+              f"users' code {source['users_code_absolute_median']:.3f}")  # fmt: skip
         check = res["independent_check"]
         if check:
             print(f"  independent check: absolute median {check['absolute_median']:.3f}, "

@@ -243,7 +243,7 @@ def _gpu_pairs(measurements: Sequence[Measurement], same_source: bool = True,
 class HeldOut:
     """Errors on data a fit did not see: one fold per held-out group."""
 
-    by: str  # "gpu" or "model"
+    by: str  # "gpu", "model" or "source"
     absolute: tuple[float, ...]
     ratio: tuple[float, ...]  # pairs measured by one source
     log_errors: tuple[float, ...]
@@ -277,13 +277,15 @@ class HeldOut:
 def leave_one_out(measurements: Sequence[Measurement], by: str,
                   fitter: Callable[[Sequence[Measurement]], object] = fit,
                   predict: Predictor = predicted_samples_per_s) -> HeldOut:  # fmt: skip
-    """Fit without each GPU (``by="gpu"``) or model (``"model"``) and predict it.
+    """Fit without each GPU (``by="gpu"``), model (``"model"``) or source (``"source"``: one
+    publisher's rows, its software stack) and predict it.
 
     The ratio errors are those of pairs with the held-out GPU in them (``gpu``), or of the
     held-out model's pairs (``model``): each pair is predicted by a fit that saw neither side
     of what is being tested.
     """
-    group_of = {"gpu": lambda m: m.accelerator.name, "model": lambda m: m.model}[by]
+    group_of = {"gpu": lambda m: m.accelerator.name, "model": lambda m: m.model,
+                "source": lambda m: m.source}[by]  # fmt: skip
     absolute, ratio, logs, groups, any_source, own_batch = [], [], [], [], [], []
     for group in sorted({group_of(m) for m in measurements}):
         held = [m for m in measurements if group_of(m) == group]
