@@ -38,8 +38,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `benchmarks.`
 from benchmarks.lib.envelope import write_report
-from rightsize.core.catalog import Accelerator, find_accelerator
+from rightsize.cli.args import bounded
+from rightsize.core.catalog import Accelerator, builtin_accelerators, find_accelerator
 from rightsize.core.errors import UnknownNameError
+from rightsize.core.limits import COUNT, POSITIVE
 from rightsize.packing.alone import train_alone
 from rightsize.packing.data import DataStream
 from rightsize.packing.optimizers import OPTIMIZER_KINDS, OptimizerSpec
@@ -80,19 +82,12 @@ def catalog_gpu(device_name: str) -> Accelerator:
         UnknownNameError: no catalog accelerator matches.
     """
     words = set(device_name.upper().replace("-", " ").split())
-    matches = [n for n in _accelerator_names() if all(p in words for p in n.upper().split("-"))]
+    matches = [a for a in builtin_accelerators()
+               if all(part in words for part in a.name.upper().split("-"))]  # fmt: skip
     if not matches:
         raise UnknownNameError(f"no catalog accelerator matches the device {device_name!r}: "
                                "name one with --catalog-gpu")  # fmt: skip
-    return find_accelerator(max(matches, key=lambda n: (len(n.split("-")), len(n))))
-
-
-def _accelerator_names() -> list[str]:
-    import csv
-    from importlib import resources
-
-    text = resources.files("rightsize.core.catalog_data").joinpath("accelerators.csv").read_text()
-    return [row["name"] for row in csv.DictReader(text.splitlines())]
+    return max(matches, key=lambda a: (len(a.name.split("-")), len(a.name)))
 
 
 def profile_on(case: Case, device: str, budget_s: float, quick: bool, folder: Path) -> dict:
@@ -215,12 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--profile-budget-s",
-        type=float,
+        type=bounded(POSITIVE),
         default=90.0,
         help="each profile's time budget (default 90 s; --quick 10 s)",
     )
-    parser.add_argument("--trials", type=int, default=16, help="trials in the packed rung")
-    parser.add_argument("--rung-steps", type=int, default=200, help="steps each trial trains")
+    parser.add_argument("--trials", type=bounded(COUNT), default=16,
+                        help="trials in the packed rung")  # fmt: skip
+    parser.add_argument("--rung-steps", type=bounded(COUNT), default=200,
+                        help="steps each trial trains")  # fmt: skip
     parser.add_argument("--out", default="benchmarks/results/gpu_check.json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

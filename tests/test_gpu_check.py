@@ -46,6 +46,9 @@ def test_it_refuses_what_it_cannot_measure(capsys) -> None:
     assert "add --quick" in capsys.readouterr().err
     assert gpu_check.main(["--device", "cpu", "--quick", "--catalog-gpu", "Z9"]) == 2
     assert "Z9" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # before any work, one line from argparse
+        gpu_check.main(["--device", "cpu", "--quick", "--trials", "0"])
+    assert refused.value.code == 2 and "--trials: '0' is not" in capsys.readouterr().err
 
 
 def test_the_quick_check_runs_every_part_on_a_cpu(tmp_path, capsys) -> None:

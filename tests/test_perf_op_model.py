@@ -9,7 +9,6 @@ the counts come from the operations dispatched, not from module types.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from importlib import resources
@@ -25,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 from benchmarks.plan.gpu_models import BERT_VOCAB, Bert, ExplicitBert  # noqa: E402
 
 from profile_factory import make_profile, sample  # noqa: E402
-from rightsize.core.catalog import Accelerator, find_accelerator  # noqa: E402
+from rightsize.core.catalog import Accelerator, builtin_accelerators  # noqa: E402
 from rightsize.core.errors import SpecError, UnknownNameError  # noqa: E402
 from rightsize.perf.device_model import GpuCompute  # noqa: E402
 from rightsize.perf.op_costs import count_ops, kind_of, record_step  # noqa: E402
@@ -44,8 +43,7 @@ from rightsize.profiling.profile import Profile  # noqa: E402
 
 
 def catalog_gpus() -> list[Accelerator]:
-    text = resources.files("rightsize.core.catalog_data").joinpath("accelerators.csv").read_text()
-    return [find_accelerator(row["name"]) for row in csv.DictReader(text.splitlines())]
+    return list(builtin_accelerators())
 
 
 WIDTH, HEADS, FF, SEQ, LAYERS = 768, 12, 3072, 128, 2  # BERT-base's layer, two of them

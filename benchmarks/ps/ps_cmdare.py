@@ -44,8 +44,8 @@ from benchmarks.plan import gpu_models
 from benchmarks.plan import gpu_predictions as gp
 from benchmarks.ps.ps_scaling import mape, saturation
 from rightsize.core.catalog import find_accelerator
-from rightsize.perf.device_model import DeviceModel, Efficiencies, step_time
-from rightsize.perf.op_timing import OpEfficiencies, op_step_time
+from rightsize.perf.device_model import DeviceModel, Efficiencies, GpuCompute
+from rightsize.perf.op_timing import OpEfficiencies
 from rightsize.perf.precision import Precision
 from rightsize.perf.ps import PSModel, WorkerSpec, predict_ps, station_demands
 from rightsize.perf.ps_profiles import (
@@ -191,11 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         if per_op and (model, "") not in op_sheets:
             print(f"counting {model}'s operations", file=sys.stderr)
             op_sheets[model, ""] = gp.op_sheet_apart(model, "")
-            gp.save_op_sheets(gp.OP_SHEETS, op_sheets)
-        acc = find_accelerator(gpu)
-        step = (op_step_time(op_sheets[model, ""], sheet.param_bytes, acc, Precision.FP32, BATCH,
-                             op_eff) if per_op
-                else step_time(sheet, acc, Precision.FP32, BATCH, eff))  # fmt: skip
+        ops = op_sheets[model, ""] if per_op else None
+        step = GpuCompute(sheet, find_accelerator(gpu), Precision.FP32, eff, ops,
+                          op_eff if per_op else None).step(BATCH)  # fmt: skip
         worker = WorkerSpec(BATCH, step.forward_s + step.backward_s, WORKER_VCPUS * GBPS_PER_VCPU)
         entry = {"model": model, "gpu": gpu, "param_bytes": sheet.param_bytes,
                  "trainable_tensors": trainable, "state_tensors": state,
@@ -221,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = list(result["curves"][0]["predictions"])
     result["per_gpu"] = {key: per_gpu(result["curves"], key) for key in keys}
     gp.save_sheets(gp.SHEETS, sheets)
+    gp.save_op_sheets(gp.OP_SHEETS, op_sheets)
     write_report(args.out, result)
     return 0
 

@@ -204,14 +204,18 @@ def load_catalog(source: str | Path, accelerators: str | Path | None = None) -> 
     return Catalog(instances, tuple(accs.values()))
 
 
+def builtin_accelerators() -> tuple[Accelerator, ...]:
+    """The built-in accelerators table, in its rows' order, without a cloud's instances."""
+    return tuple(_read_accelerators(_builtin_text("accelerators"), "accelerators.csv").values())
+
+
 def find_accelerator(name: str) -> Accelerator:
     """A built-in accelerator by name (case-insensitive), without loading a cloud's instances.
 
     Raises:
         UnknownNameError: with the closest known name.
     """
-    accs = _read_accelerators(_builtin_text("accelerators"), "accelerators.csv")
-    return Catalog((), tuple(accs.values())).accelerator(name)
+    return Catalog((), builtin_accelerators()).accelerator(name)
 
 
 def load_catalogs(sources: Iterable[str | Path]) -> Catalog:

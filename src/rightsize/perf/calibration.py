@@ -112,12 +112,12 @@ def _prepare(m: Measurement) -> _Prepared:
             flops.append((layer.backward_flops if backward else layer.forward_flops) * batch)
             moved.append(layer.param_bytes * (3 if backward else 1)
                          + (3 if backward else 2) * layer.output_bytes * act * batch)  # fmt: skip
+            # memory-bound classes' few FLOPs: the CUDA cores' rate, at the last slot's 1.0
+            peak.append(peak_flops_per_s(acc, precision, layer.op_class))
             if layer.op_class.uses_tensor_cores:
                 tensor = runs_on_tensor_cores(acc, precision, layer.op_class)
-                peak.append(peak_flops_per_s(acc, precision, layer.op_class))
                 slot.append(TENSOR_CLASSES.index(layer.op_class) + (n if tensor else 0))
             else:
-                peak.append(acc.cuda_core_flops_per_s)
                 slot.append(2 * n)
     kernels = sum(KERNELS_PER_LAYER.values()) * len(m.sheet.layers)
     opt = OPTIMIZER_BYTES_PER_PARAM_BYTE * m.sheet.param_bytes

@@ -168,12 +168,12 @@ def _phase_s(sheet: CostSheet, acc: Accelerator, precision: Precision, eff: Effi
         moved += (3 if backward else 2) * layer.output_bytes * act * batch
         memory_s = moved / bandwidth
         compute_s = 0.0
+        rate = peak_flops_per_s(acc, precision, layer.op_class)
         if flops > 0 and layer.op_class.uses_tensor_cores:
             tensor = runs_on_tensor_cores(acc, precision, layer.op_class)
-            rate = peak_flops_per_s(acc, precision, layer.op_class)
             compute_s = flops / (rate * eff.compute(layer.op_class, tensor))
         elif flops > 0:  # memory-bound classes: their few FLOPs on the CUDA cores at fp32
-            compute_s = flops / acc.cuda_core_flops_per_s
+            compute_s = flops / rate
         layer_s = max(compute_s, memory_s)
         by_class[layer.op_class.value] = by_class.get(layer.op_class.value, 0.0) + layer_s
         total += layer_s
